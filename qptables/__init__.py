@@ -1,0 +1,41 @@
+"""qptables: the dask pipeline that builds verified sigma* tables for qpinfer.
+
+Public API (the ``qptables`` command line is a thin layer over it):
+
+* :class:`GridSpec` / :func:`paper_grid` -- what a table covers (paper 000, App. J);
+* :func:`build` -- compute, verify and atomically publish a table store;
+* :func:`verify` -- re-check a store against the mpmath reference;
+* :func:`sigma_qp_reference` -- the mpmath ground truth (imported lazily).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qptables.build import BuildError, BuildInputError, BuildResult, LockError, build
+from qptables.grid import AxisSpec, GridError, GridSpec, paper_grid
+from qptables.verify import verify
+
+__version__ = "0.1.0"
+__all__ = [
+    "AxisSpec",
+    "BuildError",
+    "BuildInputError",
+    "BuildResult",
+    "GridError",
+    "GridSpec",
+    "LockError",
+    "__version__",
+    "build",
+    "paper_grid",
+    "sigma_qp_reference",
+    "verify",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "sigma_qp_reference":  # mpmath is heavy: import on first use
+        from qptables.reference import sigma_qp_reference
+
+        return sigma_qp_reference
+    raise AttributeError(f"module 'qptables' has no attribute {name!r}")

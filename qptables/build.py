@@ -1,0 +1,892 @@
+"""Build a verified sigma* table store with dask (``qptables build``).
+
+The build is a graph of pure tasks, one per *tile* (one zarr chunk of shape
+``(1, tile_mu, n_log10_sigma)``, see :mod:`qptables.grid`). Each task evaluates qpinfer's
+vectorized kernel -- :func:`qpinfer.sigma_qp` (sigma*, paper 000 eq. (7)) and
+:func:`qpinfer.tilted_moments` (EP's sigma, eq. (5)) -- on its tile and the *worker* writes the
+tile straight into the store (a zarr region write of exactly one chunk per variable). The
+client only ever holds tiny per-tile reports, never grid data.
+
+Life cycle of ``build(likelihood, OUT, grid)``:
+
+1. Validate everything up front (likelihood, labels, grid, destination writable, free disk
+   space, ``OUT`` absent unless ``force``) -- a refused build changes nothing.
+2. Take the lock ``OUT.lock`` (``O_EXCL``; holds pid and host). A concurrent build into the
+   same ``OUT`` is refused; a lock left by a dead process on this host is taken over.
+3. Create -- or, when resuming, reopen -- the temporary store ``OUT.partial``. Resuming
+   requires the same likelihood, grid, tiling and kernel output (a fingerprint of a probe
+   tile); anything else is an error unless ``force`` (which starts afresh).
+4. Find the finished tiles (chunk files present with the exact uncompressed size; see
+   :mod:`qptables.store`) and compute only the others, with a progress bar.
+5. Checksum every chunk (``attrs["checksums"]``), verify against mpmath
+   (:mod:`qptables.verify`; ``attrs["verification"]``), set ``attrs["complete"] = True`` and
+   atomically rename ``OUT.partial`` to ``OUT``. With ``force`` an existing ``OUT`` is renamed
+   aside first and deleted only after the new store is in place. A failed verification
+   leaves ``OUT`` untouched and the partial store for inspection.
+
+Bit-identity. The kernel is evaluated **one mu row at a time** (all ``log10_sigma`` values of
+one ``(y, mu)`` in one call). qpinfer's kernel contains batch-wide iterations (e.g. a Newton
+loop that stops when *all* points of a call have converged), so a value may depend in its last
+bits on which other points share its call. Fixing the call unit to a grid row makes every
+stored value a function of its row alone: tiling, worker count, resuming and the probit mirror
+cannot change a single bit.
+
+Probit mirror. ``sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1)`` exactly (the kernel
+canonicalizes ``(mu, y) -> (y mu, +1)``, an exact negation). When both labels are built, the
+``y = -1`` row at ``mu[i]`` is copied from the ``y = +1`` row at ``mu[n-1-i]`` whenever
+``mu[n-1-i] == -mu[i]`` *bitwise* (so the copy is identical to computing it); other rows are
+computed. For grids whose values are exact binary fractions (e.g. step 0.25) every row is
+mirrored; for the paper grid ``-10 + 0.001 k`` is not always the exact negation of
+``-10 + 0.001 (20000 - k)`` and about 54% of rows are mirrored. The property is re-checked on a
+probe row at every build; if the kernel ever loses it, mirroring is switched off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Self, TextIO
+
+import numpy as np
+
+from qpinfer.schema import DATA_VARS
+from qptables.grid import GridError, GridSpec, paper_grid, validate_y
+from qptables.store import (
+    StoreError,
+    create_store,
+    read_attrs,
+    read_rows,
+    scan_tiles,
+    update_attrs,
+    write_tile,
+)
+from qptables.verify import (
+    DEFAULT_DPS,
+    DEFAULT_SAMPLES,
+    DEFAULT_TOLERANCE,
+    reference_sample,
+    scan_store,
+)
+
+__all__ = [
+    "BuildError",
+    "BuildInputError",
+    "BuildLock",
+    "BuildResult",
+    "LockError",
+    "build",
+    "evaluate_rows",
+    "lock_path",
+    "partial_path",
+]
+
+log = logging.getLogger("qptables")
+
+#: Environment for worker processes: single-threaded numerical libraries (one task per core).
+SINGLE_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+}
+#: Bytes of slack required on top of the chunk data (metadata, temporary files).
+DISK_SLACK_BYTES = 16 * 2**20
+#: Probit: the label derived by mirroring -> the label it is mirrored from.
+MIRRORS = {"probit": {-1: 1}}
+
+
+class BuildInputError(ValueError):
+    """The build was refused before doing anything (bad flag, destination, disk space...)."""
+
+
+class LockError(BuildInputError):
+    """Another build holds the destination's lock."""
+
+
+class BuildError(RuntimeError):
+    """The build failed while running (task error, verification failure...); resumable."""
+
+
+@dataclasses.dataclass
+class BuildResult:
+    """What :func:`build` did."""
+
+    path: Path
+    tiles_total: int
+    tiles_computed: int
+    tiles_reused: int
+    points_computed: int
+    rows_mirrored: int
+    seconds: float
+    compute_seconds: float
+    verification: dict[str, Any]
+    published: bool
+
+
+# ----------------------------------------------------------------------------- paths & lock
+
+
+def partial_path(out: str | os.PathLike) -> Path:
+    """Temporary sibling the store is built in: ``OUT.partial``."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
+def lock_path(out: str | os.PathLike) -> Path:
+    """Lock file next to ``OUT``: ``OUT.lock``."""
+    out = Path(out)
+    return out.with_name(out.name + ".lock")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped) is dead for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class BuildLock:
+    """Exclusive lock file ``OUT.lock`` created with ``O_CREAT | O_EXCL``.
+
+    Holds ``{"pid", "host", "started"}``. A lock whose pid is dead on this host is stale and
+    taken over with a warning; any other existing lock refuses the build (:class:`LockError`).
+    """
+
+    def __init__(self, out: str | os.PathLike) -> None:
+        self.path = lock_path(out)
+        self.info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "token": uuid.uuid4().hex,
+        }
+        self.held = False
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.path.read_text() or "null")
+        except (OSError, ValueError):
+            return None
+
+    def acquire(self) -> None:
+        """Take the lock or raise :class:`LockError`."""
+        for _attempt in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                other = self._read()
+                if other is None:
+                    # being written right now, or garbage: stale only if old
+                    with contextlib.suppress(OSError):
+                        if time.time() - self.path.stat().st_mtime > 30:
+                            warnings.warn(f"removing unreadable stale lock {self.path}", stacklevel=2)
+                            self.path.unlink(missing_ok=True)
+                            continue
+                    raise LockError(
+                        f"another build holds the lock {self.path} (unreadable); if no build is "
+                        f"running, delete that file"
+                    ) from None
+                host, pid = other.get("host"), int(other.get("pid", -1))
+                if host == self.info["host"] and not _pid_alive(pid):
+                    warnings.warn(
+                        f"taking over stale lock {self.path} of dead process {pid} on {host}",
+                        stacklevel=2,
+                    )
+                    self.path.unlink(missing_ok=True)
+                    continue
+                raise LockError(
+                    f"another build into {self.path.name[: -len('.lock')]} is running: pid {pid} "
+                    f"on host {host} since {other.get('started')} (lock file {self.path}); if no "
+                    f"build is running there, delete the lock file"
+                ) from None
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(self.info))
+            self.held = True
+            return
+        raise LockError(f"could not take the lock {self.path}")
+
+    def release(self) -> None:
+        """Remove the lock file if it is still ours."""
+        if self.held:
+            other = self._read()
+            if other is not None and other.get("token") == self.info["token"]:
+                self.path.unlink(missing_ok=True)
+            self.held = False
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# ----------------------------------------------------------------------------- the tile kernel
+
+
+def evaluate_rows(
+    likelihood: str, mu: np.ndarray, sigma: np.ndarray, y: int
+) -> dict[str, np.ndarray]:
+    """``sigma_qp`` and ``sigma_ratio`` on the rows ``mu x sigma`` for label ``y``.
+
+    One kernel call per ``mu`` row (see the module docstring, "Bit-identity"). Returns arrays of
+    shape ``(len(mu), len(sigma))``: ``sigma_qp`` (eq. (7)) and ``sigma_qp / sigma_ep`` with
+    ``sigma_ep`` the tilted standard deviation of :func:`qpinfer.tilted_moments`.
+    """
+    import qpinfer
+
+    n, m = len(mu), len(sigma)
+    sq = np.empty((n, m))
+    ratio = np.empty((n, m))
+    sigma = np.asarray(sigma, dtype=np.float64)
+    with np.errstate(all="ignore"):  # intermediate inf/nan inside the kernel are its business;
+        for i in range(n):  # the tile's final values are checked for finiteness
+            row_mu = np.full(m, mu[i], dtype=np.float64)
+            s = qpinfer.sigma_qp(likelihood, row_mu, sigma, y)
+            _, s_ep = qpinfer.tilted_moments(likelihood, row_mu, sigma, y)
+            sq[i] = s
+            ratio[i] = s / s_ep
+    return {"sigma_qp": sq, "sigma_ratio": ratio}
+
+
+def _mirror_rows(grid: GridSpec, k: int) -> tuple[tuple[int, int], np.ndarray]:
+    """Source rows ``[n-b, n-a)`` (to be reversed) for tile ``k`` and which rows mirror exactly."""
+    a, b = grid.tile_rows(k)
+    mu = grid.mu_values()
+    n = len(mu)
+    rows = np.arange(a, b)
+    exact = mu[n - 1 - rows] == -mu[rows]
+    return (n - b, n - a), exact
+
+
+def compute_tile(
+    store: str,
+    likelihood: str,
+    grid_attrs: dict,
+    tile_mu: int,
+    iy: int,
+    k: int,
+    mirror_from: int | None = None,
+    *_dependencies: Any,
+) -> dict[str, Any]:
+    """Compute tile ``(iy, k)`` and write it into ``store`` (runs on a worker).
+
+    With ``mirror_from`` (the ``y`` index of +1, probit), rows whose mirrored ``mu`` is
+    exactly representable are copied, reversed, from that slice (already in the store:
+    ``_dependencies`` are the futures of the source tiles, only used for ordering).
+    Returns a small report (no grid data).
+    """
+    t0 = time.perf_counter()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scipy's stack
+        limits: Any = contextlib.nullcontext()
+    else:
+        limits = threadpool_limits(1)
+    grid = GridSpec.from_attrs(grid_attrs, tile_mu)
+    a, b = grid.tile_rows(k)
+    mu = grid.mu_values()[a:b]
+    sigma = grid.sigma_values()
+    y = int(grid.y[iy])
+    with limits:
+        if mirror_from is None:
+            values = evaluate_rows(likelihood, mu, sigma, y)
+            computed_rows = b - a
+        else:
+            src_rows, exact = _mirror_rows(grid, k)
+            values = {
+                var: read_rows(store, var, mirror_from, src_rows)[::-1].copy() for var in DATA_VARS
+            }
+            todo = np.flatnonzero(~exact)
+            if todo.size:
+                fresh = evaluate_rows(likelihood, mu[todo], sigma, y)
+                for var in DATA_VARS:
+                    values[var][todo] = fresh[var]
+            computed_rows = int(todo.size)
+    for var in DATA_VARS:
+        bad = ~np.isfinite(values[var])
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise FloatingPointError(
+                f"kernel returned {values[var][i, j]!r} for {var} at y={y}, mu={mu[i]!r}, "
+                f"log10_sigma={grid.log10_sigma_values()[j]!r}"
+            )
+    write_tile(store, iy, (a, b), values)
+    return {
+        "tile": (iy, k),
+        "rows_computed": computed_rows,
+        "rows_mirrored": (b - a) - computed_rows,
+        "points_computed": computed_rows * grid.log10_sigma.n,
+        "seconds": time.perf_counter() - t0,
+        "pid": os.getpid(),
+    }
+
+
+# ----------------------------------------------------------------------------- probe
+
+
+def _probe(likelihood: str, grid: GridSpec, mirror: bool) -> tuple[str, float, bool]:
+    """Kernel fingerprint, measured points/s (one core) and whether the mirror holds.
+
+    The probe evaluates the first ``mu`` rows of the first label (the same call unit as the
+    build), so its outputs are exactly those tiles' values: their sha256 fingerprints the
+    kernel. A resumed build must see the same fingerprint.
+    """
+    mu = grid.mu_values()
+    sigma = grid.sigma_values()
+    y0 = int(grid.y[0])
+    evaluate_rows(likelihood, mu[:1], sigma[:2], y0)  # warm-up (imports, caches)
+    rows = max(1, min(grid.mu.n, -(-4000 // grid.log10_sigma.n), 8))
+    t0 = time.perf_counter()
+    vals = evaluate_rows(likelihood, mu[:rows], sigma, y0)
+    seconds = time.perf_counter() - t0
+    rate = rows * len(sigma) / max(seconds, 1e-9)
+    h = hashlib.sha256()
+    for var in DATA_VARS:
+        h.update(np.ascontiguousarray(vals[var], dtype="<f8").tobytes())
+    mirror_ok = False
+    if mirror:
+        m = mu[:1]
+        pos = evaluate_rows(likelihood, -m, sigma, 1)
+        neg = evaluate_rows(likelihood, m, sigma, -1)
+        mirror_ok = all(np.array_equal(pos[v], neg[v]) for v in DATA_VARS)
+    return h.hexdigest(), rate, mirror_ok
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def _human_seconds(s: float) -> str:
+    s = float(s)
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += (Path(dirpath) / name).stat().st_size
+    return total
+
+
+def _check_writable(directory: Path, out: Path) -> None:
+    if not directory.exists():
+        raise BuildInputError(f"OUT: directory {directory} of {out} does not exist")
+    if not directory.is_dir():
+        raise BuildInputError(f"OUT: {directory} (parent of {out}) is not a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".qptables-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise BuildInputError(f"OUT: destination {directory} is not writable ({exc.strerror})") from None
+
+
+def _resolve_grid(
+    likelihood: str, grid: GridSpec | str | None, y_max: int | None
+) -> GridSpec:
+    if grid is None or (isinstance(grid, str) and grid == "paper"):
+        return paper_grid(likelihood, y_max)
+    if isinstance(grid, str):
+        raise GridError(f"--grid: unknown preset {grid!r}; expected 'paper'")
+    if not isinstance(grid, GridSpec):
+        raise GridError(f"grid must be a GridSpec or 'paper', got {type(grid).__name__}")
+    return grid
+
+
+def _build_info(likelihood: str, grid: GridSpec, fingerprint: str, mirror: bool) -> dict:
+    return {
+        "likelihood": likelihood,
+        "grid": grid.to_attrs(),
+        "tile_mu": int(grid.tile_mu),
+        "kernel_fingerprint": fingerprint,
+        "kernel_call_unit": "one mu row (all log10_sigma) per qpinfer.sigma_qp call",
+        "probit_mirror": bool(mirror),
+        "tool": "qptables build",
+    }
+
+
+def _same_build(old: dict, new: dict) -> str | None:
+    """None if ``old`` (attrs["build"] of a partial store) can be resumed as ``new``."""
+    if not old:
+        return "it has no build record"
+    for key in ("likelihood", "grid", "tile_mu", "kernel_fingerprint"):
+        if old.get(key) != new.get(key):
+            return f"its {key} is {old.get(key)!r}, this build's is {new.get(key)!r}"
+    return None
+
+
+@contextlib.contextmanager
+def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
+    """A dask.distributed client: on ``scheduler`` or on a new LocalCluster of ``workers``."""
+    from distributed import Client, LocalCluster
+
+    cluster = None
+    if scheduler is None:
+        n = workers or os.cpu_count() or 1
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+            env=dict(SINGLE_THREAD_ENV),
+        )
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except OSError as exc:
+            raise BuildInputError(f"--scheduler: cannot connect to {scheduler!r} ({exc})") from None
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _dashboard(client: Any) -> str | None:
+    try:
+        link = client.dashboard_link
+    except Exception:  # noqa: BLE001 - no dashboard service is not an error
+        return None
+    info = client.scheduler_info()
+    services = info.get("services", {}) if isinstance(info, dict) else {}
+    if "dashboard" not in services or not link:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is None:
+        link += " (the status pages need bokeh installed where the scheduler runs)"
+    return link
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def build(
+    likelihood: str,
+    out: str | os.PathLike,
+    grid: GridSpec | str | None = "paper",
+    scheduler: str | None = None,
+    *,
+    workers: int | None = None,
+    force: bool = False,
+    y_max: int | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    tolerance: float = DEFAULT_TOLERANCE,
+    seed: int = 0,
+    verify_dps: int = DEFAULT_DPS,
+    progress: bool = True,
+    stream: TextIO | None = None,
+    client: Any | None = None,
+) -> BuildResult:
+    """Build, verify and publish the sigma* table of ``likelihood`` on ``grid`` at ``out``.
+
+    Parameters
+    ----------
+    likelihood:
+        ``"probit"`` or ``"poisson_square"`` (anything :func:`qpinfer.get_likelihood` knows).
+    out:
+        Destination directory of the zarr store; built in ``OUT.partial``, locked by
+        ``OUT.lock``.
+    grid:
+        A :class:`~qptables.grid.GridSpec` or ``"paper"`` (App. J grid; ``y_max`` sets the
+        Poisson labels).
+    scheduler:
+        Address of an existing dask-distributed scheduler (workers must see ``out`` on a shared
+        file system); ``None`` starts a ``LocalCluster`` of ``workers`` single-threaded worker
+        processes (default: one per CPU).
+    force:
+        Replace an existing ``OUT`` (only once the new store is complete and verified) and
+        discard an incompatible ``OUT.partial``.
+    samples, tolerance, seed, verify_dps:
+        Verification: random points checked against mpmath (besides corners and edge
+        midpoints), the largest accepted relative error, the sampling seed and the mpmath
+        working precision in decimal digits.
+    progress, stream:
+        Show a tqdm progress bar; where to print the pre-build summary (default stderr).
+    client:
+        An existing ``distributed.Client`` to use instead of ``scheduler``/``workers``.
+
+    Returns
+    -------
+    BuildResult
+        Counts of computed and reused tiles, timings and the verification report.
+
+    Raises
+    ------
+    BuildInputError
+        Refused before doing anything (bad input, ``OUT`` exists, lock held, no disk space).
+    BuildError
+        Failed while running; ``OUT`` is untouched and re-running resumes.
+    """
+    import qpinfer
+
+    t_start = time.perf_counter()
+    stream = stream if stream is not None else sys.stderr
+
+    def say(msg: str) -> None:
+        print(msg, file=stream, flush=True)
+
+    # -- 1. validate -------------------------------------------------------------------
+    if not isinstance(likelihood, str):
+        raise BuildInputError(f"LIKELIHOOD: expected a name, got {likelihood!r}")
+    try:
+        qpinfer.get_likelihood(likelihood)
+    except ValueError as exc:
+        raise BuildInputError(f"LIKELIHOOD: unknown likelihood {likelihood!r} ({exc})") from None
+    try:
+        grid = _resolve_grid(likelihood, grid, y_max)
+        validate_y(likelihood, grid.y)
+    except GridError as exc:
+        raise BuildInputError(str(exc)) from None
+    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
+        raise BuildInputError(f"--workers: must be a positive integer, got {workers!r}")
+    if samples < 0:
+        raise BuildInputError(f"--samples: must be >= 0, got {samples!r}")
+    if not (np.isfinite(tolerance) and tolerance > 0):
+        raise BuildInputError(f"--tolerance: must be a positive number, got {tolerance!r}")
+    if int(verify_dps) < 15:
+        raise BuildInputError(f"--verify-dps: must be >= 15, got {verify_dps!r}")
+    out = Path(out).expanduser().absolute()
+    if out.name in ("", ".", ".."):
+        raise BuildInputError(f"OUT: {out} is not a valid store name")
+    partial = partial_path(out)
+    _check_writable(out.parent, out)
+    if (out.exists() or out.is_symlink()) and not force:
+        raise BuildInputError(f"OUT: {out} already exists; pass --force to replace it")
+
+    # cheap disk check before anything allocates or computes (the precise one, which counts
+    # the reusable chunks of an unfinished build, follows once the partial store is scanned)
+    total_bytes = grid.store_nbytes(len(DATA_VARS))
+    free = shutil.disk_usage(out.parent).free
+    reusable = _tree_bytes(partial) if partial.is_dir() else 0
+    if total_bytes + DISK_SLACK_BYTES > free + reusable:
+        raise BuildInputError(
+            f"grid (--mu/--log10-sigma/--y): the store needs {_human_bytes(total_bytes)} but "
+            f"only {_human_bytes(free)} is free on {out.parent} ({grid.describe()})"
+        )
+
+    lock = BuildLock(out)
+    lock.acquire()
+    try:
+        return _build_locked(
+            likelihood, out, partial, grid, scheduler, workers, force, samples, tolerance,
+            seed, verify_dps, progress, say, client, t_start,
+        )
+    finally:
+        lock.release()
+
+
+def _build_locked(
+    likelihood: str,
+    out: Path,
+    partial: Path,
+    grid: GridSpec,
+    scheduler: str | None,
+    workers: int | None,
+    force: bool,
+    samples: int,
+    tolerance: float,
+    seed: int,
+    verify_dps: int,
+    progress: bool,
+    say: Any,
+    client: Any | None,
+    t_start: float,
+) -> BuildResult:
+    import qpinfer
+
+    # re-check under the lock (another build may have published meanwhile)
+    if (out.exists() or out.is_symlink()) and not force:
+        raise BuildInputError(f"OUT: {out} already exists; pass --force to replace it")
+
+    # -- 2. probe the kernel ---------------------------------------------------------------
+    ys = list(grid.y)
+    mirror_map = MIRRORS.get(likelihood, {})
+    mirror_pairs = {
+        ys.index(dst): ys.index(src) for dst, src in mirror_map.items() if dst in ys and src in ys
+    }
+    fingerprint, rate, mirror_ok = _probe(likelihood, grid, bool(mirror_pairs))
+    if mirror_pairs and not mirror_ok:
+        warnings.warn(
+            "the kernel's probit mirror symmetry is not bit-exact; computing both labels",
+            stacklevel=2,
+        )
+        mirror_pairs = {}
+    info = _build_info(likelihood, grid, fingerprint, bool(mirror_pairs))
+
+    # -- 3. reuse or (re)create the partial store -----------------------------------------------
+    done: set[tuple[int, int]] = set()
+    if partial.exists():
+        try:
+            reason = _same_build(read_attrs(partial).get("build", {}), info)
+        except StoreError as exc:
+            reason = str(exc)
+        if reason is not None:
+            if not force:
+                raise BuildInputError(
+                    f"{partial} holds an unfinished build that cannot be resumed by this one "
+                    f"({reason}); re-run with the original options, or pass --force to discard it"
+                )
+            say(f"discarding incompatible unfinished build {partial} ({reason})")
+            shutil.rmtree(partial)
+        else:
+            done = scan_tiles(partial, grid)
+
+    # -- 4. disk space -------------------------------------------------------------------------
+    chunk_bytes = grid.chunk_nbytes()
+    total_bytes = grid.store_nbytes(len(DATA_VARS))
+    need = total_bytes - len(done) * len(DATA_VARS) * chunk_bytes + DISK_SLACK_BYTES
+    free = shutil.disk_usage(out.parent).free
+    if need > free:
+        raise BuildInputError(
+            f"grid (--mu/--log10-sigma/--y): the store needs {_human_bytes(need)} more on "
+            f"{out.parent} but only {_human_bytes(free)} is free ({grid.describe()})"
+        )
+
+    if not partial.exists():
+        staging = partial.with_name(partial.name + f".new-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(staging)
+        create_store(
+            staging, likelihood, grid, package_version=qpinfer.__version__, build_info=info
+        )
+        os.replace(staging, partial)
+
+    # -- 5. plan ---------------------------------------------------------------------------
+    todo = [t for t in grid.tiles() if t not in done]
+    n_ls = grid.log10_sigma.n
+    est_points = 0
+    for iy, k in todo:
+        a, b = grid.tile_rows(k)
+        if iy in mirror_pairs:
+            est_points += int((~_mirror_rows(grid, k)[1]).sum()) * n_ls
+        else:
+            est_points += (b - a) * n_ls
+    say(f"qptables build {likelihood} -> {out}")
+    say(f"  grid: {grid.describe()}")
+    if mirror_pairs:
+        n_rows = grid.mu.n
+        exact = int((grid.mu_values()[::-1] == -grid.mu_values()).sum())
+        say(f"  probit mirror: y=-1 copied from y=+1 on {exact}/{n_rows} mu rows (exact negation)")
+    say(
+        f"  store: {_human_bytes(total_bytes)} on disk ({len(DATA_VARS)} variables x "
+        f"{grid.n_tiles} uncompressed chunks of {_human_bytes(chunk_bytes)}); "
+        f"{_human_bytes(free)} free"
+    )
+    say(f"  tiles: {grid.n_tiles} total, {len(done)} already done, {len(todo)} to compute")
+
+    # -- 6. compute -------------------------------------------------------------------------
+    with contextlib.ExitStack() as stack:
+        if client is None:
+            client = stack.enter_context(_client(scheduler, workers))
+        n_workers = max(1, sum(client.nthreads().values()))
+        say(f"  workers: {n_workers} ({'scheduler ' + client.scheduler.address})")
+        link = _dashboard(client)
+        if link:
+            say(f"  dashboard: {link}")
+        visible = client.run(os.path.isdir, str(partial))
+        if not all(visible.values()):
+            bad = [w for w, ok in visible.items() if not ok]
+            raise BuildInputError(
+                f"--scheduler: workers {bad} cannot see {partial}; OUT must be on a file system "
+                f"shared by the client and all workers"
+            )
+        n_verify = len(grid.y) * 8 + samples
+        est = est_points / (rate * n_workers) + n_verify * 1.0 / n_workers
+        say(
+            f"  estimate: {_human_seconds(est)} ({est_points:,} points at ~{rate:,.0f} "
+            f"points/s/worker measured on a probe, + {n_verify} mpmath checks)"
+        )
+        t_compute = time.perf_counter()
+        reports = _run_tiles(client, partial, likelihood, grid, todo, mirror_pairs, progress)
+        compute_seconds = time.perf_counter() - t_compute
+
+        missing = [t for t in grid.tiles() if t not in scan_tiles(partial, grid)]
+        if missing:
+            raise BuildError(
+                f"{len(missing)} tiles still missing after the run, e.g. {missing[0]}; re-run "
+                f"to resume"
+            )
+
+        # -- 7. checksums + verification ----------------------------------------------------
+        say(f"  computed {len(todo)} tiles, reused {len(done)}; checksumming and verifying ...")
+        scan = scan_store(partial, client=client, check_checksums=False)
+        checksums = scan.pop("checksums")
+        update_attrs(partial, consolidate=False, checksums=checksums)
+        ref = reference_sample(
+            partial,
+            samples=samples,
+            tolerance=tolerance,
+            seed=seed,
+            dps=verify_dps,
+            client=client,
+        )
+    report = dict(ref)
+    report["reference_passed"] = ref["passed"]
+    report["scan"] = scan
+    report["passed"] = bool(ref["passed"] and scan["passed"])
+    report["checked"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result = BuildResult(
+        path=out,
+        tiles_total=grid.n_tiles,
+        tiles_computed=len(todo),
+        tiles_reused=len(done),
+        points_computed=sum(r["points_computed"] for r in reports),
+        rows_mirrored=sum(r["rows_mirrored"] for r in reports),
+        seconds=0.0,
+        compute_seconds=compute_seconds,
+        verification=report,
+        published=False,
+    )
+    if not report["passed"]:
+        update_attrs(partial, verification=report)
+        raise BuildError(
+            f"verification failed, not published (kept in {partial}): "
+            f"max relative error {report['max_rel_error']:.3g} vs tolerance {tolerance:g}"
+            f"{'' if scan['passed'] else '; ' + scan['message']}"
+            + (f"; worst point {report['worst']}" if "worst" in report else "")
+        )
+    say(
+        f"  verified: {report['points']} mpmath points, max rel error "
+        f"{report['max_rel_error']:.2e} (tolerance {tolerance:g})"
+    )
+    update_attrs(partial, verification=report, complete=True)
+
+    # -- 8. publish ----------------------------------------------------------------------------
+    _publish(partial, out, force)
+    result.published = True
+    result.seconds = time.perf_counter() - t_start
+    say(f"  published {out} in {_human_seconds(result.seconds)}")
+    return result
+
+
+def _run_tiles(
+    client: Any,
+    partial: Path,
+    likelihood: str,
+    grid: GridSpec,
+    todo: list[tuple[int, int]],
+    mirror_pairs: dict[int, int],
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Submit one task per tile (mirror tiles after their sources); wait with a progress bar."""
+    from distributed import as_completed
+
+    token = uuid.uuid4().hex[:8]
+    grid_attrs = grid.to_attrs()
+    todo_set = set(todo)
+    futures: dict[tuple[int, int], Any] = {}
+    ordered = sorted(todo, key=lambda t: (t[0] in mirror_pairs, t))
+    for iy, k in ordered:
+        deps = []
+        src = mirror_pairs.get(iy)
+        if src is not None:
+            (lo, hi), _exact = _mirror_rows(grid, k)
+            for kk in range(lo // grid.tile_mu, (hi - 1) // grid.tile_mu + 1):
+                if (src, kk) in todo_set:
+                    deps.append(futures[(src, kk)])
+        futures[(iy, k)] = client.submit(
+            compute_tile,
+            str(partial),
+            likelihood,
+            grid_attrs,
+            grid.tile_mu,
+            iy,
+            k,
+            src,
+            *deps,
+            key=f"qptile-{token}-{iy}-{k}",
+            pure=False,
+            retries=2,
+            priority=0 if src is not None else 1,
+        )
+    if not futures:
+        return []
+    reports = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(futures), unit="tile", desc="tiles", file=sys.stderr)
+    try:
+        for fut in as_completed(list(futures.values())):
+            if fut.status == "error":
+                exc = fut.exception()
+                raise BuildError(f"tile task {fut.key} failed: {exc!r}; re-run to resume") from exc
+            reports.append(fut.result())
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        for fut in futures.values():
+            fut.cancel()
+    return reports
+
+
+def _publish(partial: Path, out: Path, force: bool) -> None:
+    """Atomically rename ``partial`` to ``out``; an existing ``out`` (``force``) is renamed
+    aside first and deleted only after the new store is in place."""
+    aside = None
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise BuildError(f"{out} appeared during the build; not replaced (pass --force)")
+        aside = out.with_name(f"{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        os.replace(out, aside)
+    try:
+        os.rename(partial, out)
+    except OSError as exc:
+        if aside is not None:
+            os.replace(aside, out)
+        raise BuildError(f"could not publish {partial} as {out}: {exc}") from exc
+    if aside is not None:
+        if aside.is_dir() and not aside.is_symlink():
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                aside.unlink()
+    with contextlib.suppress(OSError):  # make the rename durable
+        fd = os.open(out.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+

@@ -1,0 +1,245 @@
+"""Writer side of the table store (the contract is :mod:`qpinfer.schema`).
+
+A store is a zarr v3 directory (``zarr.storage.LocalStore``) with data variables
+``sigma_qp`` and ``sigma_ratio`` of dims ``(y, mu, log10_sigma)``, chunked
+``(1, tile_mu, n_log10_sigma)`` and *uncompressed* (bytes codec only), coordinate arrays
+``y``/``mu``/``log10_sigma`` and the root attributes of :data:`qpinfer.schema.REQUIRED_ATTRS`.
+
+Chunk integrity. Every chunk file has a known size (``tile_mu * n_log10_sigma * 8`` bytes, edge
+chunks are stored full size and padded with the NaN fill value). A chunk counts as *done* only
+when its file exists with exactly that size. This is safe because (1) zarr's ``LocalStore``
+writes each chunk to a temporary sibling (``0.<uuid>.partial``) and ``os.replace``-s it into
+place, so a killed writer never leaves a half-written chunk under the real name, and (2) even
+without (1), a chunk file is written sequentially by one ``write`` so a torn write is always
+*short*, which the size check rejects. Left-over temporary files are deleted by
+:func:`scan_tiles`. Once every chunk is written, :func:`chunk_checksums` records a sha256 per
+chunk file in ``attrs["checksums"]`` so readers can detect later corruption.
+
+Published stores also carry zarr consolidated metadata (so ``xarray.open_zarr`` opens them
+without warnings); :func:`update_attrs` re-consolidates after every attribute change so the
+consolidated copy is never stale.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import re
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.storage import LocalStore
+
+from qpinfer.schema import DATA_VARS, DIMS, SCHEMA_VERSION
+from qptables.grid import GridSpec
+
+__all__ = [
+    "StoreError",
+    "chunk_checksums",
+    "chunk_key",
+    "create_store",
+    "read_attrs",
+    "read_rows",
+    "scan_tiles",
+    "update_attrs",
+    "write_tile",
+]
+
+_CHUNK_NAME = re.compile(r"^\d+$")
+
+VAR_DESCRIPTIONS = {
+    "sigma_qp": "QP standard deviation sigma* (paper 000 eq. 7) of the tilted distribution",
+    "sigma_ratio": (
+        "sigma_qp / sigma_ep (EP's tilted standard deviation); in (0, 1] by Theorem 2 and "
+        "smoother than sigma_qp -- interpolate this and multiply by the exact sigma_ep"
+    ),
+}
+
+
+class StoreError(RuntimeError):
+    """A store on disk does not match what was expected."""
+
+
+def _group(path: str | os.PathLike, mode: str = "r") -> zarr.Group:
+    return zarr.open_group(LocalStore(str(path), read_only=(mode == "r")), mode=mode)
+
+
+def chunk_key(var: str, iy: int, k: int) -> str:
+    """Store-relative key (= relative file path) of the chunk of ``var`` for tile ``(iy, k)``."""
+    return f"{var}/c/{iy}/{k}/0"
+
+
+def create_store(
+    path: str | os.PathLike,
+    likelihood: str,
+    grid: GridSpec,
+    *,
+    package_version: str,
+    build_info: dict[str, Any],
+) -> None:
+    """Create an empty (``complete=False``) table store at ``path`` (must not exist).
+
+    Writes the coordinate arrays and all root attributes; data chunks are written later,
+    one per tile, by :func:`write_tile`.
+    """
+    g = zarr.open_group(LocalStore(str(path)), mode="w-", zarr_format=3)
+    shape = grid.shape
+    for var in DATA_VARS:
+        arr = g.create_array(
+            var,
+            shape=shape,
+            chunks=grid.chunk_shape,
+            dtype="<f8",
+            compressors=None,
+            filters=None,
+            fill_value=np.nan,
+            dimension_names=DIMS,
+            config={"write_empty_chunks": True},
+        )
+        arr.attrs["description"] = VAR_DESCRIPTIONS[var]
+    coords = {
+        "y": np.asarray(grid.y, dtype="<i8"),
+        "mu": grid.mu_values().astype("<f8"),
+        "log10_sigma": grid.log10_sigma_values().astype("<f8"),
+    }
+    for name, values in coords.items():
+        c = g.create_array(
+            name,
+            shape=values.shape,
+            chunks=values.shape,
+            dtype=values.dtype,
+            compressors=None,
+            filters=None,
+            dimension_names=(name,),
+        )
+        c[...] = values
+    g.attrs.update(
+        {
+            "qp_schema_version": SCHEMA_VERSION,
+            "likelihood": likelihood,
+            "grid": grid.to_attrs(),
+            "tile_mu": int(grid.tile_mu),
+            "package_version": package_version,
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "complete": False,
+            "checksums": {},
+            "verification": {},
+            "data_vars": dict(VAR_DESCRIPTIONS),
+            "build": build_info,
+        }
+    )
+
+
+def read_attrs(path: str | os.PathLike) -> dict[str, Any]:
+    """Root attributes of the store at ``path`` (read from the group's own ``zarr.json``)."""
+    try:
+        g = zarr.open_group(LocalStore(str(path), read_only=True), mode="r", use_consolidated=False)
+    except Exception as exc:
+        raise StoreError(f"{path}: not a readable zarr v3 table store ({exc})") from exc
+    return dict(g.attrs)
+
+
+def update_attrs(path: str | os.PathLike, consolidate: bool = True, **attrs: Any) -> None:
+    """Update root attributes of the store at ``path`` and refresh consolidated metadata."""
+    g = zarr.open_group(LocalStore(str(path)), mode="r+", use_consolidated=False)
+    g.attrs.update(attrs)
+    if consolidate:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "consolidated metadata is not in the v3 spec"
+            zarr.consolidate_metadata(LocalStore(str(path)))
+
+
+def write_tile(
+    path: str | os.PathLike, iy: int, rows: tuple[int, int], values: dict[str, np.ndarray]
+) -> None:
+    """Write one tile (exactly one chunk per data variable) into the store at ``path``.
+
+    ``rows = (a, b)`` are the tile's ``mu`` rows; ``values[var]`` has shape
+    ``(b - a, n_log10_sigma)``. Each zarr region write covers exactly one chunk.
+    """
+    a, b = rows
+    for var in DATA_VARS:
+        arr = zarr.open_array(
+            LocalStore(str(path)),
+            path=var,
+            mode="r+",
+            config={"write_empty_chunks": True},
+        )
+        arr[iy : iy + 1, a:b, :] = values[var][np.newaxis]
+
+
+def read_rows(
+    path: str | os.PathLike, var: str, iy: int, rows: tuple[int, int]
+) -> np.ndarray:
+    """Read ``var[iy, a:b, :]`` from the store at ``path``."""
+    a, b = rows
+    arr = zarr.open_array(LocalStore(str(path), read_only=True), path=var, mode="r")
+    return np.asarray(arr[iy, a:b, :])
+
+
+def scan_tiles(path: str | os.PathLike, grid: GridSpec, *, clean: bool = True) -> set[tuple[int, int]]:
+    """Tiles ``(iy, k)`` whose chunk files are all present with the exact expected size.
+
+    With ``clean=True`` deletes what cannot be trusted: left-over temporary files of killed
+    writers and chunk files of the wrong size (truncated).
+    """
+    root = Path(path)
+    size = grid.chunk_nbytes()
+    counts: dict[tuple[int, int], int] = {}
+    for var in DATA_VARS:
+        base = root / var / "c"
+        if not base.is_dir():
+            continue
+        for dirpath, _dirs, files in os.walk(base):
+            for name in files:
+                fpath = Path(dirpath) / name
+                rel = fpath.relative_to(base).parts
+                ok_name = (
+                    len(rel) == 3
+                    and all(_CHUNK_NAME.match(p) for p in rel)
+                    and rel[2] == "0"
+                    and int(rel[0]) < len(grid.y)
+                    and int(rel[1]) < grid.tiles_per_y
+                )
+                if ok_name and fpath.stat().st_size == size:
+                    key = (int(rel[0]), int(rel[1]))
+                    counts[key] = counts.get(key, 0) + 1
+                elif clean:
+                    fpath.unlink(missing_ok=True)
+    return {key for key, c in counts.items() if c == len(DATA_VARS)}
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def chunk_checksum(root: str | os.PathLike, key: str) -> str:
+    """sha256 hex digest of one chunk file (``key`` relative to the store root)."""
+    return _sha256_file(Path(root) / key)
+
+
+def chunk_keys(grid: GridSpec) -> list[str]:
+    """Every data chunk key of a complete store, in a stable order."""
+    return [chunk_key(var, iy, k) for var in DATA_VARS for (iy, k) in grid.tiles()]
+
+
+def chunk_checksums(
+    root: str | os.PathLike, keys: Iterable[str], client: Any | None = None
+) -> dict[str, str]:
+    """sha256 of each chunk file, computed on the dask ``client``'s workers if one is given."""
+    keys = list(keys)
+    if client is not None:
+        futs = client.map(chunk_checksum, [str(root)] * len(keys), keys, pure=False)
+        digests = client.gather(futs)
+    else:
+        digests = [chunk_checksum(root, k) for k in keys]
+    return dict(zip(keys, digests, strict=True))
