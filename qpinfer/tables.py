@@ -211,6 +211,10 @@ class SigmaTable:
             for i in range(len(maps)):
                 maps[i] = None
 
+    def __reduce__(self):
+        """Pickle (and deep-copy) by path: the copy re-opens and re-validates the store."""
+        return (_reopen, (str(self.path), self._verify))
+
     def __enter__(self) -> Self:
         return self
 
@@ -466,6 +470,10 @@ def _read_coordinate(root: Path, name: str, what: str) -> np.ndarray:
         return np.asarray(zarr.open_array(str(root / name), mode="r")[...])
     except Exception as exc:  # noqa: BLE001 - any zarr failure means a broken store
         raise TableError(f"{what}: cannot read coordinate {name} ({exc})") from None
+
+
+def _reopen(path: str, verify_checksums: bool | str) -> SigmaTable:
+    return open_table(path, verify_checksums=verify_checksums)
 
 
 def open_table(path: str | os.PathLike, *, verify_checksums: bool | str = "lazy") -> SigmaTable:
