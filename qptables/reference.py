@@ -50,6 +50,7 @@ claim made to users is 25 significant digits. A typical evaluation takes 0.05-0.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from functools import lru_cache
@@ -90,9 +91,7 @@ class ReferencePoint(NamedTuple):
 
 def _check_point(likelihood_name: str, mu: float, sigma: float, y: float) -> tuple[str, int]:
     if likelihood_name not in LIKELIHOODS:
-        raise ValueError(
-            f"likelihood_name must be one of {LIKELIHOODS}, got {likelihood_name!r}"
-        )
+        raise ValueError(f"likelihood_name must be one of {LIKELIHOODS}, got {likelihood_name!r}")
     for name, value in (("mu", mu), ("sigma", sigma)):
         if not math.isfinite(float(value)):
             raise ValueError(f"{name} must be finite, got {value!r}")
@@ -101,7 +100,7 @@ def _check_point(likelihood_name: str, mu: float, sigma: float, y: float) -> tup
     yf = float(y)
     if not math.isfinite(yf) or yf != round(yf):
         raise ValueError(f"y must be an integer label/count, got {y!r}")
-    yi = int(round(yf))
+    yi = round(yf)
     if likelihood_name == "probit" and yi not in (-1, 1):
         raise ValueError(f"y must be -1 or +1 for the probit likelihood, got {y!r}")
     if likelihood_name == "poisson_square" and yi < 0:
@@ -225,10 +224,13 @@ def _rule(n: int, prec: int) -> _Rule:
     bits = prec + 24
     fixed = [[_to_fixed(v, bits) for v in row] for row in cumulative]
     with mp.workprec(prec):
-        conv = lambda rows: [[+v for v in r] for r in rows]  # noqa: E731
         return _Rule(
-            [+v for v in t], conv(cumulative), [+v for v in cumulative[n]], conv(tails),
-            bits, fixed,
+            [+v for v in t],
+            [[+v for v in row] for row in cumulative],
+            [+v for v in cumulative[n]],
+            [[+v for v in row] for row in tails],
+            bits,
+            fixed,
         )
 
 
@@ -340,7 +342,7 @@ def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Re
 
         # initial pieces: segments between cuts, at most _START_WIDTH * s_ref wide
         pieces = []
-        for a, b in zip(cuts[:-1], cuts[1:]):
+        for a, b in itertools.pairwise(cuts):
             k = max(1, min(64, int(mpmath.ceil((b - a) / (_START_WIDTH * s_ref)))))
             pieces += [(a + (b - a) * i / k, a + (b - a) * (i + 1) / k) for i in range(k)]
         pieces[-1] = (pieces[-1][0], cuts[-1])
@@ -424,14 +426,20 @@ def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Re
                 f"reference quadrature did not converge for {name} mu={mu} sigma={sigma} y={y}"
             )
         sigma_qp = mpmath.fsum(outer)
-        mean = mpmath.fsum(
-            h * mpmath.fdot(rule.weights, [f * q for f, q in zip(fs, qs)])
-            for h, (_, _, fs, qs) in zip(half, panels)
-        ) / z
-        var = mpmath.fsum(
-            h * mpmath.fdot(rule.weights, [(f - mean) ** 2 * q for f, q in zip(fs, qs)])
-            for h, (_, _, fs, qs) in zip(half, panels)
-        ) / z
+        mean = (
+            mpmath.fsum(
+                h * mpmath.fdot(rule.weights, [f * q for f, q in zip(fs, qs)])
+                for h, (_, _, fs, qs) in zip(half, panels)
+            )
+            / z
+        )
+        var = (
+            mpmath.fsum(
+                h * mpmath.fdot(rule.weights, [(f - mean) ** 2 * q for f, q in zip(fs, qs)])
+                for h, (_, _, fs, qs) in zip(half, panels)
+            )
+            / z
+        )
         log_z = mpmath.log(z) + ell_max
         std = mpmath.sqrt(var)
     with mp.workdps(dps):
@@ -465,9 +473,7 @@ def reference_point(
     return _cached(name, float(mu), float(sigma), yi, int(dps), int(nodes))
 
 
-def sigma_qp_reference(
-    likelihood_name: str, mu: float, sigma: float, y: int, dps: int = 40
-) -> mpf:
+def sigma_qp_reference(likelihood_name: str, mu: float, sigma: float, y: int, dps: int = 40) -> mpf:
     """The QP standard deviation sigma* of paper 000 eq. (7), to about ``dps`` digits."""
     return reference_point(likelihood_name, mu, sigma, y, dps).sigma_qp
 
