@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -152,6 +153,7 @@ class SigmaTable:
         }
         self._verify = verify_checksums
         self._checksums: dict[str, str] = attrs["checksums"]
+        self._y_index = {float(v): k for k, v in enumerate(y.tolist())}
         self.fallback_count = 0
         self.lookup_count = 0
         self._warned = False
@@ -252,76 +254,154 @@ class SigmaTable:
     def _interp(self, var: str, iy: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Bilinear interpolation of ``var`` at fractional grid indices ``(u, v)`` on slices iy.
 
-        Queries are grouped by chunk with a stable (radix) sort of the small chunk keys, then each
-        chunk gathers its four neighbours with ``np.take``: no per-query Python.
+        Queries are put in chunk order with a stable (radix) sort of the small chunk keys; each
+        chunk then gathers the four neighbours of its contiguous run of queries with ``np.take``
+        (one Python iteration per touched chunk, none per query), and the results are scattered
+        back once.
         """
         n_ls = self._ls.n
         tile = self.tile_mu
-        i = np.minimum(u.astype(np.intp), self._mu.n - 2)  # u >= 0 here: astype == floor
-        j = np.minimum(v.astype(np.intp), n_ls - 2)
-        t = u - i
-        s = v - j
-        chunk, lr = np.divmod(i, tile)
-        key = iy * self._n_chunks + chunk
-        off = lr * n_ls + j
-        v00 = np.empty(u.size)
-        v01 = np.empty(u.size)
-        v10 = np.empty(u.size)
-        v11 = np.empty(u.size)
-        last = self._chunk_size - 1
-        if u.size and key[0] == key[-1] and (key == key[0]).all():
-            groups = [(int(key[0]), slice(None))]
+        n = u.size
+        i = u.astype(np.intp)  # u >= 0 here, so this is floor
+        np.minimum(i, self._mu.n - 2, out=i)
+        key = i // tile
+        if iy is not None:
+            key += iy * self._n_chunks
+        if n and key[0] == key[-1] and (key == key[0]).all():
+            order = None
+            groups = [(int(key[0]), 0, n)]
         else:
             n_keys = self.y.size * self._n_chunks
             dtype = np.uint16 if n_keys < 65536 else np.uint32
             order = np.argsort(key.astype(dtype), kind="stable")
             counts = np.bincount(key, minlength=n_keys)
             ends = np.cumsum(counts)
-            nz = np.flatnonzero(counts)
-            groups = [(int(k), order[ends[k] - counts[k] : ends[k]]) for k in nz]
-        for k, idx in groups:
+            groups = [
+                (int(k), int(ends[k] - counts[k]), int(ends[k])) for k in np.flatnonzero(counts)
+            ]
+            u = u[order]
+            v = v[order]
+            i = u.astype(np.intp)
+            np.minimum(i, self._mu.n - 2, out=i)
+        j = v.astype(np.intp)
+        np.minimum(j, n_ls - 2, out=j)
+        t = u - i
+        s = v - j
+        lr = i % tile
+        off = lr * n_ls
+        off += j
+        v00 = np.empty(n)
+        v01 = np.empty(n)
+        v10 = np.empty(n)
+        v11 = np.empty(n)
+        last = self._chunk_size - 1
+        edge_row = tile - 1
+        for k, a, b in groups:
             data = self._chunk(var, k)
-            o = off[idx]
-            v00[idx] = data.take(o)
-            v01[idx] = data.take(o + 1)
-            o_up = np.minimum(o + n_ls, last - 1)  # a chunk's last row is fixed below
-            v10[idx] = data.take(o_up)
-            v11[idx] = data.take(o_up + 1)
-        edge = np.flatnonzero(lr == tile - 1)
-        if edge.size:
-            # the upper neighbour row is row 0 of the next chunk
-            ke = key[edge] + 1
-            for k in np.unique(ke):
-                sel = edge[ke == k]
-                data = self._chunk(var, int(k))
-                jj = j[sel]
-                v10[sel] = data.take(jj)
-                v11[sel] = data.take(jj + 1)
-        one_t = 1.0 - t
-        return one_t * ((1.0 - s) * v00 + s * v01) + t * ((1.0 - s) * v10 + s * v11)
+            o = off[a:b]
+            np.take(data, o, out=v00[a:b])
+            o1 = o + 1
+            np.take(data, o1, out=v01[a:b])
+            o1 += n_ls
+            np.minimum(o1, last, out=o1)  # a chunk's last row is fixed below
+            np.take(data, o1, out=v11[a:b])
+            o1 -= 1
+            np.take(data, o1, out=v10[a:b])
+            e = np.flatnonzero(lr[a:b] == edge_row)
+            if e.size:  # the upper neighbour row is row 0 of the next chunk
+                nxt = self._chunk(var, k + 1)
+                jj = o[e] - edge_row * n_ls
+                v10[a + e] = nxt.take(jj)
+                v11[a + e] = nxt.take(jj + 1)
+        # bilinear: ((1-s) v00 + s v01)(1-t) + ((1-s) v10 + s v11) t, in place
+        v01 -= v00
+        v01 *= s
+        v01 += v00
+        v11 -= v10
+        v11 *= s
+        v11 += v10
+        v11 -= v01
+        v11 *= t
+        v11 += v01
+        if order is None:
+            return v11
+        out = np.empty(n)
+        out[order] = v11
+        return out
 
     def _locate(self, mu: np.ndarray, sigma: np.ndarray, y: np.ndarray):
         """Fractional grid indices and the mask of queries the table covers."""
-        u = (mu - self._mu.start) * self._mu.inv_step
-        v = (np.log10(sigma) - self._ls.start) * self._ls.inv_step
-        hi_u = self._mu.n - 1
-        hi_v = self._ls.n - 1
-        inside = (u >= -_EDGE_TOL) & (u <= hi_u + _EDGE_TOL) & (v >= -_EDGE_TOL)
-        inside &= v <= hi_v + _EDGE_TOL
+        u = mu - self._mu.start
+        u *= self._mu.inv_step
+        v = np.log10(sigma)
+        v -= self._ls.start
+        v *= self._ls.inv_step
+        hi_u = self._mu.n - 1 + _EDGE_TOL
+        hi_v = self._ls.n - 1 + _EDGE_TOL
+        inside = u >= -_EDGE_TOL
+        inside &= u <= hi_u
+        inside &= v >= -_EDGE_TOL
+        inside &= v <= hi_v
         if self.y.size == 1:
-            iy = np.zeros(y.size, dtype=np.intp)
+            iy = None
             inside &= y == self.y[0]
+        elif self.y.size <= 8:
+            found = y == self.y[0]
+            iy = None
+            for idx in range(1, self.y.size):
+                m = y == self.y[idx]
+                if iy is None:
+                    iy = m.astype(np.intp)
+                else:
+                    np.add(iy, idx, out=iy, where=m)
+                found |= m
+            inside &= found
         else:
             iy = np.searchsorted(self.y, y)
             np.minimum(iy, self.y.size - 1, out=iy)
             inside &= self.y[iy] == y
         return u, v, iy, inside
 
+    def _scalar(self, mu: float, sigma: float, y: float) -> float | None:
+        """One query in plain Python (the sequential EP schedule's case); ``None`` if outside."""
+        mu_ax, ls_ax = self._mu, self._ls
+        u = (mu - mu_ax.start) * mu_ax.inv_step
+        v = (math.log10(sigma) - ls_ax.start) * ls_ax.inv_step
+        iy = self._y_index.get(y)
+        if iy is None or not (-_EDGE_TOL <= u <= mu_ax.n - 1 + _EDGE_TOL):
+            return None
+        if not (-_EDGE_TOL <= v <= ls_ax.n - 1 + _EDGE_TOL):
+            return None
+        u = min(max(u, 0.0), mu_ax.n - 1.0)
+        v = min(max(v, 0.0), ls_ax.n - 1.0)
+        i = min(int(u), mu_ax.n - 2)
+        j = min(int(v), ls_ax.n - 2)
+        t, s = u - i, v - j
+        chunk, lr = divmod(i, self.tile_mu)
+        key = iy * self._n_chunks + chunk
+        data = self._chunk("sigma_ratio", key)
+        base = lr * ls_ax.n + j
+        v00, v01 = float(data[base]), float(data[base + 1])
+        if lr == self.tile_mu - 1:
+            nxt = self._chunk("sigma_ratio", key + 1)
+            v10, v11 = float(nxt[j]), float(nxt[j + 1])
+        else:
+            v10, v11 = float(data[base + ls_ax.n]), float(data[base + ls_ax.n + 1])
+        lo = v00 + s * (v01 - v00)
+        hi = v10 + s * (v11 - v10)
+        return lo + t * (hi - lo)
+
     def _lookup(
         self, mu: np.ndarray, sigma: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Interpolated ``sigma_ratio`` at prepared (flat, validated) queries, and the indices of
         the queries outside the table (their entries of the result are undefined)."""
+        if mu.size == 1:
+            r = self._scalar(float(mu[0]), float(sigma[0]), float(y[0]))
+            self.lookup_count += 1
+            if r is not None:
+                return np.array([r]), np.zeros(0, dtype=np.intp)
+            return np.empty(1), np.zeros(1, dtype=np.intp)
         u, v, iy, inside = self._locate(mu, sigma, y)
         self.lookup_count += mu.size
         out = np.empty(mu.size)
@@ -334,7 +414,7 @@ class SigmaTable:
         if ins.size:
             uu = np.clip(u[ins], 0.0, self._mu.n - 1)
             vv = np.clip(v[ins], 0.0, self._ls.n - 1)
-            out[ins] = self._interp("sigma_ratio", iy[ins], uu, vv)
+            out[ins] = self._interp("sigma_ratio", None if iy is None else iy[ins], uu, vv)
         return out, np.flatnonzero(~inside)
 
     def _fallback(self, mu, sigma, y, outside: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

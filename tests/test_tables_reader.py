@@ -204,6 +204,24 @@ def test_lookup_is_bilinear_in_mu_and_log10_sigma_across_chunk_boundaries(small_
     assert t.lookup_count == n
 
 
+def test_single_queries_take_the_scalar_path_and_agree_with_batches(small_store):
+    path, _, _ = small_store
+    t = open_table(path)
+    rng = np.random.default_rng(5)
+    qm = np.r_[rng.uniform(-1, 1, 200), rng.uniform(0.3, 0.4, 50), 1.0, -1.0]
+    ql = rng.uniform(-0.2, 0.2, qm.size)
+    qy = rng.choice([-1, 1], qm.size)
+    batch = t.sigma_ratio(qm, 10.0**ql, qy)
+    single = [t.sigma_ratio(m, 10.0**lv, yy) for m, lv, yy in zip(qm, ql, qy, strict=True)]
+    np.testing.assert_allclose(single, batch, rtol=1e-14)
+    assert t.fallback_count == 0
+    with pytest.warns(RuntimeWarning, match="outside"):
+        out = t.sigma_ratio(3.0, 1.0, 1)
+    _, s_ep = PROBIT.tilted_moments(3.0, 1.0, 1.0)
+    assert out == pytest.approx(qpinfer.sigma_qp(PROBIT, 3.0, 1.0, 1.0) / s_ep, rel=1e-14)
+    assert t.fallback_count == 1
+
+
 def test_lookup_at_domain_corners_and_last_row(small_store):
     path, _, ratio = small_store
     t = open_table(path)
