@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Run the test suite: install the package with its test extras into .venv, then pytest.
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m slow`, `... tests/test_sigma_qp.py`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+    "${PYTHON:-python3}" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+exec .venv/bin/python -m pytest -q "$@"
