@@ -1,0 +1,32 @@
+"""qpinfer: Quantile Propagation (L2-Wasserstein projected EP) for Gaussian processes.
+
+Lightweight: depends on numpy, scipy and zarr only (never dask, distributed or mpmath).
+"""
+
+from qpinfer.classifier import GPClassifier
+from qpinfer.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run_ep
+from qpinfer.kernels import ARDSquaredExponential, Kernel
+from qpinfer.likelihoods import Likelihood, PoissonSquare, Probit, get_likelihood
+from qpinfer.sigma import sigma_qp, tilted_moments
+from qpinfer.tables import SigmaTable, TableError, open_table
+
+__version__ = "0.1.0"
+__all__ = [
+    "ARDSquaredExponential",
+    "ConvergenceWarning",
+    "GPClassifier",
+    "Kernel",
+    "Likelihood",
+    "MomentMatching",
+    "PoissonSquare",
+    "Probit",
+    "QuantileMatching",
+    "SigmaTable",
+    "TableError",
+    "__version__",
+    "get_likelihood",
+    "open_table",
+    "run_ep",
+    "sigma_qp",
+    "tilted_moments",
+]

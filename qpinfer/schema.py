@@ -1,0 +1,43 @@
+"""The table-store contract shared by the writer (``qptables``) and the reader (``qpinfer``).
+
+One zarr v3 directory store per likelihood, openable with ``xarray.open_zarr``:
+
+* data variable ``sigma_qp`` (float64, dims ``(y, mu, log10_sigma)``): the QP standard
+  deviation sigma* of paper 000 eq. (7) at each cavity grid point;
+* data variable ``sigma_ratio`` (float64, same dims): ``sigma_qp / sigma_ep``, bounded in (0, 1]
+  by Theorem 2 and much smoother than ``sigma_qp`` itself; readers interpolate this and
+  multiply by the exact EP standard deviation at the query point;
+* coordinate arrays ``y`` (int64), ``mu`` and ``log10_sigma`` (float64);
+* data chunks are ``(1, tile_mu, n_log10_sigma)`` -- full rows, so one chunk file holds a
+  contiguous block of ``mu`` rows -- and stored *uncompressed* (bytes codec, little endian,
+  C order). An uncompressed chunk has a known size, so a truncated chunk is detectable, and a
+  reader can memory-map chunk files directly;
+* grid values are ``start + step * arange(n)`` with ``n = round((stop - start) / step) + 1``
+  (both ends inclusive), see :func:`grid_axis`;
+* root attributes listed in :data:`REQUIRED_ATTRS`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+DATA_VARS = ("sigma_qp", "sigma_ratio")
+DIMS = ("y", "mu", "log10_sigma")
+REQUIRED_ATTRS = (
+    "qp_schema_version",  # == SCHEMA_VERSION
+    "likelihood",  # e.g. "probit", "poisson_square"
+    "grid",  # {"mu": [start, stop, step], "log10_sigma": [start, stop, step], "y": [...]}
+    "tile_mu",  # rows of mu per chunk
+    "package_version",
+    "created",  # ISO 8601 UTC
+    "complete",  # True only once every chunk has been written and checksummed
+    "checksums",  # {"sigma_qp/c/0/3/0": "<sha256 hex>", ...} for every data chunk file
+    "verification",  # {"points", "max_rel_error", "median_rel_error", "tolerance", "seconds", "passed", ...}
+)
+
+
+def grid_axis(start: float, stop: float, step: float) -> np.ndarray:
+    """Grid values ``start + step * arange(n)``, both ends inclusive (the contract's formula)."""
+    n = round((stop - start) / step) + 1
+    return start + step * np.arange(n, dtype=np.float64)

@@ -1,0 +1,212 @@
+"""The exact QP standard deviation sigma* of paper 000 eq. (7), vectorized.
+
+    sigma* = integral over f of phi(Phi^{-1}(F(f))) df,
+
+F the CDF of the tilted distribution q(f) proportional to p(y | f) N(f | mu, sigma^2).
+
+Method (one fixed-shape computation per point, no per-point Python):
+
+1. The tilted density is split into log-concave *lobes* (probit: one; Poisson with the square
+   link: one on each side of f = 0), each with its mode and curvature width (likelihood hook
+   ``_lobes``).
+2. Panel edges on each side of a lobe's mode are placed on level sets of the log density,
+   log q(mode) - log q(edge) = (k delta)^2 / 2, k = 1..K (found by safeguarded Newton steps):
+   panels are narrow where the density changes fast (a sharp probit edge, a narrow Poisson
+   mode) and wide in slow Gaussian tails. The last level, ``_TAIL`` nats below the mode, drops
+   less than 1e-21 of the mass.
+3. On every panel, Gauss-Legendre nodes carry the density; the CDF at each node is the sum of
+   the panels to its left plus a spectral partial integral (exact for polynomials of degree
+   n-1), and the survival function S = 1 - F is summed *from the right* the same way, so tails
+   never suffer cancellation. Since phi(Phi^{-1}(u)) = phi(Phi^{-1}(1 - u)), the integrand uses
+   min(F, S).
+4. Between lobes (a flat stretch of F around f = 0 for bimodal Poisson tilts) the integrand is
+   constant and is added exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.polynomial import legendre
+from scipy.special import ndtri
+
+from qpinfer.likelihoods import Likelihood, check_cavity, get_likelihood
+
+_N_NODES = 24  # Gauss-Legendre nodes per panel
+_N_LEVELS = 4  # panels on each side of a lobe's mode
+_TAIL = 50.0  # nats below the mode where a lobe is cut (e^-50 ~ 2e-22)
+_NEWTON_STEPS = 3
+
+
+def _gauss_legendre_tables(n: int):
+    """Nodes x, weights w on [-1, 1] and A[i, j] = integral_{-1}^{x_i} l_j(u) du."""
+    x, w = legendre.leggauss(n)
+    # l_j(u) = w_j sum_k (2k+1)/2 P_k(x_j) P_k(u), exact by Gauss-Legendre orthogonality.
+    p_nodes = legendre.legvander(x, n)  # P_k(x_i), k = 0..n
+    integ = np.empty((n, n))  # integral_{-1}^{x_i} P_k, k = 0..n-1
+    integ[:, 0] = x + 1.0
+    for k in range(1, n):
+        integ[:, k] = (p_nodes[:, k + 1] - p_nodes[:, k - 1]) / (2 * k + 1)
+    coef = (2 * np.arange(n) + 1) / 2.0
+    a = integ @ (coef[:, None] * p_nodes[:, :n].T) * w[None, :]
+    return x, w, a
+
+
+_X, _W, _A_LEFT = _gauss_legendre_tables(_N_NODES)
+_A_RIGHT = _A_LEFT[::-1, ::-1]  # integral_{x_i}^{1} l_j by reflection u -> -u
+_PANEL_OPS = np.column_stack([_W, _A_LEFT.T, _A_RIGHT.T])  # (n, 2n + 1)
+
+
+def _level_edges(lik, mode, width, lower, upper, mu, sigma, y):
+    """Panel edges of one lobe on log-density level sets, shape (N, 2K+1), ascending."""
+    levels = (np.arange(1, _N_LEVELS + 1) * (np.sqrt(2.0 * _TAIL) / _N_LEVELS)) ** 2 / 2.0
+    log_peak, _ = lik._log_tilted(mode, mu, sigma, y, derivative=False)
+    sides = []
+    for side, bound in ((-1.0, lower), (1.0, upper)):
+        edges = []
+        prev = mode
+        for k, level in enumerate(levels):
+            # Newton on g(x) = sqrt(log q(mode) - log q(x)) - sqrt(level), which is linear in x
+            # for a Gaussian (so one step is exact there) and convex for log-concave lobes.
+            # First guess: the Gaussian one, scaled from the previous level.
+            if k == 0:
+                x = mode + side * width * np.sqrt(2.0 * level)
+            else:
+                x = mode + (prev - mode) * np.sqrt(level / levels[k - 1])
+            for _ in range(_NEWTON_STEPS):
+                lq, dlq = lik._log_tilted(x, mu, sigma, y)
+                drop = np.maximum(log_peak - lq, 1e-300)
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    x_new = x + 2.0 * drop * (1.0 - np.sqrt(level / drop)) / dlq
+                ok = np.isfinite(x_new) & (side * (x_new - prev) > 0)
+                x_new = np.where(ok, x_new, 0.5 * (x + prev))
+                # stay strictly inside the lobe's hard bound (e.g. f = 0 for Poisson)
+                with np.errstate(invalid="ignore"):
+                    inside = bound + 0.05 * (prev - bound)  # NaN where bound is infinite
+                x = np.where(side * (x_new - bound) >= 0, inside, x_new)
+            edges.append(x)
+            prev = x
+        sides.append(edges)
+    left = np.stack(sides[0][::-1], axis=-1)
+    right = np.stack(sides[1], axis=-1)
+    return np.concatenate([left, mode[:, None], right], axis=-1)
+
+
+def _sigma_qp_quadrature(lik: Likelihood, mu, sigma, y, extra=None) -> np.ndarray:
+    """sigma* for 1-D arrays of canonical (mu, sigma, y) by lobe-adapted panel quadrature."""
+    lobes = lik._lobes(mu, sigma, y)
+    edges = [_level_edges(lik, *lobe, mu, sigma, y) for lobe in lobes]
+    if extra is not None:
+        # features of the likelihood itself (a sharp step after a flat stretch of the cavity)
+        # that log-density level sets alone can straddle; clipped into each lobe's range
+        edges = [
+            np.sort(np.concatenate([ed, np.clip(extra[None, :], ed[:, :1], ed[:, -1:])], axis=-1), axis=-1)
+            for ed in edges
+        ]
+    lo = np.concatenate([ed[:, :-1] for ed in edges], axis=-1)
+    hi = np.concatenate([ed[:, 1:] for ed in edges], axis=-1)
+    half = 0.5 * (hi - lo)
+    f = (0.5 * (hi + lo))[..., None] + half[..., None] * _X
+    col = (slice(None), None, None)
+    log_q, _ = lik._log_tilted(f, mu[col], sigma[col], y[col], derivative=False)
+    log_q -= log_q.max(axis=(1, 2), keepdims=True)
+    n_pts, n_pan, n_nodes = f.shape
+    # one GEMM gives, per panel, its mass and the partial integrals from its start / to its end
+    sums = (np.exp(log_q).reshape(-1, n_nodes) @ _PANEL_OPS).reshape(n_pts, n_pan, -1)
+    sums *= half[..., None]
+    mass = sums[..., 0]
+    before = np.cumsum(mass, axis=1) - mass
+    after = np.cumsum(mass[:, ::-1], axis=1)[:, ::-1] - mass
+    total = mass.sum(axis=1)
+    u = np.minimum(before[..., None] + sums[..., 1 : n_nodes + 1], after[..., None] + sums[..., n_nodes + 1 :])
+    u /= total[:, None, None]
+    np.clip(u, 0.0, 0.5, out=u)  # spectral partial integrals can dip below 0 where q ~ 0
+    z = ndtri(u)
+    integrand = np.exp(-0.5 * z * z).reshape(-1, n_nodes) @ (_W / np.sqrt(2.0 * np.pi))
+    result = (half * integrand.reshape(n_pts, n_pan)).sum(axis=1)
+    # flat stretches of F between lobes contribute (gap length) * phi(Phi^{-1}(F))
+    n_panels = [ed.shape[1] - 1 for ed in edges]
+    start = 0
+    for i in range(len(edges) - 1):
+        start += n_panels[i]
+        gap = np.maximum(edges[i + 1][:, 0] - edges[i][:, -1], 0.0)
+        u_gap = np.minimum(mass[:, :start].sum(axis=1), mass[:, start:].sum(axis=1)) / total
+        z_gap = ndtri(u_gap)
+        result += gap * np.exp(-0.5 * z_gap * z_gap) / np.sqrt(2.0 * np.pi)
+    return result
+
+
+def _prepare(likelihood, mu, sigma, y):
+    lik = get_likelihood(likelihood)
+    mu, sigma = check_cavity(mu, sigma)
+    y = lik.check_y(y)
+    try:
+        mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
+    except ValueError:
+        raise ValueError(
+            f"mu, sigma and y must broadcast together; got shapes {np.shape(mu)}, "
+            f"{np.shape(sigma)}, {np.shape(y)}"
+        ) from None
+    return lik, mu, sigma, y
+
+
+def tilted_moments(likelihood, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of the tilted distribution p(y|f) N(f|mu, sigma^2) / Z.
+
+    This is EP's projection (paper 000 eq. (5)); QP keeps the same mean (eq. (7)).
+
+    Parameters
+    ----------
+    likelihood : str or Likelihood
+        ``"probit"``, ``"poisson_square"`` or a :class:`~qpinfer.likelihoods.Likelihood`.
+    mu, sigma, y : array_like
+        Cavity mean, cavity *standard deviation* (> 0) and observation; broadcast together.
+
+    Returns
+    -------
+    mean, std : ndarray of float64
+    """
+    lik, mu, sigma, y = _prepare(likelihood, mu, sigma, y)
+    mean, std = lik.tilted_moments(mu, sigma, y)
+    return np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
+
+
+def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
+    """QP standard deviation sigma* (paper 000 eq. (7)): the std of the Gaussian closest in
+    L2-Wasserstein distance to the tilted distribution p(y|f) N(f|mu, sigma^2) / Z.
+
+    Accurate to ~1e-13 relative over mu in [-50, 50], sigma in [0.01, 100] (see tests against
+    the mpmath reference in :mod:`qptables.reference`); ``sigma_qp <= tilted std`` (Theorem 2).
+
+    Parameters
+    ----------
+    likelihood : str or Likelihood
+    mu, sigma, y : array_like
+        Cavity mean, cavity standard deviation (> 0) and observation; broadcast together.
+    batch_size : int
+        Points per vectorized batch (bounds temporary memory, ~1 KiB per point).
+
+    Returns
+    -------
+    ndarray of float64 with the broadcast shape.
+    """
+    lik, mu, sigma, y = _prepare(likelihood, mu, sigma, y)
+    shape = mu.shape
+    mu, y = lik.canonical(mu.ravel(), y.ravel())
+    sigma = sigma.ravel()
+    out = np.empty(mu.shape)
+    todo = np.ones(mu.shape, dtype=bool)
+    closed = lik._sigma_closed_form(mu, sigma, y)
+    if closed is not None:
+        mask, values = closed
+        out[mask] = values[mask]
+        todo &= ~mask
+    groups = [(todo, None)]
+    breaks = lik._breakpoints(mu, sigma, y)
+    if breaks is not None:
+        groups = [(todo & ~breaks[0], None), (todo & breaks[0], breaks[1])]
+    for members, extra in groups:
+        idx_all = np.flatnonzero(members)
+        for start in range(0, idx_all.size, batch_size):
+            idx = idx_all[start : start + batch_size]
+            out[idx] = _sigma_qp_quadrature(lik, mu[idx], sigma[idx], y[idx], extra)
+    return out.reshape(shape)
