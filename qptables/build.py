@@ -343,6 +343,12 @@ def compute_tile(
     }
 
 
+def _warm_up() -> int:
+    """Import the kernel and run it once on a worker (so tile timings exclude start-up)."""
+    evaluate_rows("probit", np.zeros(1), np.ones(2), 1)
+    return os.getpid()
+
+
 # ----------------------------------------------------------------------------- probe
 
 
@@ -681,10 +687,11 @@ def _build_locked(
             f"{out.parent} but only {_human_bytes(free)} is free ({grid.describe()})"
         )
 
+    # staging directories of killed builds (we hold the lock, so none is in use)
+    for stale in partial.parent.glob(partial.name + ".new-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     if not partial.exists():
         staging = partial.with_name(partial.name + f".new-{os.getpid()}")
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(staging)
         create_store(
             staging, likelihood, grid, package_version=qpinfer.__version__, build_info=info
         )
@@ -707,7 +714,7 @@ def _build_locked(
         exact = int((grid.mu_values()[::-1] == -grid.mu_values()).sum())
         say(f"  probit mirror: y=-1 copied from y=+1 on {exact}/{n_rows} mu rows (exact negation)")
     say(
-        f"  store: {_human_bytes(total_bytes)} on disk ({len(DATA_VARS)} variables x "
+        f"  store: {_human_bytes(total_bytes)} on disk when done ({len(DATA_VARS)} variables x "
         f"{grid.n_tiles} uncompressed chunks of {_human_bytes(chunk_bytes)}); "
         f"{_human_bytes(free)} free"
     )
@@ -735,6 +742,8 @@ def _build_locked(
             f"  estimate: {_human_seconds(est)} ({est_points:,} points at ~{rate:,.0f} "
             f"points/s/worker measured on a probe, + {n_verify} mpmath checks)"
         )
+        if todo:
+            client.run(_warm_up)
         t_compute = time.perf_counter()
         reports = _run_tiles(client, partial, likelihood, grid, todo, mirror_pairs, progress)
         compute_seconds = time.perf_counter() - t_compute

@@ -15,6 +15,12 @@ without (1), a chunk file is written sequentially by one ``write`` so a torn wri
 :func:`scan_tiles`. Once every chunk is written, :func:`chunk_checksums` records a sha256 per
 chunk file in ``attrs["checksums"]`` so readers can detect later corruption.
 
+Beyond :data:`qpinfer.schema.REQUIRED_ATTRS` the writer records ``attrs["build"]`` (likelihood,
+grid, tiling, a sha256 *kernel fingerprint* of a probe tile, whether the probit mirror was
+used -- what a resumed build must match) and ``attrs["data_vars"]`` (a description per
+variable). Extra attributes are allowed by the contract and ignored by the reader, so
+:mod:`qpinfer.schema` is unchanged.
+
 Published stores also carry zarr consolidated metadata (so ``xarray.open_zarr`` opens them
 without warnings); :func:`update_attrs` re-consolidates after every attribute change so the
 consolidated copy is never stale.
