@@ -99,8 +99,9 @@ class Likelihood(ABC):
         return
 
     def _breakpoints(self, mu, sigma, y):
-        """``(mask, edges)``: extra panel edges, shape (m,), at features of the likelihood that
-        log-density level sets can straddle, needed at points ``mask``; or ``None``."""
+        """``(need, edges)``: extra panel edges, shape (m,), at features of the likelihood that
+        log-density level sets can straddle, or ``None``. ``need`` is an int array per point:
+        0 none, 1 add the edges, 2 add them and use finer level sets (very wide cavities)."""
         return
 
     @abstractmethod
@@ -169,7 +170,8 @@ class Probit(Likelihood):
     def _breakpoints(self, mu, sigma, y):
         """Phi(f) rises from ~0 to 1 - 1e-17 over f in [-3, 8.5], a feature of width ~1; a wide
         cavity (sigma > 2) makes the level-set panels much wider than that."""
-        return sigma > 2.0, np.array([-2.0, 0.0, 2.0, 4.0, 6.0, 8.5])
+        need = (sigma > 2.0).astype(np.int64) + (sigma > 20.0)
+        return need, np.array([0.0, 2.0, 4.5, 8.5])
 
     def _lobes(self, mu, sigma, y):
         # Newton on g'(f) = r(f) - (f - mu)/sigma^2, which is convex and decreasing, so Newton

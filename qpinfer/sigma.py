@@ -33,6 +33,7 @@ from qpinfer.likelihoods import Likelihood, check_cavity, get_likelihood
 
 _N_NODES = 24  # Gauss-Legendre nodes per panel
 _N_LEVELS = 4  # panels on each side of a lobe's mode
+_N_LEVELS_FINE = 6  # ... for points whose likelihood asks for finer levels (very wide cavities)
 _TAIL = 50.0  # nats below the mode where a lobe is cut (e^-50 ~ 2e-22)
 _NEWTON_STEPS = 3
 
@@ -56,9 +57,9 @@ _A_RIGHT = _A_LEFT[::-1, ::-1]  # integral_{x_i}^{1} l_j by reflection u -> -u
 _PANEL_OPS = np.column_stack([_W, _A_LEFT.T, _A_RIGHT.T])  # (n, 2n + 1)
 
 
-def _level_edges(lik, mode, width, lower, upper, mu, sigma, y):
+def _level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
     """Panel edges of one lobe on log-density level sets, shape (N, 2K+1), ascending."""
-    levels = (np.arange(1, _N_LEVELS + 1) * (np.sqrt(2.0 * _TAIL) / _N_LEVELS)) ** 2 / 2.0
+    levels = (np.arange(1, n_levels + 1) * (np.sqrt(2.0 * _TAIL) / n_levels)) ** 2 / 2.0
     log_peak, _ = lik._log_tilted(mode, mu, sigma, y, derivative=False)
     sides = []
     for side, bound in ((-1.0, lower), (1.0, upper)):
@@ -91,15 +92,17 @@ def _level_edges(lik, mode, width, lower, upper, mu, sigma, y):
     return np.concatenate([left, mode[:, None], right], axis=-1)
 
 
-def _sigma_qp_quadrature(lik: Likelihood, mu, sigma, y, extra=None) -> np.ndarray:
+def _sigma_qp_quadrature(lik: Likelihood, mu, sigma, y, lobes, extra=None, n_levels=_N_LEVELS):
     """sigma* for 1-D arrays of canonical (mu, sigma, y) by lobe-adapted panel quadrature."""
-    lobes = lik._lobes(mu, sigma, y)
-    edges = [_level_edges(lik, *lobe, mu, sigma, y) for lobe in lobes]
+    edges = [_level_edges(lik, *lobe, mu, sigma, y, n_levels) for lobe in lobes]
     if extra is not None:
         # features of the likelihood itself (a sharp step after a flat stretch of the cavity)
         # that log-density level sets alone can straddle; clipped into each lobe's range
         edges = [
-            np.sort(np.concatenate([ed, np.clip(extra[None, :], ed[:, :1], ed[:, -1:])], axis=-1), axis=-1)
+            np.sort(
+                np.concatenate([ed, np.clip(extra[None, :], ed[:, :1], ed[:, -1:])], axis=-1),
+                axis=-1,
+            )
             for ed in edges
         ]
     lo = np.concatenate([ed[:, :-1] for ed in edges], axis=-1)
@@ -117,7 +120,9 @@ def _sigma_qp_quadrature(lik: Likelihood, mu, sigma, y, extra=None) -> np.ndarra
     before = np.cumsum(mass, axis=1) - mass
     after = np.cumsum(mass[:, ::-1], axis=1)[:, ::-1] - mass
     total = mass.sum(axis=1)
-    u = np.minimum(before[..., None] + sums[..., 1 : n_nodes + 1], after[..., None] + sums[..., n_nodes + 1 :])
+    u = np.minimum(
+        before[..., None] + sums[..., 1 : n_nodes + 1], after[..., None] + sums[..., n_nodes + 1 :]
+    )
     u /= total[:, None, None]
     np.clip(u, 0.0, 0.5, out=u)  # spectral partial integrals can dip below 0 where q ~ 0
     z = ndtri(u)
@@ -200,13 +205,37 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
         mask, values = closed
         out[mask] = values[mask]
         todo &= ~mask
-    groups = [(todo, None)]
     breaks = lik._breakpoints(mu, sigma, y)
-    if breaks is not None:
-        groups = [(todo & ~breaks[0], None), (todo & breaks[0], breaks[1])]
-    for members, extra in groups:
-        idx_all = np.flatnonzero(members)
-        for start in range(0, idx_all.size, batch_size):
-            idx = idx_all[start : start + batch_size]
-            out[idx] = _sigma_qp_quadrature(lik, mu[idx], sigma[idx], y[idx], extra)
+    idx_all = np.flatnonzero(todo)
+    for start in range(0, idx_all.size, batch_size):
+        idx = idx_all[start : start + batch_size]
+        m, s, yy = mu[idx], sigma[idx], y[idx]
+        lobes = lik._lobes(m, s, yy)
+        # drop lobes holding < e^-60 of the mass (proxy: peak density x curvature width), and
+        # group points by the lobes they need and by whether they need breakpoints
+        log_mass = np.stack(
+            [
+                lik._log_tilted(mode, m, s, yy, derivative=False)[0] + np.log(width)
+                for mode, width, _, _ in lobes
+            ],
+            axis=-1,
+        )
+        needed = log_mass >= log_mass.max(axis=-1, keepdims=True) - 60.0
+        wide = breaks[0][idx] if breaks is not None else np.zeros(idx.size, dtype=np.int64)
+        key = needed @ (1 << np.arange(len(lobes))) + (wide << len(lobes))
+        for k in np.unique(key):
+            sel = key == k
+            sub_lobes = [
+                tuple(a[sel] for a in lobe) for j, lobe in enumerate(lobes) if (k >> j) & 1
+            ]
+            w = k >> len(lobes)
+            out[idx[sel]] = _sigma_qp_quadrature(
+                lik,
+                m[sel],
+                s[sel],
+                yy[sel],
+                sub_lobes,
+                extra=breaks[1] if w else None,
+                n_levels=_N_LEVELS_FINE if w == 2 else _N_LEVELS,
+            )
     return out.reshape(shape)
