@@ -132,9 +132,9 @@ def dask_cluster(n_workers: int, workdir: Path):
 def bench_scaling(workdir: Path, quick: bool) -> list[dict]:
     """(b): tiles/second of the tile phase with 1 and 2 worker processes on a real scheduler."""
     if quick:
-        grid = GridSpec((0.0, 0.399, 0.001), (-1.0, 1.0, 0.01), (1,), tile_mu=50)  # 8 tiles
+        grid = GridSpec((0.0, 0.599, 0.001), (-1.0, 1.0, 0.01), (1,), tile_mu=75)  # 8 tiles
     else:
-        grid = GridSpec((0.0, 0.999, 0.001), PAPER_LOG10_SIGMA, (1,), tile_mu=50)  # 20 tiles
+        grid = GridSpec((0.0, 1.499, 0.001), PAPER_LOG10_SIGMA, (1,), tile_mu=75)  # 20 paper tiles
     rows = []
     for n in (1, 2):
         out = workdir / f"scaling-{n}.zarr"

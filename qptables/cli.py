@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--y-max", type=_nonneg_int, default=None,
                    help="poisson_square paper preset: y = 0..Y_MAX (default 10)")
     b.add_argument("--tile-mu", type=_positive_int("--tile-mu"), default=None,
-                   help="mu rows per tile/chunk (default: ~100k points per tile)")
+                   help="mu rows per tile/chunk (default: ~150k points per tile)")
     b.add_argument("--scheduler", metavar="ADDRESS",
                    help="existing dask scheduler (e.g. tcp://host:8786); OUT must be on a file "
                    "system the workers share")

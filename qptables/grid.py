@@ -38,8 +38,9 @@ PAPER_MU = (-10.0, 10.0, 0.001)
 PAPER_LOG10_SIGMA = (-1.0, 1.0, 0.001)
 #: Default largest count for the ``poisson_square`` paper preset (``y = 0..y_max``).
 DEFAULT_POISSON_Y_MAX = 10
-#: Points per tile the default tiling aims for: ~2 s at the kernel's ~50k points/s/core.
-TARGET_TILE_POINTS = 100_000
+#: Points per tile the default tiling aims for: ~3 s at the kernel's target ~50k points/s/core
+#: (~4 s at the ~35k measured so far); larger tiles mean fewer chunk files for the reader.
+TARGET_TILE_POINTS = 150_000
 #: Tiles per ``y`` slice the default tiling aims for at least (so small grids still give a
 #: useful progress bar and some parallelism).
 MIN_TILES_PER_SLICE = 16
@@ -150,10 +151,10 @@ def validate_y(likelihood: str, y: Iterable[int]) -> tuple[int, ...]:
 def default_tile_mu(n_mu: int, n_log10_sigma: int) -> int:
     """Rows of ``mu`` per tile for a grid of ``n_mu x n_log10_sigma`` points per ``y``.
 
-    Aims for :data:`TARGET_TILE_POINTS` points per tile (~2 s of kernel time at ~50k points/s)
+    Aims for :data:`TARGET_TILE_POINTS` points per tile (~3 s of kernel time at ~50k points/s)
     but at least :data:`MIN_TILES_PER_SLICE` tiles per ``y`` slice. Depends on the grid only
     (never on the number of workers), so a resumed build uses the same tiling. The paper grid
-    (20001 x 2001) gets 50 rows = 100050 points per tile and 401 tiles per label.
+    (20001 x 2001) gets 75 rows = 150075 points per tile and 267 tiles per label.
     """
     by_points = max(1, round(TARGET_TILE_POINTS / max(1, n_log10_sigma)))
     by_count = max(1, math.ceil(n_mu / MIN_TILES_PER_SLICE))

@@ -39,9 +39,9 @@ def test_paper_grid_is_appendix_j():
         "log10_sigma": [-1.0, 1.0, 0.001],
         "y": [-1, 1],
     }
-    assert g.tile_mu == 50 and g.tiles_per_y == 401
-    assert g.chunk_shape == (1, 50, 2001)
-    assert g.store_nbytes() == 2 * 2 * 401 * 50 * 2001 * 8
+    assert g.tile_mu == 75 and g.tiles_per_y == 267
+    assert g.chunk_shape == (1, 75, 2001)
+    assert g.store_nbytes() == 2 * 2 * 267 * 75 * 2001 * 8
     assert paper_grid("poisson_square", y_max=3).y == (0, 1, 2, 3)
 
 
@@ -89,7 +89,7 @@ def test_attrs_round_trip():
 def test_default_tiling_is_bounded(n_mu, n_ls):
     t = default_tile_mu(n_mu, n_ls)
     assert 1 <= t <= max(1, n_mu)
-    assert t * n_ls <= 100_000 + n_ls  # ~100k points per tile at most
+    assert t * n_ls <= 150_000 + n_ls  # ~150k points per tile at most
     assert t <= -(-n_mu // 16)  # small grids still get ~16 tiles per label
 
 
