@@ -45,7 +45,10 @@ Algorithm (composite Clenshaw-Curtis / spectral cumulative integration):
 The numerical work happens at ``dps + 15`` decimal digits; results are returned as ``mpmath.mpf``
 rounded to ``dps`` digits. With the default ``dps = 40`` the results agree with runs at other
 precisions / panel sizes to better than 1e-30 relative (see ``tests/test_reference.py``); the
-claim made to users is 25 significant digits. A typical evaluation takes 0.05-0.5 s.
+claim made to users is 25 significant digits. A typical evaluation takes 0.1-0.5 s of CPU.
+
+mpmath's working precision is process-global, so evaluations are serialised within a process
+(safe to call from threads, but parallelise with processes).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import threading
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -74,6 +78,9 @@ _GUARD_DIGITS = 15  # extra working digits beyond the requested dps
 _DEFAULT_NODES = 64  # Chebyshev-Lobatto panels have N + 1 nodes
 _MAX_PANELS = 4000
 _START_WIDTH = 16  # initial panel width in units of the main mode's curvature scale
+# mpmath's working precision is process-global (``mp.prec``), so evaluations in threads of one
+# process would clobber each other's precision: they are serialised. Parallelise with processes.
+_LOCK = threading.RLock()
 
 
 class ReferencePoint(NamedTuple):
@@ -470,7 +477,8 @@ def reference_point(
         raise ValueError(f"dps must be >= 15, got {dps!r}")
     if int(nodes) < 8:
         raise ValueError(f"nodes must be >= 8, got {nodes!r}")
-    return _cached(name, float(mu), float(sigma), yi, int(dps), int(nodes))
+    with _LOCK:
+        return _cached(name, float(mu), float(sigma), yi, int(dps), int(nodes))
 
 
 def sigma_qp_reference(likelihood_name: str, mu: float, sigma: float, y: int, dps: int = 40) -> mpf:
@@ -497,7 +505,8 @@ def tilted_moments_reference(
     if method != "closed_form":
         raise ValueError(f"method must be 'quadrature' or 'closed_form', got {method!r}")
     name, yi = _check_point(likelihood_name, mu, sigma, y)
-    return _closed_form(name, float(mu), float(sigma), yi, int(dps))
+    with _LOCK:
+        return _closed_form(name, float(mu), float(sigma), yi, int(dps))
 
 
 def _closed_form(name: str, mu: float, sigma: float, y: int, dps: int) -> tuple[mpf, mpf, mpf]:
