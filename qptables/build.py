@@ -352,28 +352,40 @@ def _warm_up() -> int:
 # ----------------------------------------------------------------------------- probe
 
 
+def _probe_rows(grid: GridSpec) -> list[tuple[int, int]]:
+    """``(y index, mu index)`` rows the probe evaluates: a few interior rows spread over ``mu``
+    for up to three labels (first, middle, last), ~6000 points in all."""
+    n_y, n_mu, n_ls = grid.shape
+    labels = sorted({0, n_y // 2, n_y - 1})
+    per_label = int(np.clip(-(-6000 // (n_ls * len(labels))), 2, 8))
+    mus = sorted({int(i) for i in np.linspace(0, n_mu - 1, per_label + 2)[1:-1].round()})
+    return [(iy, i) for iy in labels for i in mus]
+
+
 def _probe(likelihood: str, grid: GridSpec, mirror: bool) -> tuple[str, float, bool]:
     """Kernel fingerprint, measured points/s (one core) and whether the mirror holds.
 
-    The probe evaluates the first ``mu`` rows of the first label (the same call unit as the
-    build), so its outputs are exactly those tiles' values: their sha256 fingerprints the
-    kernel. A resumed build must see the same fingerprint.
+    The probe evaluates a few grid rows (:func:`_probe_rows`) with the build's call unit, so
+    their sha256 fingerprints the kernel: a resumed build must see the same fingerprint. Their
+    timing gives the estimate (rows from several labels and ``mu`` values, since the cost per
+    point varies, e.g. closed forms for ``poisson_square`` at ``y = 0``).
     """
     mu = grid.mu_values()
     sigma = grid.sigma_values()
-    y0 = int(grid.y[0])
-    evaluate_rows(likelihood, mu[:1], sigma[:2], y0)  # warm-up (imports, caches)
-    rows = max(1, min(grid.mu.n, -(-4000 // grid.log10_sigma.n), 8))
-    t0 = time.perf_counter()
-    vals = evaluate_rows(likelihood, mu[:rows], sigma, y0)
-    seconds = time.perf_counter() - t0
-    rate = rows * len(sigma) / max(seconds, 1e-9)
+    evaluate_rows(likelihood, mu[:1], sigma[:2], int(grid.y[0]))  # warm-up (imports, caches)
     h = hashlib.sha256()
-    for var in DATA_VARS:
-        h.update(np.ascontiguousarray(vals[var], dtype="<f8").tobytes())
+    points = 0
+    t0 = time.perf_counter()
+    for iy, i in _probe_rows(grid):
+        vals = evaluate_rows(likelihood, mu[i : i + 1], sigma, int(grid.y[iy]))
+        points += len(sigma)
+        for var in DATA_VARS:
+            h.update(np.ascontiguousarray(vals[var], dtype="<f8").tobytes())
+    seconds = time.perf_counter() - t0
+    rate = points / max(seconds, 1e-9)
     mirror_ok = False
     if mirror:
-        m = mu[:1]
+        m = mu[len(mu) // 3 : len(mu) // 3 + 1]
         pos = evaluate_rows(likelihood, -m, sigma, 1)
         neg = evaluate_rows(likelihood, m, sigma, -1)
         mirror_ok = all(np.array_equal(pos[v], neg[v]) for v in DATA_VARS)
@@ -521,6 +533,7 @@ def build(
     progress: bool = True,
     stream: TextIO | None = None,
     client: Any | None = None,
+    dry_run: bool = False,
 ) -> BuildResult:
     """Build, verify and publish the sigma* table of ``likelihood`` on ``grid`` at ``out``.
 
@@ -549,6 +562,9 @@ def build(
         Show a tqdm progress bar; where to print the pre-build summary (default stderr).
     client:
         An existing ``distributed.Client`` to use instead of ``scheduler``/``workers``.
+    dry_run:
+        Validate, probe the kernel and print the plan and estimate, then stop before creating
+        anything (no cluster is started).
 
     Returns
     -------
@@ -614,7 +630,7 @@ def build(
     try:
         return _build_locked(
             likelihood, out, partial, grid, scheduler, workers, force, samples, tolerance,
-            seed, verify_dps, progress, say, client, t_start,
+            seed, verify_dps, progress, say, client, t_start, dry_run,
         )
     finally:
         lock.release()
@@ -636,6 +652,7 @@ def _build_locked(
     say: Any,
     client: Any | None,
     t_start: float,
+    dry_run: bool,
 ) -> BuildResult:
     import qpinfer
 
@@ -671,10 +688,13 @@ def _build_locked(
                     f"{partial} holds an unfinished build that cannot be resumed by this one "
                     f"({reason}); re-run with the original options, or pass --force to discard it"
                 )
-            say(f"discarding incompatible unfinished build {partial} ({reason})")
-            shutil.rmtree(partial)
+            if dry_run:
+                say(f"  (a real run would discard the incompatible {partial}: {reason})")
+            else:
+                say(f"discarding incompatible unfinished build {partial} ({reason})")
+                shutil.rmtree(partial)
         else:
-            done = scan_tiles(partial, grid)
+            done = scan_tiles(partial, grid, clean=not dry_run)
 
     # -- 4. disk space -------------------------------------------------------------------------
     chunk_bytes = grid.chunk_nbytes()
@@ -686,16 +706,6 @@ def _build_locked(
             f"grid (--mu/--log10-sigma/--y): the store needs {_human_bytes(need)} more on "
             f"{out.parent} but only {_human_bytes(free)} is free ({grid.describe()})"
         )
-
-    # staging directories of killed builds (we hold the lock, so none is in use)
-    for stale in partial.parent.glob(partial.name + ".new-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    if not partial.exists():
-        staging = partial.with_name(partial.name + f".new-{os.getpid()}")
-        create_store(
-            staging, likelihood, grid, package_version=qpinfer.__version__, build_info=info
-        )
-        os.replace(staging, partial)
 
     # -- 5. plan ---------------------------------------------------------------------------
     todo = [t for t in grid.tiles() if t not in done]
@@ -720,12 +730,45 @@ def _build_locked(
     )
     say(f"  tiles: {grid.n_tiles} total, {len(done)} already done, {len(todo)} to compute")
 
+    if dry_run:
+        n_workers = workers or os.cpu_count() or 1
+        say(f"  estimate: {_estimate(grid, samples, est_points, rate, n_workers)}")
+        say("  dry run: nothing was created")
+        return BuildResult(
+            path=out,
+            tiles_total=grid.n_tiles,
+            tiles_computed=0,
+            tiles_reused=len(done),
+            points_computed=0,
+            rows_mirrored=0,
+            seconds=time.perf_counter() - t_start,
+            compute_seconds=0.0,
+            verification={},
+            published=False,
+        )
+
+    # staging directories of killed builds (we hold the lock, so none is in use)
+    for stale in partial.parent.glob(partial.name + ".new-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if not partial.exists():
+        staging = partial.with_name(partial.name + f".new-{os.getpid()}")
+        create_store(
+            staging, likelihood, grid, package_version=qpinfer.__version__, build_info=info
+        )
+        os.replace(staging, partial)
+
     # -- 6. compute -------------------------------------------------------------------------
     with contextlib.ExitStack() as stack:
         if client is None:
             client = stack.enter_context(_client(scheduler, workers))
-        n_workers = max(1, sum(client.nthreads().values()))
+        nthreads = client.nthreads()
+        n_workers = max(1, sum(nthreads.values()))
         say(f"  workers: {n_workers} ({'scheduler ' + client.scheduler.address})")
+        if any(n > 1 for n in nthreads.values()):
+            say(
+                "  note: some workers run several threads; one single-threaded worker process "
+                "per core (dask worker --nthreads 1, OMP_NUM_THREADS=1) is faster for this kernel"
+            )
         link = _dashboard(client)
         if link:
             say(f"  dashboard: {link}")
@@ -736,12 +779,7 @@ def _build_locked(
                 f"--scheduler: workers {bad} cannot see {partial}; OUT must be on a file system "
                 f"shared by the client and all workers"
             )
-        n_verify = len(grid.y) * 8 + samples
-        est = est_points / (rate * n_workers) + n_verify * 1.0 / n_workers
-        say(
-            f"  estimate: {_human_seconds(est)} ({est_points:,} points at ~{rate:,.0f} "
-            f"points/s/worker measured on a probe, + {n_verify} mpmath checks)"
-        )
+        say(f"  estimate: {_estimate(grid, samples, est_points, rate, n_workers)}")
         if todo:
             client.run(_warm_up)
         t_compute = time.perf_counter()
@@ -805,6 +843,17 @@ def _build_locked(
     result.seconds = time.perf_counter() - t_start
     say(f"  published {out} in {_human_seconds(result.seconds)}")
     return result
+
+
+def _estimate(grid: GridSpec, samples: int, points: int, rate: float, n_workers: int) -> str:
+    """Human-readable time estimate: kernel points at the probe's rate on ``n_workers``, plus
+    ~1 s per mpmath verification point."""
+    n_verify = len(grid.y) * 8 + samples
+    est = points / (rate * n_workers) + n_verify * 1.0 / n_workers
+    return (
+        f"{_human_seconds(est)} on {n_workers} workers ({points:,} kernel points at "
+        f"~{rate:,.0f} points/s/worker measured on a probe, + {n_verify} mpmath checks)"
+    )
 
 
 def _run_tiles(

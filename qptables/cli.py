@@ -111,6 +111,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--verify-dps", type=int, default=40,
                    help="decimal digits of the mpmath reference (default 40, >= 15)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--dry-run", action="store_true",
+                   help="validate, probe the kernel and print the plan and estimate only")
     b.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
     v = sub.add_parser("verify", help="re-check a store against mpmath and its checksums")
@@ -193,12 +195,15 @@ def _cmd_build(args: argparse.Namespace) -> int:
             seed=args.seed,
             verify_dps=args.verify_dps,
             progress=not args.no_progress,
+            dry_run=args.dry_run,
         )
     except BuildInputError as exc:
         raise _Refused(str(exc)) from None
     except BuildError as exc:
         print(f"qptables build: error: {exc}", file=sys.stderr)
         return 1
+    if args.dry_run:
+        return 0
     print(
         f"done: {result.path} -- computed {result.tiles_computed} tiles, reused "
         f"{result.tiles_reused} (of {result.tiles_total}); {result.points_computed:,} kernel "

@@ -31,6 +31,7 @@ from qptables.build import SINGLE_THREAD_ENV, lock_path, partial_path
 from qptables.store import read_attrs, scan_tiles
 
 FAST = {"samples": 2, "verify_dps": 20, "progress": False}
+FASTER = {**FAST, "samples": 0}
 SMALL = GridSpec((-2.0, 2.0, 0.1), (-1.0, 1.0, 0.1), (-1, 1))
 # ~80k points per label in ~100 tiles: a few seconds of work, long enough to interrupt
 LONG = GridSpec((-4.0, 4.0, 0.02), (-1.0, 1.0, 0.01), (1,), tile_mu=4)
@@ -189,7 +190,7 @@ def test_killing_a_worker_process_mid_build_still_completes(dask_processes, tmp_
     address, workers = dask_processes
     out = tmp_path / "probit.zarr"
     thread, box = _build_in_thread(
-        likelihood="probit", out=out, grid=LONG, scheduler=address, **FAST
+        likelihood="probit", out=out, grid=LONG, scheduler=address, **FASTER
     )
     done_at_kill = wait_for_chunks(partial_path(out), 3)
     _kill_group(workers[0])  # the whole `dask worker` (nanny and worker) dies
@@ -215,7 +216,7 @@ def test_killing_a_localcluster_worker_mid_build_still_completes(tmp_path):
         pids = list(client.run(os.getpid).values())
         out = tmp_path / "probit.zarr"
         thread, box = _build_in_thread(
-            likelihood="probit", out=out, grid=LONG, client=client, **FAST
+            likelihood="probit", out=out, grid=LONG, client=client, **FASTER
         )
         done_at_kill = wait_for_chunks(partial_path(out), 3)
         os.kill(pids[0], signal.SIGKILL)  # the nanny restarts it; its tasks are rescheduled
