@@ -8,7 +8,7 @@ Accuracy is judged against the independent mpmath reference :mod:`qptables.refer
   every edge, the centre ``(0, 1)``, random interior points (fixed seed); both probit labels;
   Poisson counts 0, 1, 3, 10, 50 -- relative error of sigma* <= 1e-12;
 * points beyond the domain (``|mu|`` up to 50, ``sigma`` 0.01 .. 100, counts up to 100) --
-  relative error <= ``BEYOND_TOL`` = 1e-11 (the issue sets no number there);
+  relative error <= ``BEYOND_TOL`` = 1e-12 as well (the issue sets no number there);
 * tilted mean / standard deviation (EP's projection) and log Z against the reference.
 
 Invariants (hypothesis, over the whole paper domain): Theorem 2 ``sigma_QP <= sigma_EP``
@@ -32,9 +32,9 @@ from qptables.reference import reference_point, tilted_moments_reference
 REF_DPS = 30
 DOMAIN_TOL = 1e-12  # issue 2 acceptance: relative error of sigma* on the paper domain
 # Beyond the paper domain (|mu| <= 50, sigma in [0.01, 100], y <= 100) the issue asks for
-# correct handling but sets no number; we hold the kernel to 1e-11 there (the widest tilts,
-# sigma = 100, are the hardest).
-BEYOND_TOL = 1e-11
+# correct handling but sets no number; the kernel meets the same 1e-12 there (worst seen ~6e-14;
+# the widest tilts, sigma = 100, are the hardest), so we hold it to that.
+BEYOND_TOL = 1e-12
 MOMENT_TOL = 1e-12
 POISSON_COUNTS = (0, 1, 3, 10, 50)
 
