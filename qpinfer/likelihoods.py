@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 import numpy as np
-from scipy.special import gammaln, log_ndtr
+from scipy.special import gammaln, log_ndtr, ndtr
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -73,6 +73,7 @@ class Likelihood(ABC):
     """
 
     name: str = ""
+    _n_nodes: int = 20  # Gauss-Legendre nodes per panel in the sigma* quadrature
 
     @abstractmethod
     def check_y(self, y) -> np.ndarray:
@@ -132,7 +133,9 @@ class Probit(Likelihood):
         yf = _finite("y", y)
         bad = (yf != 1) & (yf != -1)
         if bad.any():
-            raise ValueError(f"y must be -1 or +1 for the probit likelihood; got {y[bad].flat[0]!r}")
+            raise ValueError(
+                f"y must be -1 or +1 for the probit likelihood; got {y[bad].flat[0]!r}"
+            )
         return yf
 
     def log_pdf(self, f, y) -> np.ndarray:
@@ -162,10 +165,15 @@ class Probit(Likelihood):
         return y * mu, np.ones_like(y)
 
     def _log_tilted(self, f, mu, sigma, y, derivative=True):
-        # y == +1 after canonical()
+        # y == +1 after canonical(). log(ndtr) is twice as fast as log_ndtr and as accurate
+        # while Phi(f) does not underflow.
         d = (f - mu) / sigma
-        log_q = log_ndtr(f) - 0.5 * d * d
-        return log_q, (_ratio_phi_over_Phi(f) - d / sigma) if derivative else None
+        log_phi_cdf = np.log(ndtr(f)) if np.min(f) > -30.0 else log_ndtr(f)
+        log_q = log_phi_cdf - 0.5 * d * d
+        if not derivative:
+            return log_q, None
+        ratio = np.exp(-0.5 * f * f - _LOG_SQRT_2PI - log_phi_cdf)  # phi(f) / Phi(f)
+        return log_q, ratio - d / sigma
 
     def _breakpoints(self, mu, sigma, y):
         """Phi(f) rises from ~0 to 1 - 1e-17 over f in [-3, 8.5], a feature of width ~1; a wide
@@ -204,6 +212,7 @@ class PoissonSquare(Likelihood):
     """
 
     name = "poisson_square"
+    _n_nodes = 16  # lobes are Gaussian times |f|^2y: smooth on every panel
 
     def check_y(self, y) -> np.ndarray:
         y = np.asarray(y)

@@ -25,21 +25,25 @@ Method (one fixed-shape computation per point, no per-point Python):
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.polynomial import legendre
 from scipy.special import ndtri
 
 from qpinfer.likelihoods import Likelihood, check_cavity, get_likelihood
 
-_N_NODES = 24  # Gauss-Legendre nodes per panel
 _N_LEVELS = 4  # panels on each side of a lobe's mode
-_N_LEVELS_FINE = 6  # ... for points whose likelihood asks for finer levels (very wide cavities)
+_N_LEVELS_FINE = 7  # ... for points whose likelihood asks for finer levels (very wide cavities)
 _TAIL = 50.0  # nats below the mode where a lobe is cut (e^-50 ~ 2e-22)
 _NEWTON_STEPS = 3
 
 
-def _gauss_legendre_tables(n: int):
-    """Nodes x, weights w on [-1, 1] and A[i, j] = integral_{-1}^{x_i} l_j(u) du."""
+@functools.cache
+def _panel_rule(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes x and weights w on [-1, 1], and the (n, 2n+1) matrix whose columns
+    give, from the density at the nodes, the panel integral, the partial integrals from -1 to
+    each node and from each node to 1 (exact for polynomials of degree n-1)."""
     x, w = legendre.leggauss(n)
     # l_j(u) = w_j sum_k (2k+1)/2 P_k(x_j) P_k(u), exact by Gauss-Legendre orthogonality.
     p_nodes = legendre.legvander(x, n)  # P_k(x_i), k = 0..n
@@ -48,13 +52,9 @@ def _gauss_legendre_tables(n: int):
     for k in range(1, n):
         integ[:, k] = (p_nodes[:, k + 1] - p_nodes[:, k - 1]) / (2 * k + 1)
     coef = (2 * np.arange(n) + 1) / 2.0
-    a = integ @ (coef[:, None] * p_nodes[:, :n].T) * w[None, :]
-    return x, w, a
-
-
-_X, _W, _A_LEFT = _gauss_legendre_tables(_N_NODES)
-_A_RIGHT = _A_LEFT[::-1, ::-1]  # integral_{x_i}^{1} l_j by reflection u -> -u
-_PANEL_OPS = np.column_stack([_W, _A_LEFT.T, _A_RIGHT.T])  # (n, 2n + 1)
+    a_left = integ @ (coef[:, None] * p_nodes[:, :n].T) * w[None, :]
+    a_right = a_left[::-1, ::-1]  # integral_{x_i}^{1} l_j by reflection u -> -u
+    return x, w, np.column_stack([w, a_left.T, a_right.T])
 
 
 def _level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
@@ -108,13 +108,14 @@ def _sigma_qp_quadrature(lik: Likelihood, mu, sigma, y, lobes, extra=None, n_lev
     lo = np.concatenate([ed[:, :-1] for ed in edges], axis=-1)
     hi = np.concatenate([ed[:, 1:] for ed in edges], axis=-1)
     half = 0.5 * (hi - lo)
-    f = (0.5 * (hi + lo))[..., None] + half[..., None] * _X
+    nodes, weights, panel_ops = _panel_rule(lik._n_nodes)
+    f = (0.5 * (hi + lo))[..., None] + half[..., None] * nodes
     col = (slice(None), None, None)
     log_q, _ = lik._log_tilted(f, mu[col], sigma[col], y[col], derivative=False)
     log_q -= log_q.max(axis=(1, 2), keepdims=True)
     n_pts, n_pan, n_nodes = f.shape
     # one GEMM gives, per panel, its mass and the partial integrals from its start / to its end
-    sums = (np.exp(log_q).reshape(-1, n_nodes) @ _PANEL_OPS).reshape(n_pts, n_pan, -1)
+    sums = (np.exp(log_q).reshape(-1, n_nodes) @ panel_ops).reshape(n_pts, n_pan, -1)
     sums *= half[..., None]
     mass = sums[..., 0]
     before = np.cumsum(mass, axis=1) - mass
@@ -126,7 +127,7 @@ def _sigma_qp_quadrature(lik: Likelihood, mu, sigma, y, lobes, extra=None, n_lev
     u /= total[:, None, None]
     np.clip(u, 0.0, 0.5, out=u)  # spectral partial integrals can dip below 0 where q ~ 0
     z = ndtri(u)
-    integrand = np.exp(-0.5 * z * z).reshape(-1, n_nodes) @ (_W / np.sqrt(2.0 * np.pi))
+    integrand = np.exp(-0.5 * z * z).reshape(-1, n_nodes) @ (weights / np.sqrt(2.0 * np.pi))
     result = (half * integrand.reshape(n_pts, n_pan)).sum(axis=1)
     # flat stretches of F between lobes contribute (gap length) * phi(Phi^{-1}(F))
     n_panels = [ed.shape[1] - 1 for ed in edges]
