@@ -239,8 +239,10 @@ def log_evidence(
     and ``log Z^_i`` the tilted normaliser at the cavity. Returns ``(log Z, cavity_mean,
     cavity_var)``.
     """
-    if getattr(projection, "power", 1.0) != 1.0:
-        raise NotImplementedError("the evidence of eq. (4) is implemented for power == 1 only")
+    if getattr(projection, "power", 1.0) != 1.0:  # Power EP: paper 004 eq. (110)
+        from qpinfer.power_ep import power_ep_log_evidence  # late: power_ep builds on this module
+
+        return power_ep_log_evidence(post, tau, nu, y, projection)
     tau_c = 1.0 / post.var - tau
     nu_c = post.mean / post.var - nu
     cav_var = 1.0 / tau_c
