@@ -168,7 +168,11 @@ class Probit(Likelihood):
         # y == +1 after canonical(). log(ndtr) is twice as fast as log_ndtr and as accurate
         # while Phi(f) does not underflow.
         d = (f - mu) / sigma
-        log_phi_cdf = np.log(ndtr(f)) if np.min(f) > -30.0 else log_ndtr(f)
+        with np.errstate(divide="ignore"):
+            log_phi_cdf = np.log(ndtr(f))
+        low = f < -30.0  # decided per element, so a point's result never depends on its batch
+        if low.any():
+            log_phi_cdf[low] = log_ndtr(f[low])
         log_q = log_phi_cdf - 0.5 * d * d
         if not derivative:
             return log_q, None
@@ -186,14 +190,11 @@ class Probit(Likelihood):
         # converges monotonically from any start; start at the tilted mean.
         s2 = sigma * sigma
         f, _ = self.tilted_moments(mu, sigma, y)
-        for _ in range(50):
+        # A fixed number of steps (no batch-wide stopping test), so a point's result never
+        # depends on the other points in its batch; the mode only centres the panels.
+        for _ in range(12):
             r = _ratio_phi_over_Phi(f)
-            g1 = r - (f - mu) / s2
-            g2 = -r * (f + r) - 1.0 / s2
-            step = g1 / g2
-            f = f - step
-            if np.all(np.abs(step) <= 1e-10 * (1.0 + np.abs(f))):
-                break
+            f = f - (r - (f - mu) / s2) / (-r * (f + r) - 1.0 / s2)
         r = _ratio_phi_over_Phi(f)
         width = 1.0 / np.sqrt(r * (f + r) + 1.0 / s2)
         inf = np.full_like(f, np.inf)

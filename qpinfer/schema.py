@@ -12,8 +12,8 @@ One zarr v3 directory store per likelihood, openable with ``xarray.open_zarr``:
   contiguous block of ``mu`` rows -- and stored *uncompressed* (bytes codec, little endian,
   C order). An uncompressed chunk has a known size, so a truncated chunk is detectable, and a
   reader can memory-map chunk files directly;
-* grid values are ``start + step * arange(n)`` with ``n = round((stop - start) / step) + 1``
-  (both ends inclusive), see :func:`grid_axis`;
+* grid values are given by :func:`grid_axis` (``n = round((stop - start) / step) + 1`` points,
+  both ends inclusive, exactly symmetric when the grid is);
 * root attributes listed in :data:`REQUIRED_ATTRS`.
 """
 
@@ -38,6 +38,16 @@ REQUIRED_ATTRS = (
 
 
 def grid_axis(start: float, stop: float, step: float) -> np.ndarray:
-    """Grid values ``start + step * arange(n)``, both ends inclusive (the contract's formula)."""
+    """Grid values from ``start`` to ``stop`` (both inclusive) in steps of ``step``.
+
+    ``n = round((stop - start) / step) + 1`` points. When ``start`` is a whole number of steps
+    (as on the paper grid, ``-10 = -10000 * 0.001``) the values are ``(i0 + arange(n)) * step``
+    with integer ``i0``, so a grid symmetric about 0 is *exactly* symmetric in floating point
+    (``x[n-1-k] == -x[k]``), which lets the probit mirror symmetry be used bit for bit;
+    otherwise ``start + step * arange(n)``.
+    """
     n = round((stop - start) / step) + 1
+    i0 = round(start / step)
+    if abs(start / step - i0) <= 1e-9 * max(1.0, abs(i0)):
+        return (i0 + np.arange(n, dtype=np.float64)) * step
     return start + step * np.arange(n, dtype=np.float64)

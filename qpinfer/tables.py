@@ -14,7 +14,7 @@ version :data:`~qpinfer.schema.SCHEMA_VERSION`, every attribute of
 :data:`~qpinfer.schema.REQUIRED_ATTRS`, ``complete == True``, a verification report with
 ``passed == True``, data variables with dims ``(y, mu, log10_sigma)``, float64, chunks
 ``(1, tile_mu, n_log10_sigma)`` with the bytes codec only, coordinates equal to the grid in
-``attrs["grid"]`` (``start + step * arange(n)``, :func:`qpinfer.schema.grid_axis`), and every
+``attrs["grid"]`` (:func:`qpinfer.schema.grid_axis`), and every
 chunk file present with exactly ``tile_mu * n_log10_sigma * 8`` bytes (a truncated chunk is
 caught here) and listed in ``attrs["checksums"]``.
 
@@ -100,7 +100,7 @@ def _sha256(path: Path) -> str:
 
 
 class _Axis:
-    """A uniform grid axis ``start + step * arange(n)``."""
+    """A uniform grid axis (values from :func:`qpinfer.schema.grid_axis`)."""
 
     __slots__ = ("inv_step", "n", "start", "step", "stop")
 

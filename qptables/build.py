@@ -24,20 +24,17 @@ Life cycle of ``build(likelihood, OUT, grid)``:
    aside first and deleted only after the new store is in place. A failed verification
    leaves ``OUT`` untouched and the partial store for inspection.
 
-Bit-identity. The kernel is evaluated **one mu row at a time** (all ``log10_sigma`` values of
-one ``(y, mu)`` in one call). qpinfer's kernel contains batch-wide iterations (e.g. a Newton
-loop that stops when *all* points of a call have converged), so a value may depend in its last
-bits on which other points share its call. Fixing the call unit to a grid row makes every
-stored value a function of its row alone: tiling, worker count, resuming and the probit mirror
-cannot change a single bit.
+Bit-identity. The kernel's value at a point never depends on the other points of its call
+(no batch-wide stopping tests; ``tests/test_kernel_determinism.py``), so tiling, worker count,
+resuming and the probit mirror cannot change a single bit.
 
 Probit mirror. ``sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1)`` exactly (the kernel
 canonicalizes ``(mu, y) -> (y mu, +1)``, an exact negation). When both labels are built, the
 ``y = -1`` row at ``mu[i]`` is copied from the ``y = +1`` row at ``mu[n-1-i]`` whenever
 ``mu[n-1-i] == -mu[i]`` *bitwise* (so the copy is identical to computing it); other rows are
-computed. For grids whose values are exact binary fractions (e.g. step 0.25) every row is
-mirrored; for the paper grid ``-10 + 0.001 k`` is not always the exact negation of
-``-10 + 0.001 (20000 - k)`` and about 54% of rows are mirrored. The property is re-checked on a
+computed. :func:`qpinfer.schema.grid_axis` makes every grid whose start is a whole number of
+steps (the paper grid included) exactly symmetric, so there every row is mirrored. The
+property is re-checked on a
 probe row at every build; if the kernel ever loses it, mirroring is switched off.
 """
 
@@ -200,7 +197,9 @@ class BuildLock:
                     # being written right now, or garbage: stale only if old
                     with contextlib.suppress(OSError):
                         if time.time() - self.path.stat().st_mtime > 30:
-                            warnings.warn(f"removing unreadable stale lock {self.path}", stacklevel=2)
+                            warnings.warn(
+                                f"removing unreadable stale lock {self.path}", stacklevel=2
+                            )
                             self.path.unlink(missing_ok=True)
                             continue
                     raise LockError(
@@ -250,24 +249,20 @@ def evaluate_rows(
 ) -> dict[str, np.ndarray]:
     """``sigma_qp`` and ``sigma_ratio`` on the rows ``mu x sigma`` for label ``y``.
 
-    One kernel call per ``mu`` row (see the module docstring, "Bit-identity"). Returns arrays of
-    shape ``(len(mu), len(sigma))``: ``sigma_qp`` (eq. (7)) and ``sigma_qp / sigma_ep`` with
+    One vectorized kernel call for the whole tile (the kernel's value at a point does not depend
+    on the other points of a call, so tiling never changes a bit). Returns arrays of shape
+    ``(len(mu), len(sigma))``: ``sigma_qp`` (eq. (7)) and ``sigma_qp / sigma_ep`` with
     ``sigma_ep`` the tilted standard deviation of :func:`qpinfer.tilted_moments`.
     """
     import qpinfer
 
-    n, m = len(mu), len(sigma)
-    sq = np.empty((n, m))
-    ratio = np.empty((n, m))
-    sigma = np.asarray(sigma, dtype=np.float64)
-    with np.errstate(all="ignore"):  # intermediate inf/nan inside the kernel are its business;
-        for i in range(n):  # the tile's final values are checked for finiteness
-            row_mu = np.full(m, mu[i], dtype=np.float64)
-            s = qpinfer.sigma_qp(likelihood, row_mu, sigma, y)
-            _, s_ep = qpinfer.tilted_moments(likelihood, row_mu, sigma, y)
-            sq[i] = s
-            ratio[i] = s / s_ep
-    return {"sigma_qp": sq, "sigma_ratio": ratio}
+    mu_grid, sigma_grid = np.meshgrid(
+        np.asarray(mu, dtype=np.float64), np.asarray(sigma, dtype=np.float64), indexing="ij"
+    )
+    with np.errstate(all="ignore"):  # the tile's final values are checked for finiteness
+        sq = qpinfer.sigma_qp(likelihood, mu_grid, sigma_grid, y)
+        _, s_ep = qpinfer.tilted_moments(likelihood, mu_grid, sigma_grid, y)
+    return {"sigma_qp": sq, "sigma_ratio": sq / s_ep}
 
 
 def _mirror_rows(grid: GridSpec, k: int) -> tuple[tuple[int, int], np.ndarray]:
@@ -431,12 +426,12 @@ def _check_writable(directory: Path, out: Path) -> None:
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
-        raise BuildInputError(f"OUT: destination {directory} is not writable ({exc.strerror})") from None
+        raise BuildInputError(
+            f"OUT: destination {directory} is not writable ({exc.strerror})"
+        ) from None
 
 
-def _resolve_grid(
-    likelihood: str, grid: GridSpec | str | None, y_max: int | None
-) -> GridSpec:
+def _resolve_grid(likelihood: str, grid: GridSpec | str | None, y_max: int | None) -> GridSpec:
     if grid is None or (isinstance(grid, str) and grid == "paper"):
         return paper_grid(likelihood, y_max)
     if isinstance(grid, str):
@@ -629,8 +624,22 @@ def build(
     lock.acquire()
     try:
         return _build_locked(
-            likelihood, out, partial, grid, scheduler, workers, force, samples, tolerance,
-            seed, verify_dps, progress, say, client, t_start, dry_run,
+            likelihood,
+            out,
+            partial,
+            grid,
+            scheduler,
+            workers,
+            force,
+            samples,
+            tolerance,
+            seed,
+            verify_dps,
+            progress,
+            say,
+            client,
+            t_start,
+            dry_run,
         )
     finally:
         lock.release()
@@ -947,4 +956,3 @@ def _publish(partial: Path, out: Path, force: bool) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-

@@ -2,7 +2,7 @@
 
 A table covers the cavity parameters ``mu`` (linear scale), ``log10_sigma`` (``sigma`` on a
 log10 scale) and the observed label ``y``. Axis values follow the store contract
-(:func:`qpinfer.schema.grid_axis`): ``start + step * arange(n)`` with
+(:func:`qpinfer.schema.grid_axis`): ``(i0 + arange(n)) * step`` (exactly symmetric) with
 ``n = round((stop - start) / step) + 1``, both ends inclusive.
 
 The grid is split into *tiles*: one tile is one zarr chunk of shape

@@ -105,9 +105,13 @@ def test_tiles_cover_every_row_exactly_once(n, tile):
     assert (covered == 1).all()
 
 
-@pytest.mark.parametrize(("step", "all_exact"), [(0.25, True), (0.1, False)])
-def test_mirror_rows_are_exact_negations(step, all_exact):
-    g = GridSpec((-2, 2, step), (-1, 1, 0.5), (-1, 1), tile_mu=3)
+@pytest.mark.parametrize(
+    ("mu_axis", "all_exact"),
+    # grid_axis makes a grid whose start is a whole number of steps exactly symmetric
+    [((-2, 2, 0.25), True), ((-2, 2, 0.1), True), ((-10, 10, 0.001), True)],
+)
+def test_mirror_rows_are_exact_negations(mu_axis, all_exact):
+    g = GridSpec(mu_axis, (-1, 1, 0.5), (-1, 1), tile_mu=3 if mu_axis[2] > 0.01 else 2000)
     mu = g.mu_values()
     n = len(mu)
     seen_exact = []
