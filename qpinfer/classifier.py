@@ -40,6 +40,7 @@ from qpinfer.ep import (
 )
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.likelihoods import Probit
+from qpinfer.power_ep import PowerMomentMatching, check_power
 from qpinfer.tables import TableError, installed_table_path, open_table
 
 __all__ = ["DataConversionWarning", "GPClassifier", "NotFittedError"]
@@ -159,8 +160,10 @@ class GPClassifier:
 
     Parameters
     ----------
-    method : {"qp", "ep"}
-        Quantile propagation (L2-Wasserstein projection, paper 000 eq. (7)) or EP (eq. (5)).
+    method : {"qp", "ep", "pep"}
+        Quantile propagation (L2-Wasserstein projection, paper 000 eq. (7)), EP (eq. (5)) or
+        Power EP with power ``alpha`` (paper 004 Sec. 3.4, :mod:`qpinfer.power_ep`; its evidence
+        is eq. (110)).
     table : None, "exact", path or table object
         Where QP gets sigma* from. ``None``: the installed table for the likelihood
         (:func:`qpinfer.tables.installed_table_path`) if there is one, else exact computation
@@ -183,6 +186,9 @@ class GPClassifier:
         Site updates stop when the RMS change of the site parameters is below ``tol`` (paper
         Sec. 6: 1e-6) or after ``max_iter`` sweeps (:class:`~qpinfer.ep.ConvergenceWarning`).
         ``damping=None``: 1.0 for the sequential, 0.5 for the parallel schedule.
+    alpha : float in (0, 1]
+        The Power EP power (``method="pep"`` only): ``alpha = 1`` is EP exactly, ``alpha -> 0``
+        approaches the variational solution.
 
     Attributes
     ----------
@@ -217,6 +223,7 @@ class GPClassifier:
         max_iter: int = 1000,
         tol: float = 1e-6,
         damping: float | None = None,
+        alpha: float = 0.5,
     ) -> None:
         self.method = method
         self.table = table
@@ -229,6 +236,7 @@ class GPClassifier:
         self.max_iter = max_iter
         self.tol = tol
         self.damping = damping
+        self.alpha = alpha
 
     # -- scikit-learn protocol (no dependency on scikit-learn) -------------------------------
     _PARAM_NAMES = (
@@ -243,6 +251,7 @@ class GPClassifier:
         "max_iter",
         "tol",
         "damping",
+        "alpha",
     )
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -292,8 +301,10 @@ class GPClassifier:
 
     # -- construction of the pieces -----------------------------------------------------------
     def _validate_params(self) -> None:
-        if self.method not in ("qp", "ep"):
-            raise ValueError(f"method must be 'qp' or 'ep', got {self.method!r}")
+        if self.method not in ("qp", "ep", "pep"):
+            raise ValueError(f"method must be 'qp', 'ep' or 'pep', got {self.method!r}")
+        if self.method == "pep":
+            check_power(self.alpha)
         if self.optimizer not in ("lbfgs", None):
             raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
         if self.schedule not in ("parallel", "sequential"):
@@ -350,6 +361,8 @@ class GPClassifier:
     def _projection(self, likelihood: Probit, table: Any) -> Any:
         if self.method == "ep":
             return MomentMatching(likelihood)
+        if self.method == "pep":
+            return PowerMomentMatching(likelihood, self.alpha)
         return QuantileMatching(likelihood, table)
 
     def _run(self, K: np.ndarray, y: np.ndarray, projection: Any, init=None) -> EPResult:

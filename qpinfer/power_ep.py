@@ -48,6 +48,7 @@ from scipy.special import logsumexp
 
 __all__ = [
     "PowerMomentMatching",
+    "check_power",
     "power_ep_log_evidence",
     "tilted_power_moments",
 ]
@@ -62,7 +63,8 @@ def _legendre_rule(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     return legendre.leggauss(n_nodes)
 
 
-def _check_power(power: Any) -> float:
+def check_power(power: Any) -> float:
+    """``float(power)`` if it is a number in (0, 1], else a ``ValueError`` naming ``alpha``."""
     p = np.nan
     if not isinstance(power, bool | str):
         try:
@@ -200,7 +202,7 @@ class PowerMomentMatching:
 
     def __init__(self, likelihood: Any, power: float = 0.5) -> None:
         self.likelihood = likelihood
-        self.power = _check_power(power)
+        self.power = check_power(power)
 
     def project(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
