@@ -6,16 +6,21 @@ Lightweight: depends on numpy, scipy and zarr only (never dask, distributed or m
 from qpinfer.classifier import GPClassifier
 from qpinfer.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run_ep
 from qpinfer.kernels import ARDSquaredExponential, Kernel
+from qpinfer.laplace import LaplaceResult, laplace_mode
 from qpinfer.likelihoods import Likelihood, PoissonSquare, Probit, get_likelihood
+from qpinfer.regression import GPPoissonRegressor
 from qpinfer.sigma import sigma_qp, tilted_moments
 from qpinfer.tables import SigmaTable, TableError, open_table
+from qpinfer.vb import VBResult, fit_vb
 
 __version__ = "0.1.0"
 __all__ = [
     "ARDSquaredExponential",
     "ConvergenceWarning",
     "GPClassifier",
+    "GPPoissonRegressor",
     "Kernel",
+    "LaplaceResult",
     "Likelihood",
     "MomentMatching",
     "PoissonSquare",
@@ -23,8 +28,11 @@ __all__ = [
     "QuantileMatching",
     "SigmaTable",
     "TableError",
+    "VBResult",
     "__version__",
+    "fit_vb",
     "get_likelihood",
+    "laplace_mode",
     "open_table",
     "run_ep",
     "sigma_qp",

@@ -1,0 +1,444 @@
+"""What the GP estimators share: parameters, input checks, and inference by EP/QP, VB or Laplace.
+
+:class:`GPEstimatorBase` holds everything of :class:`qpinfer.GPClassifier` and
+:class:`qpinfer.GPPoissonRegressor` that does not depend on the likelihood, in scikit-learn's
+conventions (constructor arguments stored verbatim, ``get_params``/``set_params``, learned state
+in attributes ending in ``_``, validation at the boundary with messages that name the argument)
+without depending on scikit-learn. A subclass supplies the likelihood, the target validation and
+the predictions.
+
+Inference methods (``method=``):
+
+* ``"ep"``, ``"qp"`` (and any other projection a subclass adds, e.g. Power EP) -- the site
+  updates of :func:`qpinfer.ep.run_ep` with :class:`~qpinfer.ep.MomentMatching` (eq. (5)) or
+  :class:`~qpinfer.ep.QuantileMatching` (eq. (7); sigma* from a table, exact outside it);
+  evidence eq. (4), gradient R&W eq. (5.27);
+* ``"laplace"`` -- :func:`qpinfer.laplace.laplace_mode` (R&W Alg. 3.1), evidence R&W eq. (3.32),
+  gradient R&W Alg. 5.1;
+* ``"vb"`` -- :func:`qpinfer.vb.fit_vb` (Opper & Archambeau's Gaussian VB), the ELBO in place of
+  the log marginal likelihood.
+
+Hyperparameters (paper Sec. 6): L-BFGS-B (at most 1000 iterations, relative function tolerance
+1e-9) over the log kernel hyperparameters. For EP/QP and Laplace every evaluation re-runs the
+inner loop to convergence (warm-started from the previous evaluation) and returns the evidence
+with its gradient; the fit keeps the best evidence seen. For VB the variational parameters and
+the hyperparameters are optimised jointly (as GPy and the paper do). See
+:mod:`qpinfer.classifier` for why the inner loop is nested rather than alternated with whole
+L-BFGS-B runs, and for QP's gradient (EP's expression at QP's sites, sites held fixed).
+
+Starting points: for the square link the posterior is symmetric under ``f -> -f`` and the
+symmetric state (posterior mean 0) is a saddle that EP's and VB's updates never leave; every
+method therefore starts on the positive branch (:func:`qpinfer.laplace.positive_branch_start`):
+EP/QP from Gaussian sites at each likelihood term's positive mode, Laplace and VB from the GP
+smoother of ``sqrt(y)``. Probit starts as usual (zero sites, ``f = 0``, GPy's VB start).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+from qpinfer.ep import (
+    ConvergenceWarning,
+    EPResult,
+    MomentMatching,
+    QuantileMatching,
+    log_evidence_gradient,
+    predict_latent,
+    run_ep,
+)
+from qpinfer.kernels import ARDSquaredExponential
+from qpinfer.laplace import laplace_log_evidence_gradient, laplace_mode, positive_branch_start
+from qpinfer.tables import TableError, installed_table_path, open_table
+from qpinfer.vb import LBFGS_OPTIONS, elbo, fit_vb
+
+__all__ = [
+    "DataConversionWarning",
+    "GPEstimatorBase",
+    "NotFittedError",
+    "check_X",
+]
+
+#: The baselines (not site-update methods).
+BASELINE_METHODS = ("vb", "laplace")
+
+
+class NotFittedError(ValueError, AttributeError):
+    """The estimator is used before ``fit`` (same bases as scikit-learn's)."""
+
+
+_sklearn_compatible: dict[str, type] = {}
+
+
+def not_fitted_error(message: str) -> NotFittedError:
+    """A :class:`NotFittedError`; if scikit-learn is loaded, also an instance of its own
+    ``NotFittedError``, so its tooling recognises it (qpinfer never imports scikit-learn)."""
+    sk = sys.modules.get("sklearn.exceptions")
+    if sk is None:
+        return NotFittedError(message)
+    cls = _sklearn_compatible.get("NotFittedError")
+    if cls is None:
+        cls = type("NotFittedError", (NotFittedError, sk.NotFittedError), {})
+        _sklearn_compatible["NotFittedError"] = cls
+    return cls(message)
+
+
+class DataConversionWarning(UserWarning):
+    """Input data was converted (same name and message as scikit-learn's)."""
+
+
+def check_X(X: Any, name: str = "X", estimator: str = "this estimator") -> np.ndarray:
+    """A finite 2-d float64 array with at least one row and one column, or ``ValueError``."""
+    if X is None:
+        raise ValueError(f"{name} is None; expected a 2-d array of shape (n_samples, n_features)")
+    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
+        raise TypeError(
+            f"{name}: sparse input is not supported by {estimator}; convert it with "
+            f"{name}.toarray()"
+        )
+    arr = np.asarray(X)
+    if np.iscomplexobj(arr):
+        raise ValueError("Complex data not supported")
+    arr = np.asarray(arr, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(
+            f"Expected 2D array for {name}, got {arr.ndim}D array of shape {arr.shape} instead. "
+            "Reshape your data with array.reshape(-1, 1) for a single feature or "
+            "array.reshape(1, -1) for a single sample."
+        )
+    if arr.shape[0] < 1:
+        raise ValueError(
+            f"Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required "
+            f"({name})."
+        )
+    if arr.shape[1] < 1:
+        raise ValueError(
+            f"Found array with 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required "
+            f"({name})."
+        )
+    if not np.isfinite(arr).all():
+        raise ValueError(f"Input {name} contains NaN or infinity.")
+    return arr
+
+
+_warned_exact: set[str] = set()
+
+
+def warn_exact_once(reason: str, key: str) -> None:
+    """QP without a table: warn once per process and ``key`` (the estimator's name)."""
+    if key not in _warned_exact:
+        _warned_exact.add(key)
+        warnings.warn(
+            f"{reason}; QP computes sigma* exactly with qpinfer.sigma_qp (slower than a table "
+            "lookup). Install a table (qptables) or pass table=... . Warned once per process.",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+
+
+class GPEstimatorBase:
+    """Shared parameters, fitting and latent predictions of the GP estimators.
+
+    Subclasses define ``__init__`` (storing the names in ``_PARAM_NAMES`` verbatim), and call
+    :meth:`_fit_latent` from ``fit`` with validated inputs and the likelihood's labels.
+    """
+
+    _METHODS: tuple[str, ...] = ("qp", "ep", "vb", "laplace")
+    _PARAM_NAMES: tuple[str, ...] = ()
+
+    # -- scikit-learn protocol (no dependency on scikit-learn) -------------------------------
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Constructor arguments (scikit-learn's ``get_params``)."""
+        return {name: getattr(self, name) for name in self._PARAM_NAMES}
+
+    def set_params(self, **params: Any):
+        """Set constructor arguments (scikit-learn's ``set_params``)."""
+        for key, value in params.items():
+            if key not in self._PARAM_NAMES:
+                raise ValueError(
+                    f"Invalid parameter {key!r} for {type(self).__name__}; valid parameters are "
+                    f"{sorted(self._PARAM_NAMES)}"
+                )
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = type(self)().get_params()
+        changed = []
+        for k, v in self.get_params().items():
+            d = defaults[k]
+            same = v is d or (type(v) is type(d) and not isinstance(v, np.ndarray) and bool(v == d))
+            if not same:
+                changed.append(f"{k}={v!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "result_")
+
+    def _check_is_fitted(self) -> None:
+        if not hasattr(self, "result_"):
+            raise not_fitted_error(
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
+                "appropriate arguments before using this estimator."
+            )
+
+    # -- construction of the pieces -----------------------------------------------------------
+    def _validate_params(self) -> None:
+        if self.method not in self._METHODS:
+            names = ", ".join(repr(m) for m in self._METHODS)
+            raise ValueError(f"method must be one of {names}; got {self.method!r}")
+        if self.optimizer not in ("lbfgs", None):
+            raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
+        if self.schedule not in ("parallel", "sequential"):
+            raise ValueError(f"schedule must be 'parallel' or 'sequential', got {self.schedule!r}")
+        mi = self.max_iter
+        if isinstance(mi, bool) or not (isinstance(mi, int | np.integer) and mi >= 1):
+            raise ValueError(f"max_iter must be a positive integer, got {mi!r}")
+        if not (isinstance(self.tol, int | float) and self.tol > 0):
+            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
+        if self.damping is not None and not (0 < self.damping <= 1):
+            raise ValueError(f"damping must be None or in (0, 1], got {self.damping!r}")
+
+    def _initial_kernel(self, n_features: int) -> Any:
+        if self.kernel is not None:
+            for attr in ("theta", "bounds", "with_theta", "gradient_contract", "diag"):
+                if not hasattr(self.kernel, attr):
+                    raise ValueError(
+                        f"kernel must implement the qpinfer.kernels.Kernel protocol; "
+                        f"{type(self.kernel).__name__} lacks {attr!r}"
+                    )
+            return self.kernel.with_theta(self.kernel.theta)  # a copy; the parameter is kept
+        ls = np.asarray(self.length_scale, dtype=np.float64)
+        if ls.ndim == 0 and self.ard:
+            ls = np.full(n_features, float(ls))
+        elif ls.ndim == 1 and ls.size not in (1, n_features):
+            raise ValueError(f"length_scale has {ls.size} entries but X has {n_features} features")
+        return ARDSquaredExponential(self.variance, ls)
+
+    def _warn_exact(self, reason: str) -> None:
+        warn_exact_once(reason, type(self).__name__)
+
+    def _resolve_table(self, likelihood: Any) -> Any:
+        if self.method != "qp":
+            return None
+        table = self.table
+        if isinstance(table, str) and table == "exact":
+            return None
+        if table is None:
+            path = installed_table_path(likelihood)
+            if not path.exists():
+                self._warn_exact(f"no installed sigma* table for {likelihood.name!r} at {path}")
+                return None
+            try:
+                return open_table(path)
+            except TableError as exc:
+                self._warn_exact(f"the installed table is unusable ({exc})")
+                return None
+        if isinstance(table, str | os.PathLike):
+            return open_table(table)
+        if not hasattr(table, "sigma_ratio"):
+            raise ValueError(
+                f"table must be None, 'exact', a path or a table from qpinfer.open_table; got "
+                f"{type(table).__name__}"
+            )
+        return table
+
+    def _projection(self, likelihood: Any, table: Any) -> Any:
+        if self.method in BASELINE_METHODS:
+            return None
+        if self.method == "ep":
+            return MomentMatching(likelihood)
+        return QuantileMatching(likelihood, table)
+
+    def _run(self, K: np.ndarray, y: np.ndarray, projection: Any, init=None) -> EPResult:
+        return run_ep(
+            K,
+            y,
+            projection,
+            schedule=self.schedule,
+            damping=self.damping,
+            max_iter=int(self.max_iter),
+            tol=float(self.tol),
+            init=init,
+        )
+
+    # -- one inner fit at fixed hyperparameters, and its gradient ----------------------------
+    def _inner(self, kern: Any, X: np.ndarray, K: np.ndarray, y: np.ndarray, init: Any) -> Any:
+        """EP/QP sites or the Laplace mode at fixed hyperparameters (warm start ``init``)."""
+        lik = self.likelihood_
+        if self.method == "laplace":
+            return laplace_mode(K, y, lik, init=init, max_iter=max(int(self.max_iter), 100))
+        if init is None and lik.name == "poisson_square":
+            _, tau, nu = positive_branch_start(K, y, lik)
+            init = (tau, nu)
+        return self._run(K, y, self.projection_, init)
+
+    def _gradient(self, kern: Any, X: np.ndarray, K: np.ndarray, y: np.ndarray, res: Any):
+        if self.method == "laplace":
+            return laplace_log_evidence_gradient(kern, X, res, self.likelihood_, y, K)
+        return log_evidence_gradient(kern, X, res, K)
+
+    @staticmethod
+    def _warm_start(res: Any) -> Any:
+        return res.a if hasattr(res, "a") else (res.tau, res.nu)
+
+    # -- fitting ------------------------------------------------------------------------------
+    def _fit_latent(self, X: np.ndarray, y: np.ndarray, likelihood: Any) -> None:
+        """Fit the latent posterior (and hyperparameters) to validated ``X`` and labels ``y``
+        (in the likelihood's form); sets the fitted attributes shared by all estimators."""
+        self.likelihood_ = likelihood
+        table = self._resolve_table(likelihood)
+        self.table_ = table
+        self.projection_ = self._projection(likelihood, table)
+        kernel = self._initial_kernel(X.shape[1])
+
+        if self.method == "vb":
+            kernel, result = fit_vb(
+                kernel,
+                X,
+                y,
+                likelihood,
+                optimize_kernel=self.optimizer == "lbfgs",
+                max_iter=int(self.max_iter),
+            )
+            n_evals = result.n_iter
+            self._warn_not_converged(result)
+        elif self.optimizer == "lbfgs":
+            kernel, result, n_evals = self._optimize(kernel, X, y)
+        else:
+            result = self._inner(kernel, X, kernel(X), y, None)
+            n_evals = 1
+            self._warn_not_converged(result)
+
+        self.n_features_in_ = X.shape[1]
+        self.X_train_ = X
+        self.y_train_ = y
+        self.kernel_ = kernel
+        self.result_ = result
+        if isinstance(result, EPResult):
+            self.ep_result_ = result
+        elif hasattr(self, "ep_result_"):
+            del self.ep_result_
+        self.log_marginal_likelihood_ = result.log_marginal_likelihood
+        self.n_iter_ = result.n_iter
+        self.n_evaluations_ = n_evals
+
+    def _warn_not_converged(self, result: Any) -> None:
+        if isinstance(result, EPResult) or result.converged:
+            return  # run_ep warns itself
+        warnings.warn(
+            f"{self.method}: the inner optimisation did not converge ({type(result).__name__})",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+
+    def _optimize(self, kernel, X, y) -> tuple[Any, Any, int]:
+        """Maximise the evidence over the log hyperparameters with L-BFGS-B (paper Sec. 6).
+
+        Each evaluation runs the inner loop (EP/QP sites or the Laplace mode) to convergence,
+        warm-started from the previous evaluation, and returns the evidence and its gradient.
+        """
+        state: dict[str, Any] = {"init": None, "best": None, "n": 0}
+
+        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            state["n"] += 1
+            kern = kernel.with_theta(theta)
+            try:
+                K = kern(X)
+                res = self._inner(kern, X, K, y, state["init"])
+                grad = self._gradient(kern, X, K, y, res)
+            except (np.linalg.LinAlgError, ValueError):
+                return np.inf, np.zeros_like(theta)
+            value = res.log_marginal_likelihood
+            if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+                return np.inf, np.zeros_like(theta)
+            state["init"] = self._warm_start(res)
+            best = state["best"]
+            if best is None or value > best[2].log_marginal_likelihood:
+                state["best"] = (theta.copy(), kern, res)
+            return -value, -grad
+
+        with warnings.catch_warnings():
+            # the first evaluations may run at extreme hyperparameters; only the result counts
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            minimize(
+                objective,
+                kernel.theta,
+                jac=True,
+                method="L-BFGS-B",
+                bounds=kernel.bounds,
+                options=LBFGS_OPTIONS,
+            )
+        if state["best"] is None:
+            raise ValueError(f"{self.method} inference failed at every hyperparameter value tried")
+        _, kern, result = state["best"]
+        if not result.converged:
+            warnings.warn(
+                f"{self.method}: the inner loop did not converge within max_iter={self.max_iter} "
+                "at the fitted hyperparameters",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return kern, result, state["n"]
+
+    # -- latent predictions and the evidence --------------------------------------------------
+    def _check_predict_X(self, X: Any) -> np.ndarray:
+        self._check_is_fitted()
+        X = check_X(X, estimator=type(self).__name__)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        return X
+
+    def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61), Alg. 3.2)."""
+        X = self._check_predict_X(X)
+        K_star = self.kernel_(self.X_train_, X)
+        return predict_latent(self.result_.posterior, K_star, self.kernel_.diag(X))
+
+    def log_marginal_likelihood(
+        self, theta: np.ndarray | None = None, eval_gradient: bool = False
+    ) -> float | tuple[float, np.ndarray]:
+        """The evidence at log hyperparameters ``theta`` (default: the fitted ones).
+
+        EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO. With another ``theta`` the inner
+        loop is re-run, warm-started from the fitted state (VB: ``(alpha, beta)`` re-optimised at
+        fixed ``theta``). Gradients: R&W eq. (5.27) with the sites fixed (the total derivative
+        for EP at convergence; see :mod:`qpinfer.ep` for QP), R&W Alg. 5.1 (Laplace, total), and
+        for VB the partial derivative at the optimal ``(alpha, beta)`` (total by the envelope
+        theorem, up to the inner optimiser's tolerance).
+        """
+        self._check_is_fitted()
+        X, y = self.X_train_, self.y_train_
+        if theta is None:
+            kernel, result = self.kernel_, self.result_
+        else:
+            kernel = self.kernel_.with_theta(np.asarray(theta, dtype=np.float64))
+            if self.method == "vb":
+                _, result = fit_vb(
+                    kernel,
+                    X,
+                    y,
+                    self.likelihood_,
+                    optimize_kernel=False,
+                    init=(self.result_.alpha, self.result_.beta),
+                )
+            else:
+                result = self._inner(kernel, X, kernel(X), y, self._warm_start(self.result_))
+        if not eval_gradient:
+            return result.log_marginal_likelihood
+        K = kernel(X)
+        if self.method == "vb":
+            _, _, _, G, _ = elbo(K, result.alpha, result.beta, y, self.likelihood_)
+            grad = np.asarray(kernel.gradient_contract(X, G, K), dtype=np.float64)
+        else:
+            grad = self._gradient(kernel, X, K, y, result)
+        return result.log_marginal_likelihood, grad
