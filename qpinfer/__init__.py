@@ -8,8 +8,10 @@ from qpinfer.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run
 from qpinfer.kernels import ARDSquaredExponential, Kernel
 from qpinfer.laplace import LaplaceResult, laplace_mode
 from qpinfer.likelihoods import Likelihood, PoissonSquare, Probit, get_likelihood
+from qpinfer.power_ep import PowerMomentMatching
 from qpinfer.regression import GPPoissonRegressor
 from qpinfer.sigma import sigma_qp, tilted_moments
+from qpinfer.sparse import SparseGPClassifier, SparseGPRegressor
 from qpinfer.tables import SigmaTable, TableError, open_table
 from qpinfer.vb import VBResult, fit_vb
 
@@ -24,9 +26,12 @@ __all__ = [
     "Likelihood",
     "MomentMatching",
     "PoissonSquare",
+    "PowerMomentMatching",
     "Probit",
     "QuantileMatching",
     "SigmaTable",
+    "SparseGPClassifier",
+    "SparseGPRegressor",
     "TableError",
     "VBResult",
     "__version__",
