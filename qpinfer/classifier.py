@@ -1,10 +1,12 @@
-"""Binary GP classification with EP or QP, in scikit-learn style (without depending on it).
+"""Binary GP classification with EP, QP and baselines, in scikit-learn style (without sklearn).
 
 :class:`GPClassifier` follows scikit-learn's conventions (``fit``/``predict``/``predict_proba``/
 ``score``; constructor arguments stored verbatim; learned state in attributes ending in ``_``;
 validation at the boundary with messages naming the argument) but needs only numpy and scipy;
 ``sklearn.base.clone`` and the estimator checks work on it. The layout mirrors
-``sklearn/gaussian_process/_gpc.py``, with EP/QP (paper 000, Algorithm 1) instead of Laplace.
+``sklearn/gaussian_process/_gpc.py``, with EP/QP (paper 000, Algorithm 1) besides Laplace (and
+Gaussian VB, the paper's baseline); what it shares with :class:`qpinfer.GPPoissonRegressor` is in
+:class:`qpinfer.estimator.GPEstimatorBase`.
 
 Hyperparameters (paper Sec. 6): L-BFGS-B (at most 1000 iterations, relative function tolerance
 1e-9) maximises eq. (4) over the log kernel hyperparameters. Every evaluation runs the site
@@ -16,61 +18,34 @@ sites are not a stationary point of EP's free energy); the differences are small
 a few percent of sigma_EP) and the fit keeps the best evidence seen. Nesting the inner loop in
 every evaluation, rather than alternating whole L-BFGS-B runs at fixed sites as in Algorithm 1,
 converges in far fewer site sweeps (alternating creeps along flat directions of eq. (4)).
+Laplace is nested the same way (Newton mode, R&W Alg. 5.1 gradient); VB optimises its variational
+parameters jointly with the hyperparameters.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import ndtr
 
-from qpinfer.ep import (
-    ConvergenceWarning,
-    EPResult,
-    MomentMatching,
-    QuantileMatching,
-    log_evidence_gradient,
-    predict_latent,
-    run_ep,
+from qpinfer.ep import MomentMatching, QuantileMatching
+from qpinfer.estimator import (
+    BASELINE_METHODS,
+    DataConversionWarning,
+    GPEstimatorBase,
+    NotFittedError,
+    check_X,
+    not_fitted_error,
 )
-from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power
-from qpinfer.tables import TableError, installed_table_path, open_table
 
 __all__ = ["DataConversionWarning", "GPClassifier", "NotFittedError"]
 
-_LBFGS_OPTIONS = {"maxiter": 1000, "ftol": 1e-9}  # paper Sec. 6
 _warned_exact = False
-
-
-class NotFittedError(ValueError, AttributeError):
-    """The estimator is used before ``fit`` (same bases as scikit-learn's)."""
-
-
-_sklearn_compatible: dict[str, type] = {}
-
-
-def _not_fitted_error(message: str) -> NotFittedError:
-    """A :class:`NotFittedError`; if scikit-learn is loaded, also an instance of its own
-    ``NotFittedError``, so its tooling recognises it (qpinfer never imports scikit-learn)."""
-    sk = sys.modules.get("sklearn.exceptions")
-    if sk is None:
-        return NotFittedError(message)
-    cls = _sklearn_compatible.get("NotFittedError")
-    if cls is None:
-        cls = type("NotFittedError", (NotFittedError, sk.NotFittedError), {})
-        _sklearn_compatible["NotFittedError"] = cls
-    return cls(message)
-
-
-class DataConversionWarning(UserWarning):
-    """Input data was converted (same name and message as scikit-learn's)."""
+_not_fitted_error = not_fitted_error  # kept for modules importing the old private names
 
 
 def _warn_exact_once(reason: str) -> None:
@@ -81,41 +56,12 @@ def _warn_exact_once(reason: str) -> None:
             f"{reason}; QP computes sigma* exactly with qpinfer.sigma_qp (slower than a table "
             "lookup). Install a table (qptables) or pass table=... . Warned once per process.",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
 
 
 def _check_X(X: Any, name: str = "X") -> np.ndarray:
-    if X is None:
-        raise ValueError(f"{name} is None; expected a 2-d array of shape (n_samples, n_features)")
-    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
-        raise TypeError(
-            f"{name}: sparse input is not supported by GPClassifier; convert it with "
-            f"{name}.toarray()"
-        )
-    arr = np.asarray(X)
-    if np.iscomplexobj(arr):
-        raise ValueError("Complex data not supported")
-    arr = np.asarray(arr, dtype=np.float64)
-    if arr.ndim != 2:
-        raise ValueError(
-            f"Expected 2D array for {name}, got {arr.ndim}D array of shape {arr.shape} instead. "
-            "Reshape your data with array.reshape(-1, 1) for a single feature or "
-            "array.reshape(1, -1) for a single sample."
-        )
-    if arr.shape[0] < 1:
-        raise ValueError(
-            f"Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required "
-            f"({name})."
-        )
-    if arr.shape[1] < 1:
-        raise ValueError(
-            f"Found array with 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required "
-            f"({name})."
-        )
-    if not np.isfinite(arr).all():
-        raise ValueError(f"Input {name} contains NaN or infinity.")
-    return arr
+    return check_X(X, name, estimator="GPClassifier")
 
 
 def _check_y(y: Any, n_samples: int) -> np.ndarray:
@@ -155,15 +101,17 @@ def _check_y(y: Any, n_samples: int) -> np.ndarray:
     return arr
 
 
-class GPClassifier:
-    """Gaussian process classifier (probit likelihood) with EP or QP inference.
+class GPClassifier(GPEstimatorBase):
+    """Gaussian process classifier (probit likelihood) with EP, QP, Power EP, VB or Laplace.
 
     Parameters
     ----------
-    method : {"qp", "ep", "pep"}
-        Quantile propagation (L2-Wasserstein projection, paper 000 eq. (7)), EP (eq. (5)) or
+    method : {"qp", "ep", "pep", "vb", "laplace"}
+        Quantile propagation (L2-Wasserstein projection, paper 000 eq. (7)), EP (eq. (5)),
         Power EP with power ``alpha`` (paper 004 Sec. 3.4, :mod:`qpinfer.power_ep`; its evidence
-        is eq. (110)).
+        is eq. (110)), or the baselines: Gaussian variational Bayes (:mod:`qpinfer.vb`, the
+        paper's Sec. 6 baseline; ``log_marginal_likelihood_`` is then the ELBO) and the Laplace
+        approximation (:mod:`qpinfer.laplace`, R&W Alg. 3.1/3.2/5.1).
     table : None, "exact", path or table object
         Where QP gets sigma* from. ``None``: the installed table for the likelihood
         (:func:`qpinfer.tables.installed_table_path`) if there is one, else exact computation
@@ -179,13 +127,15 @@ class GPClassifier:
         length scale(s), and whether a scalar ``length_scale`` becomes one per feature (ARD, the
         paper's Sec. 3.1 kernel).
     optimizer : {"lbfgs", None}
-        Fit the hyperparameters by maximising eq. (4) with L-BFGS-B, or keep them fixed.
+        Fit the hyperparameters by maximising the evidence (eq. (4); Laplace: R&W eq. (3.32);
+        VB: the ELBO, jointly with the variational parameters) with L-BFGS-B, or keep them fixed.
     schedule : {"parallel", "sequential"}
         Site-update schedule (see :func:`qpinfer.ep.run_ep`).
     max_iter, tol, damping :
         Site updates stop when the RMS change of the site parameters is below ``tol`` (paper
         Sec. 6: 1e-6) or after ``max_iter`` sweeps (:class:`~qpinfer.ep.ConvergenceWarning`).
-        ``damping=None``: 1.0 for the sequential, 0.5 for the parallel schedule.
+        ``damping=None``: 1.0 for the sequential, 0.5 for the parallel schedule. ``max_iter``
+        also bounds Newton iterations (Laplace, at least 100) and L-BFGS-B iterations (VB).
     alpha : float in (0, 1]
         The Power EP power (``method="pep"`` only): ``alpha = 1`` is EP exactly, ``alpha -> 0``
         approaches the variational solution.
@@ -198,11 +148,13 @@ class GPClassifier:
     X_train_ : ndarray
     kernel_ : kernel object with the fitted hyperparameters.
     log_marginal_likelihood_ : float
-        Eq. (4) at the fitted hyperparameters and sites.
+        Eq. (4) at the fitted hyperparameters and sites (Laplace: R&W eq. (3.32); VB: the ELBO).
+    result_ : EPResult, LaplaceResult or VBResult
+        Posterior and convergence information of the final inner fit.
     ep_result_ : qpinfer.ep.EPResult
-        Sites, posterior and convergence information of the final inner loop.
+        For the site-update methods (qp, ep, pep): the same object as ``result_``.
     n_iter_ : int
-        Sweeps of the final inner loop.
+        Sweeps (Newton steps, L-BFGS-B iterations) of the final inner fit.
     n_evaluations_ : int
         Inner loops run while fitting (one per L-BFGS-B evaluation).
     table_ : table object or None
@@ -238,7 +190,7 @@ class GPClassifier:
         self.damping = damping
         self.alpha = alpha
 
-    # -- scikit-learn protocol (no dependency on scikit-learn) -------------------------------
+    _METHODS = ("qp", "ep", "pep", "vb", "laplace")
     _PARAM_NAMES = (
         "method",
         "table",
@@ -254,31 +206,6 @@ class GPClassifier:
         "alpha",
     )
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Constructor arguments (scikit-learn's ``get_params``)."""
-        return {name: getattr(self, name) for name in self._PARAM_NAMES}
-
-    def set_params(self, **params: Any) -> GPClassifier:
-        """Set constructor arguments (scikit-learn's ``set_params``)."""
-        for key, value in params.items():
-            if key not in self._PARAM_NAMES:
-                raise ValueError(
-                    f"Invalid parameter {key!r} for GPClassifier; valid parameters are "
-                    f"{sorted(self._PARAM_NAMES)}"
-                )
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = GPClassifier().get_params()
-        changed = []
-        for k, v in self.get_params().items():
-            d = defaults[k]
-            same = v is d or (type(v) is type(d) and not isinstance(v, np.ndarray) and bool(v == d))
-            if not same:
-                changed.append(f"{k}={v!r}")
-        return f"GPClassifier({', '.join(changed)})"
-
     def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
         from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
 
@@ -289,93 +216,22 @@ class GPClassifier:
             input_tags=InputTags(),
         )
 
-    def __sklearn_is_fitted__(self) -> bool:
-        return hasattr(self, "ep_result_")
-
-    def _check_is_fitted(self) -> None:
-        if not hasattr(self, "ep_result_"):
-            raise _not_fitted_error(
-                "This GPClassifier instance is not fitted yet. Call 'fit' with appropriate "
-                "arguments before using this estimator."
-            )
-
-    # -- construction of the pieces -----------------------------------------------------------
     def _validate_params(self) -> None:
-        if self.method not in ("qp", "ep", "pep"):
-            raise ValueError(f"method must be 'qp', 'ep' or 'pep', got {self.method!r}")
+        super()._validate_params()
         if self.method == "pep":
             check_power(self.alpha)
-        if self.optimizer not in ("lbfgs", None):
-            raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
-        if self.schedule not in ("parallel", "sequential"):
-            raise ValueError(f"schedule must be 'parallel' or 'sequential', got {self.schedule!r}")
-        mi = self.max_iter
-        if isinstance(mi, bool) or not (isinstance(mi, int | np.integer) and mi >= 1):
-            raise ValueError(f"max_iter must be a positive integer, got {mi!r}")
-        if not (isinstance(self.tol, int | float) and self.tol > 0):
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
-        if self.damping is not None and not (0 < self.damping <= 1):
-            raise ValueError(f"damping must be None or in (0, 1], got {self.damping!r}")
 
-    def _initial_kernel(self, n_features: int) -> Any:
-        if self.kernel is not None:
-            for attr in ("theta", "bounds", "with_theta", "gradient_contract", "diag"):
-                if not hasattr(self.kernel, attr):
-                    raise ValueError(
-                        f"kernel must implement the qpinfer.kernels.Kernel protocol; "
-                        f"{type(self.kernel).__name__} lacks {attr!r}"
-                    )
-            return self.kernel.with_theta(self.kernel.theta)  # a copy; the parameter is kept
-        ls = np.asarray(self.length_scale, dtype=np.float64)
-        if ls.ndim == 0 and self.ard:
-            ls = np.full(n_features, float(ls))
-        elif ls.ndim == 1 and ls.size not in (1, n_features):
-            raise ValueError(f"length_scale has {ls.size} entries but X has {n_features} features")
-        return ARDSquaredExponential(self.variance, ls)
-
-    def _resolve_table(self, likelihood: Probit) -> Any:
-        if self.method != "qp":
-            return None
-        table = self.table
-        if isinstance(table, str) and table == "exact":
-            return None
-        if table is None:
-            path = installed_table_path(likelihood)
-            if not path.exists():
-                _warn_exact_once(f"no installed sigma* table for {likelihood.name!r} at {path}")
-                return None
-            try:
-                return open_table(path)
-            except TableError as exc:
-                _warn_exact_once(f"the installed table is unusable ({exc})")
-                return None
-        if isinstance(table, str | os.PathLike):
-            return open_table(table)
-        if not hasattr(table, "sigma_ratio"):
-            raise ValueError(
-                f"table must be None, 'exact', a path or a table from qpinfer.open_table; got "
-                f"{type(table).__name__}"
-            )
-        return table
+    def _warn_exact(self, reason: str) -> None:
+        _warn_exact_once(reason)
 
     def _projection(self, likelihood: Probit, table: Any) -> Any:
+        if self.method in BASELINE_METHODS:
+            return None
         if self.method == "ep":
             return MomentMatching(likelihood)
         if self.method == "pep":
             return PowerMomentMatching(likelihood, self.alpha)
         return QuantileMatching(likelihood, table)
-
-    def _run(self, K: np.ndarray, y: np.ndarray, projection: Any, init=None) -> EPResult:
-        return run_ep(
-            K,
-            y,
-            projection,
-            schedule=self.schedule,
-            damping=self.damping,
-            max_iter=int(self.max_iter),
-            tol=float(self.tol),
-            init=init,
-        )
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> GPClassifier:
@@ -394,99 +250,12 @@ class GPClassifier:
                 "Only binary classification is supported. The type of the target is multiclass "
                 f"({classes.size} classes)."
             )
-        likelihood = Probit()
         y_pm = np.where(y == classes[1], 1.0, -1.0)
-        table = self._resolve_table(likelihood)
-        projection = self._projection(likelihood, table)
-        kernel = self._initial_kernel(X.shape[1])
-
-        if self.optimizer == "lbfgs":
-            kernel, result, n_evals = self._optimize(kernel, X, y_pm, projection)
-        else:
-            result = self._run(kernel(X), y_pm, projection)
-            n_evals = 1
-
+        self._fit_latent(X, y_pm, Probit())
         self.classes_ = classes
-        self.n_features_in_ = X.shape[1]
-        self.X_train_ = X
-        self.y_train_ = y_pm
-        self.kernel_ = kernel
-        self.table_ = table
-        self.projection_ = projection
-        self.ep_result_ = result
-        self.log_marginal_likelihood_ = result.log_marginal_likelihood
-        self.n_iter_ = result.n_iter
-        self.n_evaluations_ = n_evals
         return self
 
-    def _optimize(self, kernel, X, y, projection) -> tuple[Any, EPResult, int]:
-        """Maximise eq. (4) over the log hyperparameters with L-BFGS-B (paper Sec. 6).
-
-        Each evaluation runs the site updates to convergence, warm-started from the previous
-        evaluation's sites, and returns eq. (4) with its gradient R&W eq. (5.27) (exact for EP at
-        convergence; for QP the fixed-site derivative, see :mod:`qpinfer.ep`).
-        """
-        state: dict[str, Any] = {"init": None, "best": None, "n": 0}
-
-        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            state["n"] += 1
-            kern = kernel.with_theta(theta)
-            try:
-                K = kern(X)
-                res = self._run(K, y, projection, state["init"])
-                grad = log_evidence_gradient(kern, X, res, K)
-            except np.linalg.LinAlgError:
-                return np.inf, np.zeros_like(theta)
-            value = res.log_marginal_likelihood
-            if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                return np.inf, np.zeros_like(theta)
-            state["init"] = (res.tau, res.nu)
-            best = state["best"]
-            if best is None or value > best[2].log_marginal_likelihood:
-                state["best"] = (theta.copy(), kern, res)
-            return -value, -grad
-
-        with warnings.catch_warnings():
-            # the first evaluations may run EP at extreme hyperparameters; only the result counts
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            warnings.simplefilter("ignore", RuntimeWarning)
-            minimize(
-                objective,
-                kernel.theta,
-                jac=True,
-                method="L-BFGS-B",
-                bounds=kernel.bounds,
-                options=_LBFGS_OPTIONS,
-            )
-        if state["best"] is None:
-            raise ValueError("EP/QP failed at every hyperparameter value tried")
-        _, kern, result = state["best"]
-        if not result.converged:
-            warnings.warn(
-                f"EP/QP site updates did not converge within max_iter={self.max_iter} sweeps at "
-                f"the fitted hyperparameters (RMS change {result.rms_change:.3g})",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
-        return kern, result, state["n"]
-
     # -- predictions --------------------------------------------------------------------------
-    def _check_predict_X(self, X: Any) -> np.ndarray:
-        self._check_is_fitted()
-        X = _check_X(X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but GPClassifier is expecting "
-                f"{self.n_features_in_} features as input."
-            )
-        return X
-
-    def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61))."""
-        X = self._check_predict_X(X)
-        K_star = self.kernel_(self.X_train_, X)
-        return predict_latent(self.ep_result_.posterior, K_star, self.kernel_.diag(X))
-
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, probit closed form ``Phi(mean / sqrt(1 + var))`` (R&W eq. 3.82).
 
@@ -519,28 +288,3 @@ class GPClassifier:
             return float(correct.mean())
         w = np.asarray(sample_weight, dtype=np.float64)
         return float(np.sum(w * correct) / np.sum(w))
-
-    def log_marginal_likelihood(
-        self, theta: np.ndarray | None = None, eval_gradient: bool = False
-    ) -> float | tuple[float, np.ndarray]:
-        """Eq. (4) at log hyperparameters ``theta`` (default: the fitted ones).
-
-        With another ``theta`` the sites are re-fitted (warm-started from the fitted ones). The
-        gradient is R&W eq. (5.27) with the sites held fixed: the total derivative for EP at
-        convergence; for QP the derivative of the fixed-site objective (see :mod:`qpinfer.ep`).
-        """
-        self._check_is_fitted()
-        if theta is None:
-            kernel = self.kernel_
-            result = self.ep_result_
-        else:
-            kernel = self.kernel_.with_theta(np.asarray(theta, dtype=np.float64))
-            result = self._run(
-                kernel(self.X_train_),
-                self.y_train_,
-                self.projection_,
-                (self.ep_result_.tau, self.ep_result_.nu),
-            )
-        if not eval_gradient:
-            return result.log_marginal_likelihood
-        return result.log_marginal_likelihood, log_evidence_gradient(kernel, self.X_train_, result)

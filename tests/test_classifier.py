@@ -244,7 +244,7 @@ def test_column_vector_y_warns_and_is_raveled():
 @pytest.mark.parametrize(
     ("params", "match"),
     [
-        ({"method": "laplace"}, "method"),
+        ({"method": "mcmc"}, "method"),
         ({"optimizer": "adam"}, "optimizer"),
         ({"schedule": "random"}, "schedule"),
         ({"max_iter": 0}, "max_iter"),
