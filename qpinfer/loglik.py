@@ -11,7 +11,8 @@ on ``likelihood.name``) so that :mod:`qpinfer.likelihoods` keeps its small EP/QP
 
 Probit (paper 000 App. C.1), ``log Phi(y f)``: derivatives from ``r = phi(z)/Phi(z)``, ``z = y f``,
 in the cancellation-free form of :func:`qpinfer.likelihoods._probit_moment_terms`; expectations
-by Gauss-Hermite quadrature (the integrand is smooth), with ``dE/dm = E[d log p/df]`` and
+by composite Gauss-Legendre quadrature (3 panels x 40 nodes per site, edges at ``z = -+6``; relative
+error ~1e-14 for any variance), with ``dE/dm = E[d log p/df]`` and
 ``dE/dv = E[d^2 log p/df^2] / 2`` (Bonnet's and Price's theorems).
 
 Poisson with the square link (App. C.2), ``log p = 2 y log|f| - f^2 - log y!``: the derivatives
@@ -42,9 +43,25 @@ from qpinfer.likelihoods import _probit_moment_terms
 
 __all__ = ["expected_log_f2", "expected_log_lik", "log_lik_derivatives"]
 
-_GH_POINTS = 64
-_gh_x, _gh_w = np.polynomial.hermite_e.hermegauss(_GH_POINTS)
-_gh_w = _gh_w / np.sqrt(2.0 * np.pi)  # nodes/weights for E[g(t)], t ~ N(0, 1)
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(40)
+_T_MAX = 10.0  # |t| > 10 carries < 1e-22 of the N(0, 1) mass
+_Z_BREAK = 6.0  # log Phi(z) changes regime within |z| < 6 (~0 above, ~ -z^2/2 below)
+
+
+def _gauss_nodes(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-site nodes f and weights for E[g(f)], f ~ N(m, s^2): composite Gauss-Legendre in
+    t = (f - m)/s on [-10, 10], with panel edges where y f = -+6 so that the transition of
+    log Phi is resolved for any s (plain Gauss-Hermite loses digits once s > 2: 1e-5 relative
+    at s = 5 with 64 nodes)."""
+    lo = np.clip((-_Z_BREAK - m) / s, -_T_MAX, _T_MAX)
+    hi = np.clip((_Z_BREAK - m) / s, -_T_MAX, _T_MAX)
+    edges = np.stack([np.full(m.shape, -_T_MAX), lo, hi, np.full(m.shape, _T_MAX)], axis=-1)
+    a, b = edges[..., :-1, None], edges[..., 1:, None]
+    t = 0.5 * (a + b) + 0.5 * (b - a) * _GL_X
+    w = 0.5 * (b - a) * _GL_W * np.exp(-0.5 * t * t) / np.sqrt(2.0 * np.pi)
+    shape = m.shape + (-1,)
+    return (m[..., None] + s[..., None] * t.reshape(shape)), w.reshape(shape)
+
 
 _SERIES_MAX_A = 40.0
 _SERIES_TERMS = int(_SERIES_MAX_A + 12.0 * np.sqrt(_SERIES_MAX_A) + 60.0)
@@ -129,9 +146,12 @@ def expected_log_lik(
     v = np.asarray(v, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if _name(likelihood) == "probit":
-        f = m[..., None] + np.sqrt(v)[..., None] * _gh_x
-        lp, d1, d2, _ = log_lik_derivatives(likelihood, f, y[..., None])
-        return lp @ _gh_w, d1 @ _gh_w, 0.5 * (d2 @ _gh_w)
+        m, v, y = np.broadcast_arrays(m, v, y)
+        # nodes placed in z = y f (log Phi(z)); E over f ~ N(m, v) is E over z ~ N(y m, v)
+        z, w = _gauss_nodes(y * m, np.sqrt(v))
+        lp, d1, d2, _ = log_lik_derivatives(likelihood, z, np.ones_like(z))
+        ys = y[..., None]
+        return np.sum(w * lp, -1), np.sum(w * ys * d1, -1), 0.5 * np.sum(w * d2, -1)
     e, e_m, e_v = expected_log_f2(m, v)
     e, e_m, e_v = (a.reshape(np.broadcast(m, v).shape) for a in (e, e_m, e_v))
     value = np.where(y > 0, y * e, 0.0) - (m * m + v) - gammaln(y + 1.0)

@@ -22,7 +22,11 @@ the last contracted with dK/dtheta by the kernel (``gradient_contract``). As in 
 "VB is also optimized by L-BFGS-B with the same configuration") and GPy, ``(alpha, beta)`` and the
 log kernel hyperparameters are optimised jointly by L-BFGS-B. Its accepted iterates increase the
 ELBO monotonically (sufficient-decrease line search); :attr:`VBResult.history` records the ELBO at
-each of them.
+each of them. The optimiser sees ``P^T alpha`` instead of ``alpha`` (``P P^T`` the starting ``K``
+plus jitter): a fixed linear change of variables that leaves the variational family and the
+hyperparameter gradient unchanged but takes the ill-conditioning of ``K`` out of the
+``alpha``-block (without it, L-BFGS-B's relative-reduction test stops up to 0.02 nats short of
+the optimum on the coal data).
 
 The square link: the ELBO is invariant under ``(alpha, beta) -> (-alpha, beta)`` and ``alpha = 0``
 is a saddle point of it, so the optimisation starts on the positive branch
@@ -128,6 +132,19 @@ def elbo(
     return value, g_alpha, g_beta, G, post
 
 
+def _preconditioner(K: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of ``K + jitter I`` (jitter 1e-8 of the mean variance, raised
+    tenfold until the factorisation succeeds)."""
+    jitter = 1e-8 * max(float(np.mean(np.diag(K))), np.finfo(np.float64).tiny)
+    eye = np.eye(K.shape[0])
+    for _ in range(12):
+        try:
+            return np.linalg.cholesky(K + jitter * eye)
+        except np.linalg.LinAlgError:
+            jitter *= 10.0
+    return np.sqrt(np.maximum(np.diag(K), 1.0)) * eye
+
+
 def vb_start(K: np.ndarray, y: np.ndarray, likelihood: Any) -> tuple[np.ndarray, np.ndarray]:
     """Starting ``(alpha, beta)``: GPy's ``(0, 1)`` for probit; the positive branch's smoother
     and sites (:func:`qpinfer.laplace.positive_branch_start`) for the square link."""
@@ -165,16 +182,22 @@ def fit_vb(
             raise ValueError(f"init (alpha, beta) must have shape ({n},) each")
     cache: dict[bytes, tuple[float, np.ndarray]] = {}
 
+    # The optimiser works in u = P^T alpha, P the Cholesky factor of the starting K (jittered):
+    # a fixed linear change of variables (the family and the theta-gradient are unchanged) that
+    # removes K's conditioning from the alpha-block (-K - K D K becomes ~ -I - P^T D P).
+    P = _preconditioner(K0)
+
     def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
         kern = kernel.with_theta(x[2 * n :]) if optimize_kernel else kernel
-        return x[:n], x[n : 2 * n], kern
+        alpha = solve_triangular(P, x[:n], lower=True, trans=1, check_finite=False)
+        return alpha, x[n : 2 * n], kern
 
     def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
         alpha, beta, kern = unpack(x)
         try:
             K = kern(X) if optimize_kernel else K0
             value, g_a, g_b, G, _ = elbo(K, alpha, beta, y, likelihood)
-            grad = [g_a, g_b]
+            grad = [solve_triangular(P, g_a, lower=True, check_finite=False), g_b]
             if optimize_kernel:
                 grad.append(np.asarray(kern.gradient_contract(X, G, K), dtype=np.float64))
             g = np.concatenate(grad)
@@ -185,7 +208,7 @@ def fit_vb(
         cache[x.tobytes()] = (value, x.copy())
         return -value, -g
 
-    x0 = np.concatenate([alpha0, beta0] + ([theta0] if optimize_kernel else []))
+    x0 = np.concatenate([P.T @ alpha0, beta0] + ([theta0] if optimize_kernel else []))
     bounds = [(None, None)] * (2 * n)
     if optimize_kernel:
         bounds += [tuple(b) for b in np.asarray(kernel.bounds)]
