@@ -132,7 +132,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--store", type=Path, help="time this store instead of a synthetic one")
     ap.add_argument("--n-mu", type=int, default=20001)
     ap.add_argument("--n-log10-sigma", type=int, default=2001)
-    ap.add_argument("--tile-mu", type=int, default=50, help="rows per chunk (qptables: 50)")
+    ap.add_argument(
+        "--tile-mu", type=int, default=None,
+        help="rows per chunk of the synthetic store (default: n_mu, one chunk per y as "
+        "qptables publishes; builds compute in 75-row tiles on the paper grid)",
+    )
     ap.add_argument("--batch", type=int, default=1_000_000, help="queries per lookup call")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--exact-points", type=int, default=20_000, help="points for the exact kernel")
@@ -141,6 +145,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
     scratch = None
+    if args.tile_mu is None:
+        args.tile_mu = args.n_mu
     if args.store is None:
         scratch = Path(tempfile.mkdtemp(prefix="qp-bench-lookup-"))
         path = scratch / "probit.zarr"

@@ -12,6 +12,12 @@ One zarr v3 directory store per likelihood, openable with ``xarray.open_zarr``:
   contiguous block of ``mu`` rows -- and stored *uncompressed* (bytes codec, little endian,
   C order). An uncompressed chunk has a known size, so a truncated chunk is detectable, and a
   reader can memory-map chunk files directly;
+* ``tile_mu`` differs between a build and a published store: ``qptables build`` computes in
+  small tiles (e.g. 75 rows on the paper grid) but *publishes* a copy with ONE chunk per
+  ``(variable, y)``, so readers of a published store see ``tile_mu == n_mu`` (chunks
+  ``(1, n_mu, n_log10_sigma)``; far faster lookups in small batches). The build's tiling is
+  recorded in ``attrs["layout"]["build_tile_mu"]``. Readers must accept any ``tile_mu``
+  (``1 <= tile_mu <= n_mu``; the last chunk is stored full size, padded with NaN);
 * grid values are given by :func:`grid_axis` (``n = round((stop - start) / step) + 1`` points,
   both ends inclusive, exactly symmetric when the grid is);
 * root attributes listed in :data:`REQUIRED_ATTRS`.
@@ -28,7 +34,7 @@ REQUIRED_ATTRS = (
     "qp_schema_version",  # == SCHEMA_VERSION
     "likelihood",  # e.g. "probit", "poisson_square"
     "grid",  # {"mu": [start, stop, step], "log10_sigma": [start, stop, step], "y": [...]}
-    "tile_mu",  # rows of mu per chunk
+    "tile_mu",  # rows of mu per chunk (== n_mu in published stores)
     "package_version",
     "created",  # ISO 8601 UTC
     "complete",  # True only once every chunk has been written and checksummed

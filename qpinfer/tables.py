@@ -1,6 +1,9 @@
 """Reader of precomputed sigma* tables (paper 000 App. J): memory-mapped, constant-time lookups.
 
-The store layout is the contract in :mod:`qpinfer.schema` (written by ``qptables``).
+The store layout is the contract in :mod:`qpinfer.schema` (written by ``qptables``). Published
+stores hold one chunk file per ``(variable, y)`` (``tile_mu == n_mu``); the reader accepts any
+``tile_mu``, but every chunk a lookup batch touches costs one Python iteration, so few chunks
+keep small batches (EP's N sites per sweep) fast.
 
 Opening (:func:`open_table`) reads metadata only -- the root and array ``zarr.json`` files and the
 three small coordinate arrays -- and ``stat``-s every data chunk file; it never reads table data.

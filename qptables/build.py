@@ -18,11 +18,18 @@ Life cycle of ``build(likelihood, OUT, grid)``:
    tile); anything else is an error unless ``force`` (which starts afresh).
 4. Find the finished tiles (chunk files present with the exact uncompressed size; see
    :mod:`qptables.store`) and compute only the others, with a progress bar.
-5. Checksum every chunk (``attrs["checksums"]``), verify against mpmath
-   (:mod:`qptables.verify`; ``attrs["verification"]``), set ``attrs["complete"] = True`` and
-   atomically rename ``OUT.partial`` to ``OUT``. With ``force`` an existing ``OUT`` is renamed
-   aside first and deleted only after the new store is in place. A failed verification
-   leaves ``OUT`` untouched and the partial store for inspection.
+5. Checksum every chunk (``attrs["checksums"]``) and verify against mpmath
+   (:mod:`qptables.verify`; ``attrs["verification"]``). A failed verification leaves ``OUT``
+   untouched and the partial store for inspection.
+6. Publish by *copy*: write the published layout -- ONE chunk per ``(variable, y)``, chunks
+   ``(1, n_mu, n_log10_sigma)``, which the reader looks up much faster than many small tiles
+   -- into the sibling ``OUT.publishing`` (one dask task per ``(variable, y)``, see
+   :func:`qptables.store.consolidate_store`; each tile is re-checked against its sha256 and
+   each new chunk hashed), with fresh checksums and ``attrs["complete"] = True`` written last;
+   then atomically rename ``OUT.publishing`` to ``OUT`` and delete ``OUT.partial``. With
+   ``force`` an existing ``OUT`` is renamed aside first and deleted only after the new store
+   is in place. An interrupted publish leaves no ``OUT`` (only ``OUT.partial`` and a stale
+   ``OUT.publishing``, which the next run deletes and redoes from the verified tiles).
 
 Bit-identity. The kernel's value at a point never depends on the other points of its call
 (no batch-wide stopping tests; ``tests/test_kernel_determinism.py``), so tiling, worker count,
@@ -63,6 +70,7 @@ from qpinfer.schema import DATA_VARS
 from qptables.grid import GridError, GridSpec, paper_grid, validate_y
 from qptables.store import (
     StoreError,
+    consolidate_store,
     create_store,
     read_attrs,
     read_rows,
@@ -88,6 +96,7 @@ __all__ = [
     "evaluate_rows",
     "lock_path",
     "partial_path",
+    "publishing_path",
 ]
 
 log = logging.getLogger("qptables")
@@ -100,6 +109,8 @@ SINGLE_THREAD_ENV = {
     "NUMEXPR_NUM_THREADS": "1",
     "VECLIB_MAXIMUM_THREADS": "1",
 }
+#: How long a build on an external scheduler waits for its first worker.
+WORKER_WAIT_SECONDS = 600
 #: Bytes of slack required on top of the chunk data (metadata, temporary files).
 DISK_SLACK_BYTES = 16 * 2**20
 #: Probit: the label derived by mirroring -> the label it is mirrored from.
@@ -143,6 +154,12 @@ def partial_path(out: str | os.PathLike) -> Path:
     return out.with_name(out.name + ".partial")
 
 
+def publishing_path(out: str | os.PathLike) -> Path:
+    """Sibling the published copy is written to before it is renamed to ``OUT``."""
+    out = Path(out)
+    return out.with_name(out.name + ".publishing")
+
+
 def lock_path(out: str | os.PathLike) -> Path:
     """Lock file next to ``OUT``: ``OUT.lock``."""
     out = Path(out)
@@ -163,11 +180,17 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+#: Tokens of the locks this process holds (a lock with our pid but another token is stale).
+_HELD_TOKENS: set[str] = set()
+
+
 class BuildLock:
     """Exclusive lock file ``OUT.lock`` created with ``O_CREAT | O_EXCL``.
 
-    Holds ``{"pid", "host", "started"}``. A lock whose pid is dead on this host is stale and
-    taken over with a warning; any other existing lock refuses the build (:class:`LockError`).
+    Holds ``{"pid", "host", "started"}``. A lock whose pid is dead on this host -- or is this
+    process's own pid (a re-run container with a pinned hostname, as in ``cluster/``) -- is
+    stale and taken over with a warning; any other existing lock refuses the build
+    (:class:`LockError`).
     """
 
     def __init__(self, out: str | os.PathLike) -> None:
@@ -207,7 +230,11 @@ class BuildLock:
                         f"running, delete that file"
                     ) from None
                 host, pid = other.get("host"), int(other.get("pid", -1))
-                if host == self.info["host"] and not _pid_alive(pid):
+                # dead on this host -- or "alive" only because it is our own pid but not a
+                # lock this process holds: a container re-run with the same hostname (cluster/
+                # pins it) reuses pid 1, and no other process on this host has our pid
+                ours = pid == os.getpid() and other.get("token") not in _HELD_TOKENS
+                if host == self.info["host"] and (ours or not _pid_alive(pid)):
                     warnings.warn(
                         f"taking over stale lock {self.path} of dead process {pid} on {host}",
                         stacklevel=2,
@@ -222,6 +249,7 @@ class BuildLock:
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps(self.info))
             self.held = True
+            _HELD_TOKENS.add(self.info["token"])
             return
         raise LockError(f"could not take the lock {self.path}")
 
@@ -232,6 +260,7 @@ class BuildLock:
             if other is not None and other.get("token") == self.info["token"]:
                 self.path.unlink(missing_ok=True)
             self.held = False
+            _HELD_TOKENS.discard(self.info["token"])
 
     def __enter__(self) -> Self:
         self.acquire()
@@ -405,6 +434,11 @@ def _human_seconds(s: float) -> str:
     if s < 5400:
         return f"{s / 60:.1f} min"
     return f"{s / 3600:.1f} h"
+
+
+def _published_nbytes(grid: GridSpec) -> int:
+    """Bytes of the published copy (one chunk per (variable, y), no edge padding)."""
+    return len(DATA_VARS) * grid.n_points * 8
 
 
 def _tree_bytes(path: Path) -> int:
@@ -611,12 +645,13 @@ def build(
 
     # cheap disk check before anything allocates or computes (the precise one, which counts
     # the reusable chunks of an unfinished build, follows once the partial store is scanned)
-    total_bytes = grid.store_nbytes(len(DATA_VARS))
+    # (the tiles plus, while publishing, their one-chunk-per-slice copy)
+    total_bytes = grid.store_nbytes(len(DATA_VARS)) + _published_nbytes(grid)
     free = shutil.disk_usage(out.parent).free
     reusable = _tree_bytes(partial) if partial.is_dir() else 0
     if total_bytes + DISK_SLACK_BYTES > free + reusable:
         raise BuildInputError(
-            f"grid (--mu/--log10-sigma/--y): the store needs {_human_bytes(total_bytes)} but "
+            f"grid (--mu/--log10-sigma/--y): the build needs {_human_bytes(total_bytes)} but "
             f"only {_human_bytes(free)} is free on {out.parent} ({grid.describe()})"
         )
 
@@ -708,7 +743,12 @@ def _build_locked(
     # -- 4. disk space -------------------------------------------------------------------------
     chunk_bytes = grid.chunk_nbytes()
     total_bytes = grid.store_nbytes(len(DATA_VARS))
-    need = total_bytes - len(done) * len(DATA_VARS) * chunk_bytes + DISK_SLACK_BYTES
+    need = (
+        total_bytes
+        - len(done) * len(DATA_VARS) * chunk_bytes
+        + _published_nbytes(grid)
+        + DISK_SLACK_BYTES
+    )
     free = shutil.disk_usage(out.parent).free
     if need > free:
         raise BuildInputError(
@@ -733,9 +773,10 @@ def _build_locked(
         exact = int((grid.mu_values()[::-1] == -grid.mu_values()).sum())
         say(f"  probit mirror: y=-1 copied from y=+1 on {exact}/{n_rows} mu rows (exact negation)")
     say(
-        f"  store: {_human_bytes(total_bytes)} on disk when done ({len(DATA_VARS)} variables x "
-        f"{grid.n_tiles} uncompressed chunks of {_human_bytes(chunk_bytes)}); "
-        f"{_human_bytes(free)} free"
+        f"  store: {_human_bytes(_published_nbytes(grid))} on disk when done "
+        f"({len(DATA_VARS)} variables x {len(grid.y)} uncompressed chunks, one per (variable, y)); "
+        f"built in {len(DATA_VARS)} x {grid.n_tiles} tiles of {_human_bytes(chunk_bytes)} "
+        f"({_human_bytes(total_bytes)}, deleted once published); {_human_bytes(free)} free"
     )
     say(f"  tiles: {grid.n_tiles} total, {len(done)} already done, {len(todo)} to compute")
 
@@ -759,6 +800,10 @@ def _build_locked(
     # staging directories of killed builds (we hold the lock, so none is in use)
     for stale in partial.parent.glob(partial.name + ".new-*"):
         shutil.rmtree(stale, ignore_errors=True)
+    stale_pub = publishing_path(out)
+    if stale_pub.exists() or stale_pub.is_symlink():
+        say(f"  deleting {stale_pub.name} left by an interrupted publish")
+        shutil.rmtree(stale_pub, ignore_errors=True)
     if not partial.exists():
         staging = partial.with_name(partial.name + f".new-{os.getpid()}")
         create_store(
@@ -771,6 +816,17 @@ def _build_locked(
         if client is None:
             client = stack.enter_context(_client(scheduler, workers))
         nthreads = client.nthreads()
+        if not nthreads:
+            say(f"  waiting up to {WORKER_WAIT_SECONDS} s for workers to connect ...")
+            try:
+                client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+            except (TimeoutError, OSError) as exc:
+                raise BuildError(
+                    f"--scheduler: no dask worker connected within {WORKER_WAIT_SECONDS} s "
+                    f"({exc!r}); start workers (dask worker ADDRESS --nthreads 1) and re-run"
+                ) from None
+            time.sleep(1.0)  # let the other workers of a starting cluster join too
+            nthreads = client.nthreads()
         n_workers = max(1, sum(nthreads.values()))
         say(f"  workers: {n_workers} ({'scheduler ' + client.scheduler.address})")
         if any(n > 1 for n in nthreads.values()):
@@ -815,39 +871,50 @@ def _build_locked(
             dps=verify_dps,
             client=client,
         )
-    report = dict(ref)
-    report["reference_passed"] = ref["passed"]
-    report["scan"] = scan
-    report["passed"] = bool(ref["passed"] and scan["passed"])
-    report["checked"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    result = BuildResult(
-        path=out,
-        tiles_total=grid.n_tiles,
-        tiles_computed=len(todo),
-        tiles_reused=len(done),
-        points_computed=sum(r["points_computed"] for r in reports),
-        rows_mirrored=sum(r["rows_mirrored"] for r in reports),
-        seconds=0.0,
-        compute_seconds=compute_seconds,
-        verification=report,
-        published=False,
-    )
-    if not report["passed"]:
-        update_attrs(partial, verification=report)
-        raise BuildError(
-            f"verification failed, not published (kept in {partial}): "
-            f"max relative error {report['max_rel_error']:.3g} vs tolerance {tolerance:g}"
-            f"{'' if scan['passed'] else '; ' + scan['message']}"
-            + (f"; worst point {report['worst']}" if "worst" in report else "")
+        report = dict(ref)
+        report["reference_passed"] = ref["passed"]
+        report["scan"] = scan
+        report["passed"] = bool(ref["passed"] and scan["passed"])
+        report["checked"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        result = BuildResult(
+            path=out,
+            tiles_total=grid.n_tiles,
+            tiles_computed=len(todo),
+            tiles_reused=len(done),
+            points_computed=sum(r["points_computed"] for r in reports),
+            rows_mirrored=sum(r["rows_mirrored"] for r in reports),
+            seconds=0.0,
+            compute_seconds=compute_seconds,
+            verification=report,
+            published=False,
         )
-    say(
-        f"  verified: {report['points']} mpmath points, max rel error "
-        f"{report['max_rel_error']:.2e} (tolerance {tolerance:g})"
-    )
-    update_attrs(partial, verification=report, complete=True)
+        update_attrs(partial, verification=report)  # the partial never says complete
+        if not report["passed"]:
+            raise BuildError(
+                f"verification failed, not published (kept in {partial}): "
+                f"max relative error {report['max_rel_error']:.3g} vs tolerance {tolerance:g}"
+                f"{'' if scan['passed'] else '; ' + scan['message']}"
+                + (f"; worst point {report['worst']}" if "worst" in report else "")
+            )
+        say(
+            f"  verified: {report['points']} mpmath points, max rel error "
+            f"{report['max_rel_error']:.2e} (tolerance {tolerance:g})"
+        )
 
-    # -- 8. publish ----------------------------------------------------------------------------
-    _publish(partial, out, force)
+        # -- 8. publish: a one-chunk-per-(variable, y) copy, renamed into place ------------------
+        publishing = publishing_path(out)
+        say(f"  publishing: one chunk per (variable, y) into {publishing.name} ...")
+        try:
+            consolidate_store(partial, publishing, client=client)
+        except BaseException as exc:
+            shutil.rmtree(publishing, ignore_errors=True)
+            if isinstance(exc, StoreError | OSError):
+                raise BuildError(
+                    f"publishing failed, nothing published ({exc}); re-run to resume"
+                ) from exc
+            raise
+    _publish(publishing, out, force)
+    shutil.rmtree(partial, ignore_errors=True)
     result.published = True
     result.seconds = time.perf_counter() - t_start
     say(f"  published {out} in {_human_seconds(result.seconds)}")
@@ -930,8 +997,9 @@ def _run_tiles(
 
 
 def _publish(partial: Path, out: Path, force: bool) -> None:
-    """Atomically rename ``partial`` to ``out``; an existing ``out`` (``force``) is renamed
-    aside first and deleted only after the new store is in place."""
+    """Atomically rename ``partial`` (the finished ``OUT.publishing`` copy) to ``out``; an
+    existing ``out`` (``force``) is renamed aside first and deleted only after the new store is
+    in place."""
     aside = None
     if out.exists() or out.is_symlink():
         if not force:

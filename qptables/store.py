@@ -21,6 +21,14 @@ used -- what a resumed build must match) and ``attrs["data_vars"]`` (a descripti
 variable). Extra attributes are allowed by the contract and ignored by the reader, so
 :mod:`qpinfer.schema` is unchanged.
 
+Published layout. Builds write small tiles (many chunks per ``y`` slice: parallelism, resuming);
+the reader is fastest with few chunk files (each touched chunk costs a Python iteration per
+lookup batch). So publishing (:func:`consolidate_store`) *copies* a finished build into a
+sibling store with ONE chunk per ``(variable, y)`` -- chunks ``(1, n_mu, n_log10_sigma)``,
+``attrs["tile_mu"] == n_mu``, still uncompressed -- one task per ``(variable, y)`` that reads
+the slice's tile files (checking each against the build's sha256), writes the single chunk
+through zarr and hashes the file it wrote. The copy is bit-identical value for value.
+
 Published stores also carry zarr consolidated metadata (so ``xarray.open_zarr`` opens them
 without warnings); :func:`update_attrs` re-consolidates after every attribute change so the
 consolidated copy is never stale.
@@ -48,7 +56,10 @@ __all__ = [
     "StoreError",
     "chunk_checksums",
     "chunk_key",
+    "consolidate_slice",
+    "consolidate_store",
     "create_store",
+    "published_grid",
     "read_attrs",
     "read_rows",
     "scan_tiles",
@@ -249,3 +260,134 @@ def chunk_checksums(
     else:
         digests = [chunk_checksum(root, k) for k in keys]
     return dict(zip(keys, digests, strict=True))
+
+
+# ----------------------------------------------------------------------------- published layout
+
+
+def published_grid(grid: GridSpec) -> GridSpec:
+    """``grid`` with the published tiling: one chunk per ``y`` slice (``tile_mu = n_mu``)."""
+    return GridSpec(grid.mu, grid.log10_sigma, grid.y, tile_mu=grid.mu.n)
+
+
+def consolidate_slice(
+    src: str, dst: str, var: str, iy: int, grid_attrs: dict, tile_mu: int,
+    tile_checksums: dict[str, str],
+) -> tuple[str, str]:
+    """Copy ``var[iy]`` from the tiled store ``src`` into the one-chunk store ``dst``.
+
+    Reads the slice's tile files raw (they are uncompressed zarr chunks) and checks each
+    against ``tile_checksums`` (so nothing corrupted after verification is published), writes
+    the whole slice as ONE chunk through zarr, then hashes the written file and checks it holds
+    exactly the slice's bytes (little-endian float64, C order). Runs on a dask worker (one task
+    per ``(variable, y)``); memory ~2-3x one slice (paper grid: 320 MB per slice). Returns
+    ``(chunk key, sha256)`` of the new chunk.
+    """
+    grid = GridSpec.from_attrs(grid_attrs, tile_mu)
+    n_mu, n_ls = grid.mu.n, grid.log10_sigma.n
+    block = np.empty((n_mu, n_ls), dtype="<f8")
+    for k in range(grid.tiles_per_y):
+        key = chunk_key(var, iy, k)
+        data = (Path(src) / key).read_bytes()
+        got = hashlib.sha256(data).hexdigest()
+        if got != tile_checksums.get(key):
+            raise StoreError(
+                f"{src}: tile {key} changed since it was checksummed (sha256 {got}, recorded "
+                f"{tile_checksums.get(key)}); not publishing"
+            )
+        a, b = grid.tile_rows(k)
+        block[a:b] = np.frombuffer(data, dtype="<f8").reshape(tile_mu, n_ls)[: b - a]
+        del data
+    want = hashlib.sha256(memoryview(block).cast("B")).hexdigest()
+    arr = zarr.open_array(
+        LocalStore(str(dst)), path=var, mode="r+", config={"write_empty_chunks": True}
+    )
+    if arr.chunks != (1, n_mu, n_ls):
+        raise StoreError(f"{dst}: {var} chunks {arr.chunks}, expected (1, {n_mu}, {n_ls})")
+    arr[iy : iy + 1, :, :] = block[np.newaxis]
+    del block
+    new_key = chunk_key(var, iy, 0)
+    got = chunk_checksum(dst, new_key)
+    if got != want:
+        raise StoreError(
+            f"{dst}: chunk {new_key} does not hold the slice's bytes (sha256 {got}, expected "
+            f"{want}); is the array uncompressed?"
+        )
+    return new_key, got
+
+
+def consolidate_store(
+    src: str | os.PathLike, dst: str | os.PathLike, client: Any | None = None
+) -> dict[str, Any]:
+    """Write the published copy of the finished, checksummed build ``src`` into ``dst``.
+
+    ``dst`` (deleted first if it exists: a stale copy of an interrupted publish) gets the same
+    coordinates and attributes as ``src`` with one chunk per ``(variable, y)``
+    (:func:`published_grid`), fresh ``checksums`` for the new chunk keys, ``tile_mu = n_mu``,
+    ``attrs["layout"]`` (the build's tiling) and consolidated metadata. ``complete`` is set to
+    ``True`` as the very last write, so an interrupted copy never looks complete. The tasks run
+    on the dask ``client``'s workers if given (one per ``(variable, y)``), else inline.
+    Returns the new root attributes.
+    """
+    import shutil
+
+    src, dst = Path(src), Path(dst)
+    attrs = read_attrs(src)
+    grid = GridSpec.from_attrs(attrs["grid"], attrs["tile_mu"])
+    tile_sums = attrs.get("checksums") or {}
+    expected = set(chunk_keys(grid))
+    if set(tile_sums) != expected:
+        raise StoreError(f"{src}: checksums missing for {len(expected - set(tile_sums))} tiles")
+    pub = published_grid(grid)
+    if dst.exists() or dst.is_symlink():
+        shutil.rmtree(dst)
+    create_store(
+        dst,
+        attrs["likelihood"],
+        pub,
+        package_version=attrs["package_version"],
+        build_info=attrs.get("build") or {},
+    )
+    jobs = [(var, iy) for var in DATA_VARS for iy in range(len(grid.y))]
+    args = [
+        (str(src), str(dst), var, iy, grid.to_attrs(), int(grid.tile_mu),
+         {chunk_key(var, iy, k): tile_sums[chunk_key(var, iy, k)]
+          for k in range(grid.tiles_per_y)})
+        for var, iy in jobs
+    ]
+    if client is not None:
+        import uuid
+
+        token = uuid.uuid4().hex[:8]
+        futs = [
+            client.submit(consolidate_slice, *a, key=f"qpconsolidate-{token}-{var}-{iy}",
+                          pure=False, retries=1)
+            for a, (var, iy) in zip(args, jobs, strict=True)
+        ]
+        try:
+            results = client.gather(futs)
+        finally:
+            for f in futs:
+                f.cancel()
+    else:
+        results = [consolidate_slice(*a) for a in args]
+    checksums = dict(results)
+    if set(checksums) != set(chunk_keys(pub)):
+        raise StoreError(f"{dst}: consolidated chunks {sorted(checksums)} are incomplete")
+    size = pub.chunk_nbytes()
+    for key in checksums:
+        if (dst / key).stat().st_size != size:
+            raise StoreError(f"{dst}: chunk {key} has the wrong size")
+    new = {
+        k: v for k, v in attrs.items() if k not in ("complete", "checksums", "tile_mu")
+    }
+    new["tile_mu"] = int(pub.tile_mu)
+    new["checksums"] = checksums
+    new["layout"] = {
+        "chunks": "one per (variable, y): (1, n_mu, n_log10_sigma), uncompressed",
+        "build_tile_mu": int(grid.tile_mu),
+        "build_chunks_per_y": int(grid.tiles_per_y),
+    }
+    update_attrs(dst, consolidate=False, **new)
+    update_attrs(dst, complete=True)  # last: only now does the copy look complete
+    return read_attrs(dst)

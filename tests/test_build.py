@@ -21,11 +21,19 @@ import zarr
 import qpinfer
 from qpinfer.schema import DATA_VARS, DIMS, REQUIRED_ATTRS, SCHEMA_VERSION
 from qptables import BuildError, BuildInputError, GridSpec, LockError, build
-from qptables.build import lock_path, partial_path
-from qptables.store import chunk_key, read_attrs, scan_tiles, update_attrs
+from qptables.build import lock_path, partial_path, publishing_path
+from qptables.store import (
+    StoreError,
+    chunk_key,
+    consolidate_store,
+    published_grid,
+    read_attrs,
+    scan_tiles,
+)
 
 FAST = {"samples": 2, "verify_dps": 20, "progress": False}
 GRID = GridSpec((-2.0, 2.0, 0.1), (-1.0, 1.0, 0.1), (-1, 1))  # 41 x 21 points per label
+PUBLISHED = published_grid(GRID)  # one chunk per (variable, y)
 
 
 def direct_kernel(likelihood: str, grid: GridSpec) -> dict[str, np.ndarray]:
@@ -112,6 +120,17 @@ def test_probit_mirror_copies_exact_rows_and_stays_bit_identical(built):
         assert np.array_equal(got[var][0], want[var][0])
 
 
+@pytest.fixture(scope="module")
+def unpublished(tmp_path_factory, client):
+    """A finished but unpublished build (``OUT.partial`` with every tile): verification was made
+    to fail (tolerance 1e-300), which keeps the partial store."""
+    out = tmp_path_factory.mktemp("unpublished") / "probit.zarr"
+    with pytest.raises(BuildError, match="verification failed"):
+        build("probit", out, GRID, client=client, tolerance=1e-300, **FAST)
+    assert not out.exists() and not publishing_path(out).exists()
+    return partial_path(out)
+
+
 def test_store_follows_the_schema_and_opens_with_xarray(built):
     import xarray as xr
 
@@ -122,10 +141,11 @@ def test_store_follows_the_schema_and_opens_with_xarray(built):
     assert attrs["qp_schema_version"] == SCHEMA_VERSION
     assert attrs["complete"] is True
     assert attrs["likelihood"] == "probit"
-    assert attrs["grid"] == GRID.to_attrs() and attrs["tile_mu"] == GRID.tile_mu
-    assert set(attrs["checksums"]) == {
-        chunk_key(v, iy, k) for v in DATA_VARS for iy, k in GRID.tiles()
-    }
+    # published layout: one chunk per (variable, y); the build's tiling is recorded
+    assert attrs["grid"] == GRID.to_attrs() and attrs["tile_mu"] == GRID.mu.n
+    assert attrs["layout"]["build_tile_mu"] == GRID.tile_mu < GRID.mu.n
+    assert attrs["build"]["tile_mu"] == GRID.tile_mu
+    assert set(attrs["checksums"]) == {chunk_key(v, iy, 0) for v in DATA_VARS for iy in (0, 1)}
     v = attrs["verification"]
     assert v["passed"] and v["max_rel_error"] <= v["tolerance"] == 1e-10
     assert v["points"] >= 16 and v["scan"]["nonfinite"] == 0
@@ -133,10 +153,13 @@ def test_store_follows_the_schema_and_opens_with_xarray(built):
     g = zarr.open_group(str(out), mode="r")
     for var in DATA_VARS:
         arr = g[var]
-        assert arr.chunks == GRID.chunk_shape
+        assert arr.chunks == PUBLISHED.chunk_shape == (1, GRID.mu.n, GRID.log10_sigma.n)
         assert arr.compressors == () and arr.metadata.dimension_names == DIMS
-    size = GRID.chunk_nbytes()
-    assert all(len(b) == size for b in chunk_files(out).values())
+    size = PUBLISHED.chunk_nbytes()
+    files = chunk_files(out)
+    assert len(files) == 4 and all(len(b) == size for b in files.values())
+    table = qpinfer.open_table(out, verify_checksums=True)
+    assert table.tile_mu == GRID.mu.n and table.shape == GRID.shape
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # consolidated metadata: no fallback warning
@@ -148,14 +171,22 @@ def test_store_follows_the_schema_and_opens_with_xarray(built):
     assert ds.attrs["complete"] is True
     assert float(ds["sigma_ratio"].max()) <= 1.0 + 1e-12
     assert not partial_path(out).exists() and not lock_path(out).exists()
+    assert not publishing_path(out).exists()
 
 
-def test_resume_recomputes_only_missing_or_damaged_tiles(built, client, tmp_path):
+def test_published_copy_holds_the_tiles_bit_for_bit(built, unpublished):
+    out, _ = built
+    tiles = load(unpublished)
+    assert read_attrs(unpublished)["complete"] is False  # a partial never says complete
+    for var, values in load(out).items():
+        assert np.array_equal(values, tiles[var], equal_nan=False), var
+
+
+def test_resume_recomputes_only_missing_or_damaged_tiles(built, unpublished, client, tmp_path):
     src, _ = built
     out = tmp_path / "probit.zarr"
     partial = partial_path(out)
-    shutil.copytree(src, partial)
-    update_attrs(partial, consolidate=False, complete=False, checksums={}, verification={})
+    shutil.copytree(unpublished, partial)
     # lose three tiles (one of them a y=+1 tile that y=-1 tiles are mirrored from) ...
     lost = [(1, 0), (1, 5), (0, 7)]
     for iy, k in lost:
@@ -219,9 +250,58 @@ def test_force_replaces_an_existing_store_only_after_success(built, client, tmp_
 
 def test_a_concurrent_build_is_refused(built, client, tmp_path):
     out = tmp_path / "probit.zarr"
-    lock_path(out).write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
+    lock_path(out).write_text(json.dumps({"pid": os.getppid(), "host": os.uname().nodename,
                                           "started": "now"}))
-    with pytest.raises(LockError, match=f"pid {os.getpid()}"):
+    with pytest.raises(LockError, match=f"pid {os.getppid()}"):
         build("probit", out, GRID, client=client, **FAST)
     assert not out.exists() and not partial_path(out).exists()
     assert lock_path(out).exists()  # someone else's lock is left alone
+
+
+def test_an_interrupted_publish_leaves_nothing_published_and_reruns_cleanly(
+    built, unpublished, client, tmp_path
+):
+    src, _ = built
+    out = tmp_path / "probit.zarr"
+    shutil.copytree(unpublished, partial_path(out))
+    # a killed publish: its half-written copy even says complete (the last write before the
+    # rename); it is never at OUT, and the next run deletes and redoes it
+    stale = publishing_path(out)
+    shutil.copytree(src, stale)
+    (stale / chunk_key("sigma_qp", 1, 0)).unlink()
+    result = build("probit", out, GRID, client=client, **FAST)
+    assert result.published and result.tiles_computed == 0
+    assert chunk_files(out) == chunk_files(src)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probit.zarr"]
+
+
+def test_publishing_refuses_tiles_changed_after_checksumming(unpublished, tmp_path):
+    partial = tmp_path / "probit.zarr.partial"
+    shutil.copytree(unpublished, partial)
+    victim = partial / chunk_key("sigma_ratio", 1, 2)
+    data = bytearray(victim.read_bytes())
+    data[0] ^= 1
+    victim.write_bytes(bytes(data))
+    dst = tmp_path / "probit.zarr.publishing"
+    with pytest.raises(StoreError, match="changed since it was checksummed"):
+        consolidate_store(partial, dst)  # inline, without a cluster
+    assert read_attrs(dst)["complete"] is False  # the unfinished copy never looks complete
+    with pytest.raises(qpinfer.TableError, match="incomplete"):
+        qpinfer.open_table(dst)
+
+
+def test_a_lock_with_our_own_pid_from_an_earlier_run_is_stale(tmp_path):
+    """A re-run container with a pinned hostname (cluster/) gets the same pid (1) as the killed
+    run that left the lock; a lock this process itself holds is still respected."""
+    from qptables.build import BuildLock
+
+    out = tmp_path / "probit.zarr"
+    lock_path(out).write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
+                                          "token": "from-a-killed-container"}))
+    with (
+        pytest.warns(UserWarning, match="stale lock"),
+        BuildLock(out),
+        pytest.raises(LockError, match="is running"),
+    ):
+        BuildLock(out).acquire()  # another build in this very process (a thread)
+    assert not lock_path(out).exists()

@@ -16,7 +16,7 @@ import pytest
 from qptables.build import compute_tile, lock_path, partial_path
 from qptables.cli import main
 from qptables.grid import GridSpec
-from qptables.store import chunk_key, create_store, update_attrs
+from qptables.store import consolidate_store, create_store, read_attrs, update_attrs
 from qptables.verify import scan_store
 
 
@@ -111,7 +111,7 @@ def test_unwritable_destinations_are_refused(capsys, tmp_path):
 
 def test_a_running_build_holds_the_lock(capsys, tmp_path):
     out = tmp_path / "t.zarr"
-    lock_path(out).write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename}))
+    lock_path(out).write_text(json.dumps({"pid": os.getppid(), "host": os.uname().nodename}))
     code, err = run(capsys, "build", "probit", str(out), *SMALL)
     assert code == 2 and "is running" in err and str(lock_path(out)) in err
     assert not partial_path(out).exists()
@@ -130,16 +130,21 @@ def test_entry_point_exit_status_in_a_subprocess(tmp_path):
 # ----------------------------------------------------------------------------- info/verify/plot
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
-    """A small complete store written without a cluster (tiles computed in-process)."""
+@pytest.fixture(scope="module", params=["tiled", "published"])
+def store(request, tmp_path_factory) -> Path:
+    """A small complete store written without a cluster (tiles computed in-process), in the
+    build's tiled layout and in the published one-chunk-per-(variable, y) layout."""
     path = tmp_path_factory.mktemp("cli") / "probit.zarr"
     grid = GridSpec((-1.0, 1.0, 0.25), (-1.0, 1.0, 0.5), (1,))
-    create_store(path, "probit", grid, package_version="test", build_info={})
+    tiles = path if request.param == "tiled" else path.with_name("probit.zarr.partial")
+    create_store(tiles, "probit", grid, package_version="test", build_info={})
     for iy, k in grid.tiles():
-        compute_tile(str(path), "probit", grid.to_attrs(), grid.tile_mu, iy, k)
-    scan = scan_store(path, check_checksums=False)
-    update_attrs(path, checksums=scan["checksums"], complete=True)
+        compute_tile(str(tiles), "probit", grid.to_attrs(), grid.tile_mu, iy, k)
+    scan = scan_store(tiles, check_checksums=False)
+    update_attrs(tiles, checksums=scan["checksums"], complete=request.param == "tiled")
+    if request.param == "published":
+        consolidate_store(tiles, path)
+        assert read_attrs(path)["tile_mu"] == grid.mu.n and grid.tile_mu < grid.mu.n
     return path
 
 
@@ -153,8 +158,10 @@ def test_info_describes_grid_sizes_and_verification(capsys, store):
     assert code == 0 and json.loads(capsys.readouterr().out)["likelihood"] == "probit"
 
 
-def test_verify_passes_then_detects_a_corrupted_chunk(capsys, store, tmp_path):
-    code = main(["verify", str(store), "--samples", "1", "--verify-dps", "20", "--workers", "2"])
+def test_verify_passes_then_detects_a_corrupted_chunk(capsys, store, tmp_path, request):
+    # a process pool on one layout, inline on the other (the pool's start-up is most of the time)
+    workers = "2" if request.node.callspec.params["store"] == "tiled" else "1"
+    code = main(["verify", str(store), "--samples", "1", "--verify-dps", "20", "--workers", workers])
     err = capsys.readouterr().err
     assert code == 0, err
     assert "PASSED" in err
@@ -163,11 +170,12 @@ def test_verify_passes_then_detects_a_corrupted_chunk(capsys, store, tmp_path):
 
     bad = tmp_path / "bad.zarr"
     shutil.copytree(store, bad)
-    chunk = bad / chunk_key("sigma_ratio", 0, 2)
+    key = max(k for k in read_attrs(bad)["checksums"] if k.startswith("sigma_ratio/"))
+    chunk = bad / key
     data = bytearray(chunk.read_bytes())
     data[8:16] = struct.pack("<d", 0.5)  # a plausible value: only the checksum can tell
     chunk.write_bytes(bytes(data))
-    code = main(["verify", str(bad), "--samples", "0", "--verify-dps", "20", "--workers", "2",
+    code = main(["verify", str(bad), "--samples", "0", "--verify-dps", "20", "--workers", workers,
                  "--no-write"])
     err = capsys.readouterr().err
     assert code == 1 and "FAILED" in err and "checksums differ" in err
