@@ -250,3 +250,16 @@ def test_log_lik_derivatives_match_finite_differences():
         _, g_minus, gg_minus, _ = log_lik_derivatives(LIKS[name], f - h, y)
         np.testing.assert_allclose(d2, (g_plus - g_minus) / (2 * h), rtol=1e-6, atol=1e-8)
         np.testing.assert_allclose(d3, (gg_plus - gg_minus) / (2 * h), rtol=1e-5, atol=1e-8)
+
+
+def _sklearn_checks():
+    try:
+        from sklearn.utils.estimator_checks import parametrize_with_checks
+    except ImportError:  # pragma: no cover
+        return pytest.mark.skip(reason="scikit-learn not installed")
+    return parametrize_with_checks([GPClassifier("laplace", optimizer=None)])
+
+
+@_sklearn_checks()
+def test_sklearn_estimator_checks_pass_for_the_laplace_classifier(estimator, check):
+    check(estimator)

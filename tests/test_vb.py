@@ -235,3 +235,17 @@ def test_vb_estimators_and_the_envelope_gradient():
     reg = GPPoissonRegressor("vb").fit(Xc, yc)
     assert np.all(reg.predict_latent(Xc)[0] > 0)
     assert reg.kernel_.length_scale[0] == pytest.approx(3.1, rel=0.05)
+
+
+def _sklearn_checks():
+    try:
+        from sklearn.utils.estimator_checks import parametrize_with_checks
+    except ImportError:  # pragma: no cover
+        return pytest.mark.skip(reason="scikit-learn not installed")
+    return parametrize_with_checks([GPClassifier("vb", optimizer=None)])
+
+
+@pytest.mark.slow  # ~15 s: VB's L-BFGS-B on every check's data set
+@_sklearn_checks()
+def test_sklearn_estimator_checks_pass_for_the_vb_classifier(estimator, check):
+    check(estimator)
