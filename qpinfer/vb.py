@@ -98,10 +98,12 @@ def elbo(
     likelihood: Any,
     *,
     gradient: bool = True,
+    kernel_gradient: bool = True,
 ) -> tuple[float, np.ndarray | None, np.ndarray | None, np.ndarray | None, Posterior]:
     """The ELBO at ``(alpha, beta)`` and its gradients ``(d/dalpha, d/dbeta, d/dK)``.
 
-    ``d/dK`` is the symmetric matrix ``G`` with ``dELBO = sum_ab G_ab dK_ab``. Also returns the
+    ``d/dK`` is the symmetric matrix ``G`` with ``dELBO = sum_ab G_ab dK_ab`` (``None`` unless
+    ``kernel_gradient``: it costs three more N^3 products). Also returns the
     :class:`qpinfer.ep.Posterior` of ``q`` (``b = alpha``, ``sqrt_tau = |beta|``) for predictions.
     """
     n = y.shape[0]
@@ -123,6 +125,8 @@ def elbo(
     g_alpha = K @ (F_m - alpha)
     g_lam = -((S * S) @ (F_v + 0.5 * lam))
     g_beta = 2.0 * beta * g_lam
+    if not kernel_gradient:
+        return value, g_alpha, g_beta, None, post
     Binv = Linv.T @ Linv
     A = np.eye(n) - (K * s[None, :]) @ (Binv * s[None, :])  # I - K S^1/2 B^-1 S^1/2
     G = 0.5 * (np.outer(alpha, F_m) + np.outer(F_m, alpha)) - 0.5 * np.outer(alpha, alpha)
@@ -196,7 +200,9 @@ def fit_vb(
         alpha, beta, kern = unpack(x)
         try:
             K = kern(X) if optimize_kernel else K0
-            value, g_a, g_b, G, _ = elbo(K, alpha, beta, y, likelihood)
+            value, g_a, g_b, G, _ = elbo(
+                K, alpha, beta, y, likelihood, kernel_gradient=optimize_kernel
+            )
             grad = [solve_triangular(P, g_a, lower=True, check_finite=False), g_b]
             if optimize_kernel:
                 grad.append(np.asarray(kern.gradient_contract(X, G, K), dtype=np.float64))
