@@ -3,6 +3,9 @@
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -m slow`, `... tests/test_sigma_qp.py`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# one BLAS thread per process: on 2 cores, threaded BLAS on the suite's small matrices is
+# many times slower (tests that start dask workers run several processes at once)
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 if [ ! -x .venv/bin/python ]; then
     "${PYTHON:-python3}" -m venv .venv
 fi
