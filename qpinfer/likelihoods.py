@@ -300,7 +300,7 @@ class PoissonSquare(Likelihood):
 
     def _lobes(self, mu, sigma, y):
         # q ~ |f|^{2y} N(f | beta, v): for y >= 1 one log-concave lobe on each side of f = 0 with
-        # modes solving f^2 - beta f - 2 y v = 0; for y = 0 a single Gaussian lobe.
+        # modes solving f^2 - beta f - 2 y v = 0 (y = 0 is closed form, never reaches here).
         beta, v, _ = self._beta_v(mu, sigma)
         root = np.sqrt(beta * beta + 8.0 * y * v)
         lobes = []

@@ -85,13 +85,11 @@ def _level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
             for _ in range(_NEWTON_STEPS):
                 lq, dlq = lik._log_tilted(x, mu, sigma, y)
                 drop = np.maximum(log_peak - lq, 1e-300)
-                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                    x_new = x + 2.0 * drop * (1.0 - np.sqrt(level / drop)) / dlq
+                x_new = x + 2.0 * drop * (1.0 - np.sqrt(level / drop)) / dlq
                 ok = np.isfinite(x_new) & (side * (x_new - prev) > 0)
                 x_new = np.where(ok, x_new, 0.5 * (x + prev))
                 # stay strictly inside the lobe's hard bound (e.g. f = 0 for Poisson)
-                with np.errstate(invalid="ignore"):
-                    inside = bound + 0.05 * (prev - bound)  # NaN where bound is infinite
+                inside = bound + 0.05 * (prev - bound)  # NaN where bound is infinite
                 x = np.where(side * (x_new - bound) >= 0, inside, x_new)
             edges.append(x)
             prev = x
@@ -217,6 +215,14 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
         todo &= ~mask
     breaks = lik._breakpoints(mu, sigma, y)
     idx_all = np.flatnonzero(todo)
+    # inf/NaN intermediates (infinite lobe bounds, underflowed tails) are expected and masked
+    with np.errstate(all="ignore"):
+        _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size)
+    return out.reshape(shape)
+
+
+def _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size) -> None:
+    """Fill ``out[idx_all]`` batch by batch, grouping points by the lobes they need."""
     for start in range(0, idx_all.size, batch_size):
         idx = idx_all[start : start + batch_size]
         m, s, yy = mu[idx], sigma[idx], y[idx]
@@ -248,4 +254,3 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
                 extra=breaks[1] if w else None,
                 n_levels=_N_LEVELS_FINE if w == 2 else _N_LEVELS,
             )
-    return out.reshape(shape)
