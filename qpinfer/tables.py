@@ -52,6 +52,7 @@ from qpinfer.schema import DATA_VARS, DIMS, REQUIRED_ATTRS, SCHEMA_VERSION, grid
 __all__ = [
     "SigmaTable",
     "TableError",
+    "download",
     "installed_table_path",
     "open_table",
     "tables_dir",
@@ -82,6 +83,31 @@ def installed_table_path(likelihood: Any) -> Path:
     ``tables_dir() / "<name>.zarr"``. It may not exist."""
     name = likelihood if isinstance(likelihood, str) else likelihood.name
     return tables_dir() / f"{name}.zarr"
+
+
+def download(name: str, base_url: str | os.PathLike | None = None, **kwargs: Any) -> Path:
+    """Download the prebuilt table ``name`` and install it where :func:`open_table` and the
+    estimators' ``table=None`` find it; see :func:`qpinfer.download.download` (keyword
+    arguments ``force``, ``make_default``, ``retries``, ``timeout``, ``progress``).
+
+    ``base_url``: the ``http(s)://`` or ``file://`` URL of a directory holding ``manifest.json``
+    (written by ``qptables publish``); default ``$QPINFER_TABLES_URL``. Returns
+    ``tables_dir() / f"{name}.zarr"``.
+    """
+    from qpinfer.download import download as _download
+
+    return _download(name, base_url, **kwargs)
+
+
+def _installed_by_name(path: str | os.PathLike) -> Path | None:
+    """``tables_dir()/<name>.zarr`` if ``path`` is a bare table name (no directory part, not an
+    existing path) and such a table is installed."""
+    if not isinstance(path, str) or not path or os.sep in path or "/" in path:
+        return None
+    if path.endswith(".zarr") or path in (".", "..") or os.path.lexists(path):
+        return None
+    candidate = tables_dir() / f"{path}.zarr"
+    return candidate if candidate.is_dir() else None
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -565,7 +591,9 @@ def open_table(path: str | os.PathLike, *, verify_checksums: bool | str = "lazy"
     Parameters
     ----------
     path:
-        The store directory (``<likelihood>.zarr``).
+        The store directory (``<likelihood>.zarr``), or the bare name of an installed table
+        (``"probit-paper"`` or a likelihood such as ``"probit"``: ``tables_dir()/<name>.zarr``,
+        see :func:`download`) when no file or directory of that name exists here.
     verify_checksums:
         ``"lazy"`` (default): check each chunk's sha256 when it is first memory-mapped;
         ``True``: check every chunk now (seconds for a paper-grid store); ``False``: sizes only.
@@ -580,9 +608,18 @@ def open_table(path: str | os.PathLike, *, verify_checksums: bool | str = "lazy"
             f"verify_checksums must be True, False or 'lazy', got {verify_checksums!r}"
         )
     root = Path(path)
+    installed = _installed_by_name(path)
+    if installed is not None:
+        root = installed
     what = f"table {str(root)!r}"
     if not root.is_dir():
-        raise TableError(f"{what}: no such store directory")
+        hint = ""
+        if isinstance(path, str) and "/" not in path and os.sep not in path:
+            hint = (
+                f" (nor an installed table {tables_dir() / (path.removesuffix('.zarr') + '.zarr')};"
+                " install one with `qpinfer download NAME`)"
+            )
+        raise TableError(f"{what}: no such store directory{hint}")
     meta = _read_json(root / "zarr.json", what)
     if meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
         raise TableError(f"{what}: expected a zarr v3 group, found {meta.get('zarr_format')!r}")

@@ -1,9 +1,10 @@
-"""The ``qptables`` command line: ``build``, ``verify``, ``info`` and ``plot``.
+"""The ``qptables`` command line: ``build``, ``verify``, ``info``, ``plot`` and ``publish``.
 
 Exit status: 0 success; 1 the work failed (a task error, verification failed -- nothing was
 published, re-running resumes); 2 refused before doing anything (bad flag value, unknown
 likelihood, invalid labels, ``OUT`` exists without ``--force``, destination not writable, not
-enough disk space, another build holds the lock); 130 interrupted.
+enough disk space, another build holds the lock; ``publish`` of an incomplete, unverified or
+corrupt store); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _EPILOG = """examples:
   qptables verify tables/probit-paper.zarr --samples 100
   qptables info tables/probit-paper.zarr
   qptables plot tables/probit-paper.zarr --y 1 --output ratio.png
+  qptables publish tables/probit-paper.zarr --to dist/   # dist/probit-paper.tar.gz + manifest.json
 """
 
 
@@ -139,6 +141,21 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--y", type=int, required=True, help="label to plot")
     pl.add_argument("--output", required=True, metavar="FILE.png")
     pl.add_argument("--var", default="sigma_ratio", choices=["sigma_ratio", "sigma_qp"])
+
+    pb = sub.add_parser(
+        "publish",
+        help="pack a verified store into an archive and record it in a manifest",
+        description="Check STORE as the reader does (complete, verification passed, every "
+        "chunk's sha256), write DIR/NAME.tar.gz (reproducible: same store, same sha256) and add "
+        "or replace NAME in the manifest (default DIR/manifest.json). Serve DIR over http(s) "
+        "(or share it) and users install the table with `qpinfer download NAME --url URL`.",
+    )
+    pb.add_argument("out", metavar="STORE", help="a finished, verified table store")
+    pb.add_argument("--to", required=True, metavar="DIR", help="directory of the table host")
+    pb.add_argument("--name", help="table name (default: STORE's name without .zarr)")
+    pb.add_argument("--manifest", metavar="FILE",
+                    help="manifest to update (default DIR/manifest.json)")
+    pb.add_argument("--json", action="store_true", help="print the manifest entry as JSON")
     return p
 
 
@@ -351,6 +368,30 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from qptables.build import _human_bytes
+    from qptables.publish import PublishError, publish
+
+    path = _existing_store(args.out)
+    try:
+        entry = publish(path, args.to, name=args.name, manifest=args.manifest)
+    except PublishError as exc:
+        raise _Refused(str(exc)) from None
+    manifest = args.manifest or str(Path(args.to) / "manifest.json")
+    v = entry["verification"]
+    print(
+        f"published {entry['name']}: {Path(args.to) / entry['file']} "
+        f"({_human_bytes(entry['size'])}, store {_human_bytes(entry['store_bytes'])}), sha256 "
+        f"{entry['sha256']}\n  {entry['likelihood']}, shape {entry['shape']}; verified "
+        f"{v.get('points')} mpmath points, max rel error {v.get('max_rel_error', 0):.2e}\n"
+        f"  manifest: {manifest}",
+        file=sys.stderr,
+    )
+    if args.json:
+        print(json.dumps(entry, indent=2))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``qptables`` command; returns the exit status."""
     p = parser()
@@ -360,6 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "verify": _cmd_verify,
         "info": _cmd_info,
         "plot": _cmd_plot,
+        "publish": _cmd_publish,
     }[args.command]
     try:
         return handler(args)

@@ -1,0 +1,587 @@
+"""Download prebuilt sigma* tables by name (``qpinfer download NAME``); no dask needed.
+
+A *table host* is any directory served over http(s) -- or a local directory / ``file://`` URL --
+holding ``manifest.json`` and the archives ``qptables publish`` wrote next to it. The base URL
+is the ``base_url`` argument, else the environment variable :data:`URL_ENV`
+(``QPINFER_TABLES_URL``).
+
+:func:`download` (also ``qpinfer.tables.download``):
+
+1. reads ``BASE/manifest.json`` and finds the entry ``name`` (archive file, size, sha256,
+   likelihood, grid, verification summary, ``content_sha256`` of the store's chunk checksums);
+2. if the installed table already holds that content, stops there (``force`` re-downloads);
+3. fetches the archive into ``tables_dir()/.downloads/<name>-<sha256[:16]>.tar.gz.part``,
+   resuming an interrupted download with an HTTP ``Range`` request (a server that ignores it
+   sends the whole file again) and retrying connection failures ``retries`` times with
+   exponential back-off; the part file keeps its progress between calls;
+4. checks the size and the sha256 -- a mismatch or a server file shorter than the manifest says
+   deletes the part file and raises :class:`DownloadError`;
+5. unpacks into a hidden staging directory (members must all be regular files and directories
+   under ``<name>.zarr/``), opens the result with :func:`qpinfer.open_table` hashing *every*
+   chunk (``verify_checksums=True``) and checks it is the manifest's likelihood and grid;
+6. renames it atomically to ``tables_dir()/<name>.zarr`` (an older copy is renamed aside and
+   deleted after), and points ``tables_dir()/<likelihood>.zarr`` -- where the estimators'
+   ``table=None`` and ``open_table(likelihood)`` look -- at it with a relative symlink, unless a
+   real (not symlinked) table directory is already installed there.
+
+Nothing that looks like a table (a ``*.zarr`` directory in the cache) ever exists before step 6
+succeeds: interrupted or failed downloads leave at most the ``.part`` file under ``.downloads/``.
+Concurrent downloads of the same name are serialised with a lock file (``fcntl``, POSIX).
+
+HTTP is the standard library's :mod:`urllib` -- chosen over pooch/fsspec to keep qpinfer's
+dependencies at numpy, scipy and zarr; it covers http(s) and file URLs, ``Range`` resumes and
+retries, which is all a static table host needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qpinfer.tables import TableError, open_table, tables_dir
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
+    "URL_ENV",
+    "DownloadError",
+    "UnknownTableError",
+    "checksums_digest",
+    "download",
+    "fetch_manifest",
+    "resolve_base_url",
+    "validate_name",
+]
+
+#: Environment variable holding the default base URL of a table host.
+URL_ENV = "QPINFER_TABLES_URL"
+#: File name of the manifest at the base URL.
+MANIFEST_NAME = "manifest.json"
+#: Version of the manifest format this module reads and ``qptables publish`` writes.
+MANIFEST_FORMAT = 1
+#: Valid table names (also the archive's top-level ``<name>.zarr`` directory).
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: Seconds before the first retry (doubled for each further one).
+RETRY_BACKOFF = 0.5
+_BLOCK = 1 << 20
+
+
+class DownloadError(RuntimeError):
+    """A table could not be downloaded or installed; nothing usable-looking was left behind."""
+
+
+class UnknownTableError(DownloadError):
+    """The host's manifest has no table of that name."""
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it is a valid table name (letters, digits, ``.``, ``_``, ``-``)."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name) or ".." in name:
+        raise ValueError(
+            f"NAME: table names are letters, digits, '.', '_' and '-' (starting with a letter or "
+            f"digit, at most 100 characters), got {name!r}"
+        )
+    if name.endswith(".zarr"):
+        raise ValueError(f"NAME: give the table name without '.zarr', got {name!r}")
+    return name
+
+
+def checksums_digest(checksums: dict[str, str]) -> str:
+    """sha256 identifying a store's content: of its ``attrs["checksums"]`` as sorted JSON."""
+    text = json.dumps(checksums, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def resolve_base_url(base_url: str | os.PathLike | None = None) -> str:
+    """The table host: ``base_url``, else ``$QPINFER_TABLES_URL``; a local directory path
+    becomes a ``file://`` URL. No trailing slash."""
+    url = os.fspath(base_url) if base_url is not None else os.environ.get(URL_ENV, "")
+    url = url.strip()
+    if not url:
+        raise DownloadError(
+            f"no table host: pass base_url=... (qpinfer download --url URL) or set {URL_ENV} to "
+            "the http(s):// or file:// URL of a directory holding manifest.json"
+        )
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme in ("http", "https", "file"):
+        return url.rstrip("/")
+    if scheme and len(scheme) > 1:
+        raise DownloadError(f"base URL {url!r}: only http(s):// and file:// URLs are supported")
+    return Path(url).expanduser().resolve().as_uri()  # a local directory
+
+
+def _join(base: str, file: str) -> str:
+    return f"{base}/{urllib.parse.quote(file)}"
+
+
+class _Response:
+    """What :func:`_open` returns: a readable body plus status and lengths."""
+
+    def __init__(self, body: Any, status: int, length: int | None, total: int | None) -> None:
+        self.body = body
+        self.status = status  # 200 whole file, 206 from the requested offset
+        self.length = length  # bytes this response will deliver, if known
+        self.total = total  # size of the whole remote file, if known
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.body.close()
+
+
+def _open(url: str, offset: int, timeout: float) -> _Response:
+    """GET ``url`` from byte ``offset`` (``file://``: seek; http: a ``Range`` request)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        path = urllib.request.url2pathname(parts.path)
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed by _Response.close
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise urllib.error.HTTPError(url, 404, "Not Found", None, None) from None  # type: ignore[arg-type]
+        size = os.fstat(f.fileno()).st_size
+        if offset > size:
+            f.close()
+            raise urllib.error.HTTPError(url, 416, "Range Not Satisfiable", None, None)  # type: ignore[arg-type]
+        f.seek(offset)
+        return _Response(f, 206 if offset else 200, size - offset, size)
+    from qpinfer import __version__
+
+    headers = {"User-Agent": f"qpinfer/{__version__}", "Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+    status = resp.status
+    length = resp.headers.get("Content-Length")
+    length = int(length) if length and length.isdigit() else None
+    total = None
+    if status == 206:
+        m = re.match(r"bytes (\d+)-(\d+)/(\d+|\*)", resp.headers.get("Content-Range", ""))
+        if not m or int(m.group(1)) != offset:
+            resp.close()
+            raise DownloadError(f"{url}: the server answered a resume request with a wrong range")
+        total = int(m.group(3)) if m.group(3) != "*" else None
+    elif status == 200:
+        total = length
+    return _Response(resp, status, length, total)
+
+
+def _retrying(what: str, retries: int, func: Callable[[], Any]) -> Any:
+    """Call ``func``; retry connection-level failures (and HTTP 5xx) ``retries`` times."""
+    attempt = 0
+    while True:
+        try:
+            return func()
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 or attempt >= retries:
+                raise
+            err: BaseException = exc
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            if attempt >= retries:
+                raise
+            err = exc
+        attempt += 1
+        print(f"qpinfer: {what}: {err}; retry {attempt}/{retries}", file=sys.stderr)
+        time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
+
+
+def fetch_manifest(
+    base_url: str | os.PathLike | None = None, *, timeout: float = 30.0, retries: int = 3
+) -> dict[str, Any]:
+    """Read and check ``BASE/manifest.json``; returns ``{"format": 1, "tables": {...}}``."""
+    base = resolve_base_url(base_url)
+    url = _join(base, MANIFEST_NAME)
+
+    def get() -> bytes:
+        resp = _open(url, 0, timeout)
+        try:
+            return resp.body.read()
+        finally:
+            resp.close()
+
+    try:
+        raw = _retrying(f"fetching {url}", retries, get)
+    except urllib.error.HTTPError as exc:
+        raise DownloadError(
+            f"cannot fetch the table manifest {url}: HTTP {exc.code} {exc.reason}"
+        ) from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise DownloadError(
+            f"cannot reach the table host {base} (fetching {MANIFEST_NAME}): {reason}"
+        ) from None
+    try:
+        manifest = json.loads(raw)
+    except ValueError as exc:
+        raise DownloadError(f"{url} is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("tables"), dict):
+        raise DownloadError(f"{url}: not a qpinfer table manifest (no 'tables' mapping)")
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise DownloadError(
+            f"{url}: manifest format {manifest.get('format')!r}, this qpinfer reads "
+            f"{MANIFEST_FORMAT} (upgrade qpinfer?)"
+        )
+    return manifest
+
+
+def _entry(manifest: dict[str, Any], name: str, base: str) -> dict[str, Any]:
+    tables = manifest["tables"]
+    if name not in tables:
+        known = ", ".join(sorted(tables)) or "none"
+        raise UnknownTableError(f"no table named {name!r} at {base} (available: {known})")
+    e = tables[name]
+    try:
+        file, size, sha = str(e["file"]), int(e["size"]), str(e["sha256"]).lower()
+        if "likelihood" not in e or "grid" not in e:
+            raise KeyError("likelihood" if "likelihood" not in e else "grid")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DownloadError(f"manifest entry {name!r} is malformed ({exc!r})") from None
+    if "/" in file or "\\" in file or file in ("", ".", "..") or not file.endswith(".tar.gz"):
+        raise DownloadError(f"manifest entry {name!r}: bad archive file name {file!r}")
+    if size <= 0 or not re.fullmatch(r"[0-9a-f]{64}", sha):
+        raise DownloadError(f"manifest entry {name!r}: bad size or sha256")
+    return {**e, "file": file, "size": size, "sha256": sha}
+
+
+@contextlib.contextmanager
+def _lock(path: Path):
+    """Exclusive advisory lock (POSIX ``flock``; no-op elsewhere) for one table name."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_BLOCK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fetch_archive(
+    url: str,
+    part: Path,
+    size: int,
+    retries: int,
+    timeout: float,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Bring ``part`` to ``size`` bytes of ``url``, resuming; see the module docstring."""
+    failures = 0
+    while True:
+        have = part.stat().st_size if part.exists() else 0
+        if have > size:
+            part.unlink()
+            have = 0
+        if have == size:
+            return
+        try:
+            resp = _open(url, have, timeout)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 416:  # the remote file ends at or before `have`
+                part.unlink(missing_ok=True)
+                raise DownloadError(
+                    f"{url} is shorter than the manifest says ({size} bytes): the host's copy "
+                    "is truncated; the download was discarded"
+                ) from None
+            if exc.code < 500 or failures >= retries:
+                raise DownloadError(f"cannot download {url}: HTTP {exc.code} {exc.reason}") from None
+            failures += 1
+            time.sleep(RETRY_BACKOFF * 2 ** (failures - 1))
+            continue
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            if failures >= retries:
+                reason = getattr(exc, "reason", exc)
+                raise DownloadError(
+                    f"cannot reach {url} ({reason}) after {failures + 1} attempts"
+                    + (f"; {have} of {size} bytes are kept in {part} and resumed next time"
+                       if have else "")
+                ) from None
+            failures += 1
+            time.sleep(RETRY_BACKOFF * 2 ** (failures - 1))
+            continue
+        try:
+            if resp.total is not None and resp.total < size:
+                part.unlink(missing_ok=True)
+                raise DownloadError(
+                    f"{url} has {resp.total} bytes but the manifest says {size}: the host's copy "
+                    "is truncated (or the manifest is stale); the download was discarded"
+                )
+            if resp.status == 200:
+                have = 0  # whole file (a server that ignores Range): start over
+            with open(part, "ab" if have else "wb") as f:
+                while True:
+                    try:
+                        block = resp.body.read(_BLOCK)
+                    except (http.client.HTTPException, OSError) as exc:
+                        raise _Interrupted(exc) from None
+                    if not block:
+                        break
+                    f.write(block)
+                    have += len(block)
+                    if have > size:
+                        break
+                    if progress is not None:
+                        progress(have, size)
+                f.flush()
+                os.fsync(f.fileno())
+        except _Interrupted as exc:
+            if failures >= retries:
+                raise DownloadError(
+                    f"download of {url} was interrupted ({exc.args[0]!r}) after {failures + 1} "
+                    f"attempts; {have} of {size} bytes are kept in {part} and resumed next time"
+                ) from None
+            failures += 1
+            time.sleep(RETRY_BACKOFF * 2 ** (failures - 1))
+            continue
+        finally:
+            resp.close()
+        if have > size:
+            part.unlink(missing_ok=True)
+            raise DownloadError(
+                f"{url} is larger than the manifest says ({size} bytes); the download was "
+                "discarded (stale manifest?)"
+            )
+        if have < size:  # the body ended early without an error: resume (counts as a failure)
+            if failures >= retries:
+                raise DownloadError(
+                    f"download of {url} stopped at {have} of {size} bytes after {failures + 1} "
+                    f"attempts; kept in {part} and resumed next time"
+                )
+            failures += 1
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _safe_members(tar: tarfile.TarFile, top: str) -> list[tarfile.TarInfo]:
+    members = tar.getmembers()
+    for m in members:
+        name = m.name
+        parts = Path(name).parts
+        if (
+            name.startswith(("/", "\\"))
+            or ".." in parts
+            or not parts
+            or parts[0] != top
+            or not (m.isfile() or m.isdir())
+        ):
+            raise DownloadError(
+                f"archive member {name!r} is not a plain file or directory under {top}/; refusing "
+                "to unpack"
+            )
+    return members
+
+
+def _install(archive: Path, entry: dict[str, Any], name: str, root: Path) -> Path:
+    """Unpack ``archive`` into a hidden staging directory, validate, rename into place."""
+    top = f"{name}.zarr"
+    target = root / top
+    staging = root / f".install-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    aside = None
+    try:
+        staging.mkdir()
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                members = _safe_members(tar, top)
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(staging, members=members, filter="data")
+                else:  # pragma: no cover - Python < 3.11.4; members were checked above
+                    tar.extractall(staging, members=members)
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise DownloadError(f"cannot unpack {archive.name}: {exc}") from None
+        store = staging / top
+        try:
+            table = open_table(store, verify_checksums=True)
+        except TableError as exc:
+            raise DownloadError(f"the downloaded table {name!r} is not valid: {exc}") from None
+        attrs = table.attrs
+        if attrs["likelihood"] != entry["likelihood"] or attrs["grid"] != entry["grid"]:
+            raise DownloadError(
+                f"the downloaded table {name!r} is for {attrs['likelihood']!r} on "
+                f"{attrs['grid']!r}, the manifest says {entry['likelihood']!r} on {entry['grid']!r}"
+            )
+        want = entry.get("content_sha256")
+        if want and checksums_digest(attrs["checksums"]) != want:
+            raise DownloadError(
+                f"the downloaded table {name!r} holds other data than the manifest describes"
+            )
+        table.close()
+        if target.exists() or target.is_symlink():
+            aside = root / f".old-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            os.replace(target, aside)
+        try:
+            os.rename(store, target)
+        except OSError:
+            if aside is not None:
+                os.replace(aside, target)
+                aside = None
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if aside is not None:
+            if aside.is_dir() and not aside.is_symlink():
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                aside.unlink(missing_ok=True)
+    return target
+
+
+def _link_default(root: Path, name: str, likelihood: str) -> Path | None:
+    """Point ``<likelihood>.zarr`` at ``<name>.zarr`` (atomic symlink swap); ``None`` if a real
+    table directory is installed there (left alone)."""
+    link = root / f"{likelihood}.zarr"
+    if name == likelihood:
+        return link
+    if link.exists() and not link.is_symlink():
+        return None
+    tmp = root / f".link-{likelihood}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        os.symlink(f"{name}.zarr", tmp, target_is_directory=True)
+        os.replace(tmp, link)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return None
+    return link
+
+
+def _clean_stale(root: Path) -> None:
+    """Remove staging/aside directories of killed installs (their pid is gone)."""
+    for p in list(root.glob(".install-*")) + list(root.glob(".old-*")):
+        m = re.search(r"-(\d+)-[0-9a-f]{8}$", p.name)
+        if m is None:
+            continue
+        pid = int(m.group(1))
+        alive = pid == os.getpid()
+        if not alive:
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+            except PermissionError:
+                alive = True
+        if not alive:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def download(
+    name: str,
+    base_url: str | os.PathLike | None = None,
+    *,
+    force: bool = False,
+    make_default: bool = True,
+    retries: int = 3,
+    timeout: float = 60.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Download the table ``name`` from a table host and install it; returns its path.
+
+    Parameters
+    ----------
+    name:
+        The table's name in the host's ``manifest.json`` (e.g. ``"probit-paper"``).
+    base_url:
+        ``http(s)://`` or ``file://`` URL (or local directory) of the host; default
+        ``$QPINFER_TABLES_URL``.
+    force:
+        Download and reinstall even if the installed table already holds this content.
+    make_default:
+        Also make it the table ``table=None`` and ``open_table(likelihood)`` find
+        (``tables_dir()/<likelihood>.zarr``, a symlink) unless a real directory is there.
+    retries:
+        Extra attempts after a connection failure or interrupted transfer (each resumes).
+    timeout:
+        Seconds a connection may stall.
+    progress:
+        Called as ``progress(bytes_done, bytes_total)`` while downloading.
+
+    Returns
+    -------
+    Path
+        ``tables_dir() / f"{name}.zarr"``, a validated table (open it with
+        ``qpinfer.open_table(name)``).
+
+    Raises
+    ------
+    DownloadError
+        The host is unreachable, the name unknown, the transfer failed, the archive is truncated
+        or does not match its sha256, or the unpacked table fails validation. No ``*.zarr`` is
+        created or changed in that case; an interrupted transfer keeps its ``.part`` file under
+        ``tables_dir()/.downloads`` to resume from.
+    ValueError
+        ``name`` is not a valid table name.
+    """
+    validate_name(name)
+    if int(retries) < 0:
+        raise ValueError(f"retries must be >= 0, got {retries!r}")
+    base = resolve_base_url(base_url)
+    manifest = fetch_manifest(base, timeout=timeout, retries=retries)
+    entry = _entry(manifest, name, base)
+    root = tables_dir()
+    downloads = root / ".downloads"
+    try:
+        downloads.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DownloadError(f"cannot create the table cache {root} ({exc})") from None
+    target = root / f"{name}.zarr"
+    with _lock(downloads / f"{name}.lock"):
+        _clean_stale(root)
+        if not force and target.is_dir() and entry.get("content_sha256"):
+            try:
+                installed = open_table(target, verify_checksums=False)
+            except TableError:
+                installed = None
+            if installed is not None and (
+                checksums_digest(installed.attrs["checksums"]) == entry["content_sha256"]
+            ):
+                if make_default:
+                    _link_default(root, name, entry["likelihood"])
+                return target
+        part = downloads / f"{name}-{entry['sha256'][:16]}.tar.gz.part"
+        for old in downloads.glob(f"{name}-*.tar.gz.part"):  # parts of other versions
+            if old != part:
+                old.unlink(missing_ok=True)
+        url = _join(base, entry["file"])
+        _fetch_archive(url, part, entry["size"], int(retries), timeout, progress)
+        got = _sha256_file(part)
+        if got != entry["sha256"]:
+            part.unlink(missing_ok=True)
+            raise DownloadError(
+                f"{url}: sha256 {got} does not match the manifest's {entry['sha256']}; the "
+                "download was discarded (corrupt transfer, or the host's file and manifest "
+                "disagree)"
+            )
+        try:
+            path = _install(part, entry, name, root)
+        except DownloadError:
+            part.unlink(missing_ok=True)
+            raise
+        part.unlink(missing_ok=True)
+        if make_default:
+            _link_default(root, name, entry["likelihood"])
+    return path
