@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     ep = qpinfer.GPClassifier(method="ep").fit(X_train, y[train])
     t_ep = time.perf_counter() - t0
     # QP with EP's fitted hyperparameters, looked up in the table
-    fixed = dict(kernel=ep.kernel_, optimizer=None)
+    fixed = {"kernel": ep.kernel_, "optimizer": None}
     t0 = time.perf_counter()
     qp = qpinfer.GPClassifier(method="qp", table=table, **fixed).fit(X_train, y[train])
     t_qp = time.perf_counter() - t0
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
         err = np.mean(model.predict(X_test) != y[test])
         print(
             f"{name:6s} {err:10.3f} {ntll:8.4f} {model.log_marginal_likelihood_:9.3f} "
-            f"{model.n_iter_:6d}  {seconds:.2f} s" + ("  (incl. hyperparameter fit)" if name == "EP" else "")
+            f"{model.n_iter_:6d}  {seconds:.2f} s"
+            + ("  (incl. hyperparameter fit)" if name == "EP" else "")
         )
     _, var_ep = ep_fixed.predict_latent(X_test)
     _, var_qp = qp.predict_latent(X_test)
