@@ -169,7 +169,8 @@ def tilted_power_moments(
     mode, width = _probit_mode(m, sigma, y1, power)
     frac = _FractionalTilted(likelihood, power)
     inf = np.full_like(mode, np.inf)
-    edges = _level_edges(frac, mode, width, -inf, inf, m, sigma, y1, n_levels)
+    with np.errstate(invalid="ignore"):  # inf - inf in its bound guard, discarded by np.where
+        edges = _level_edges(frac, mode, width, -inf, inf, m, sigma, y1, n_levels)
     breaks = likelihood._breakpoints(m, sigma, y1)
     if breaks is not None:
         extra = np.clip(breaks[1][None, :], edges[:, :1], edges[:, -1:])
@@ -256,6 +257,14 @@ def power_ep_log_evidence(
     cav_var = 1.0 / tau_c
     cav_mean = nu_c * cav_var
     log_zhat = projection.log_normalizer(cav_mean, np.sqrt(cav_var), y)
-    delta_g = -0.5 * np.log1p(-alpha * tau * var) + 0.5 * (nu_c * cav_mean - mean * mean / var)
+    # G(q^\\n) - G(q) = -log(1 - a tau v)/2 + (nu_c^2/tau_c - m^2/v)/2, the second part written
+    # as (a (tau m^2 - 2 nu m) + a^2 nu^2 v) / (2 (1 - a tau v)): no cancellation for tiny v
+    shrink = 1.0 - alpha * tau * var
+    delta_g = (
+        -0.5 * np.log(shrink)
+        + 0.5
+        * (alpha * (tau * mean * mean - 2.0 * nu * mean) + alpha * alpha * nu * nu * var)
+        / shrink
+    )
     log_z = -np.sum(np.log(np.diag(post.L))) + 0.5 * nu @ mean + np.sum(log_zhat + delta_g) / alpha
     return float(log_z), cav_mean, cav_var

@@ -30,9 +30,10 @@ Classification (probit): the iterative Power EP of eqs. (20), (106)-(109) (:func
 the fractional cavity of ``a_n`` (``tau_c = 1/s_n - alpha tau_n``), the projection of the
 fractional tilted distribution of ``f_n`` under ``N(f_n | mu_c, s_c + h_n)`` -- eq. (20)'s
 ``d1 = dlog Z~/dmu``, ``d2 = d^2 log Z~/dmu^2`` -- mapped back to ``a_n`` (``mu_c + s_c d1``,
-``s_c + s_c^2 d2``), and the site update of :func:`qpinfer.ep._site_proposal`
-(``tau_new = (1/s_new - tau_c)/alpha``, eqs. (106)-(107) at full power; damping ``alpha`` gives
-eqs. (108)-(109), same fixed points). Schedules: ``"parallel"`` (all sites from one posterior,
+``s_c + s_c^2 d2``), and the site update of eqs. (106)-(107) at full power,
+``tau_new = -d2/(1 + s_c d2)/alpha`` (the same as :mod:`qpinfer.ep`'s
+``(1/s_new - tau_c)/alpha`` but free of cancellation when ``s_c ~ 0``, an input far from every
+inducing input); damping ``alpha`` gives eqs. (108)-(109), same fixed points. Schedules: ``"parallel"`` (all sites from one posterior,
 damped) and ``"sequential"`` (rank-one updates of ``B^-1``, O(M^2) per site). The energy is
 eq. (110) (:func:`qpinfer.power_ep.power_ep_log_evidence` with the marginals of ``a_n``). With
 ``M = N`` and ``Z = X`` (``h = 0``) both reduce to the full GP (EP / Power EP / exact regression).
@@ -64,7 +65,7 @@ from scipy.optimize import minimize
 from scipy.special import ndtr
 
 from qpinfer.classifier import _check_X, _check_y, _not_fitted_error
-from qpinfer.ep import MIN_SITE_PRECISION, ConvergenceWarning, _site_proposal
+from qpinfer.ep import MIN_SITE_PRECISION, ConvergenceWarning
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power, power_ep_log_evidence
@@ -308,18 +309,44 @@ class _ConditionalProjection:
         d2 = (s * s - var_f) / (var_f * var_f)
         return d1, d2, var_f
 
-    def project(
-        self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        s_c = cavity_std * cavity_std
-        d1, d2, _ = self.derivatives(cavity_mean, cavity_std, y)
-        return cavity_mean + s_c * d1, np.sqrt(np.maximum(s_c * (1.0 + s_c * d2), 0.0))
-
     def log_normalizer(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> np.ndarray:
         """``log ∫ N(f | mu_c, s_c + h) p(y | f)^alpha df`` (eqs. (116)-(118))."""
         return self.inner.log_normalizer(cavity_mean, np.sqrt(cavity_std * cavity_std + self.h), y)
+
+
+def _sparse_site_proposal(
+    proj: _ConditionalProjection,
+    post_mean: np.ndarray,
+    post_var: np.ndarray,
+    tau: np.ndarray,
+    nu: np.ndarray,
+    y: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Fractional cavity of ``a_n``, projection eq. (20), new site (eqs. (106)-(107) / alpha).
+
+    The new site is written without cancellation, ``tau_new = -d2 / (1 + s_c d2) / alpha``,
+    ``nu_new = (d1 - mu_c d2) / (1 + s_c d2) / alpha`` (eq. (107): ``1/v_new = -d2/(1 + s_c
+    d2)``): an input far from every inducing input has ``s_c ~ ||w_n||^2 ~ 0`` and
+    ``1/s_new - 1/s_c`` (qpinfer.ep's generic form) would lose every digit. Returns
+    ``(tau_new, nu_new, ok, clipped)`` as :func:`qpinfer.ep._site_proposal`.
+    """
+    power = proj.power
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        tau_c = 1.0 / post_var - power * tau
+        nu_c = post_mean / post_var - power * nu
+        ok = np.isfinite(tau_c) & np.isfinite(nu_c) & (tau_c > 0)
+        s_c = 1.0 / np.where(ok, tau_c, 1.0)
+        mu_c = np.where(ok, nu_c, 0.0) * s_c
+        d1, d2, _ = proj.derivatives(mu_c, np.sqrt(s_c), y)
+        denom = 1.0 + s_c * d2
+        tau_new = -d2 / denom / power
+        nu_new = (d1 - mu_c * d2) / denom / power
+    ok &= np.isfinite(tau_new) & np.isfinite(nu_new) & (denom > 0)
+    clipped = ok & (tau_new < MIN_SITE_PRECISION)
+    tau_new = np.where(clipped, MIN_SITE_PRECISION, tau_new)
+    return tau_new, nu_new, ok, clipped
 
 
 @dataclass
@@ -343,7 +370,7 @@ class SparsePEPResult:
 def _parallel_sweep(A, h, y, tau, nu, projection, damping):
     post = low_rank_posterior(A, tau, nu)
     proj = _ConditionalProjection(projection, h)
-    tau_p, nu_p, ok, clipped = _site_proposal(proj, post.mean, post.var, tau, nu, y)
+    tau_p, nu_p, ok, clipped = _sparse_site_proposal(proj, post.mean, post.var, tau, nu, y)
     tau_new = np.where(ok, (1.0 - damping) * tau + damping * tau_p, tau)
     nu_new = np.where(ok, (1.0 - damping) * nu + damping * nu_p, nu)
     tau_new = np.maximum(tau_new, MIN_SITE_PRECISION)
@@ -365,7 +392,7 @@ def _sequential_sweep(A, h, y, tau, nu, projection, damping):
         s = float(a @ Sa)
         mu = float(a @ mv)
         proj = _ConditionalProjection(projection, h[i : i + 1])
-        tau_p, nu_p, ok, clipped = _site_proposal(
+        tau_p, nu_p, ok, clipped = _sparse_site_proposal(
             proj, np.array([mu]), np.array([s]), tau[i : i + 1], nu[i : i + 1], y[i : i + 1]
         )
         if not ok[0]:

@@ -185,6 +185,21 @@ def test_pseudo_points_at_the_inputs_give_the_full_gp_power_ep(ionosphere, alpha
     np.testing.assert_allclose(sparse.posterior.var, full.var, atol=1e-7)
 
 
+@pytest.mark.parametrize("schedule", ["parallel", "sequential"])
+def test_inputs_far_from_every_inducing_input_do_not_break_the_site_updates(ionosphere, schedule):
+    """A short length scale in 33 dimensions leaves inputs with ||w_n|| ~ 1e-21: the marginal of
+    a_n has variance ~1e-42 and the generic ``1/s_new - 1/s_cav`` would lose every digit."""
+    X, y = ionosphere[0], ionosphere[1]
+    prior = pseudo_point_prior(ARDSquaredExponential(1.0, 1.0), X, kmeans_inducing_points(X, 20, 0))
+    assert np.min(np.sum(prior.A**2, axis=0)) < 1e-30
+    for alpha in (1.0, 0.5):
+        r = run_sparse_pep(
+            prior.A, prior.h, y, PowerMomentMatching(PROBIT, alpha), schedule=schedule
+        )
+        assert r.converged and np.isfinite(r.log_marginal_likelihood)
+        assert np.all(r.tau < 10.0)
+
+
 def test_sequential_and_parallel_schedules_reach_the_same_fixed_point(ionosphere):
     X, y = ionosphere[0][:150], ionosphere[1][:150]
     kern = ARDSquaredExponential(3.0, 6.0)
