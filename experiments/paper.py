@@ -92,9 +92,12 @@ def _estimator(kind: str, method: str, config: dict[str, Any]) -> Any:
 
 
 def _fit_method(kind, method, config, Xtr, ytr, Xte, yte) -> dict[str, Any]:
+    return _fit_with(_estimator(kind, method, config), kind, Xtr, ytr, Xte, yte)
+
+
+def _fit_with(est, kind, Xtr, ytr, Xte, yte) -> dict[str, Any]:
     from scipy.special import log_ndtr
 
-    est = _estimator(kind, method, config)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -131,23 +134,10 @@ def run_fold(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     _set_lbfgs_maxiter(config["lbfgs_maxiter"])
-    name = task["dataset"]
     t0 = time.perf_counter()
-    if name in ds.CLASSIFICATION:
-        kind = "classification"
-        X, y = _classification_data(name)
-        test = ds.kfold_indices(len(y), task["folds"], task["repeat"])[task["fold"]]
-        train = np.setdiff1d(np.arange(len(y)), test)
-        Xtr, Xte = ds.standardize(X[train], X[test])
-        ytr, yte = y[train], y[test]
-    else:
-        kind = "regression"
-        split = ds.mining_split(task["repeat"])
-        Xy = split.years[:, None]
-        Xtr, Xte = ds.standardize(Xy, Xy)
-        ytr, yte = split.train, split.test
+    kind, Xtr, ytr, Xte, yte = _fold_data(task)
     results = {m: _fit_method(kind, m, config, Xtr, ytr, Xte, yte) for m in task["methods"]}
-    return {
+    record = {
         "task": task,
         "n_train": len(ytr),
         "n_test": len(yte),
@@ -155,6 +145,59 @@ def run_fold(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         "seconds": time.perf_counter() - t0,
         "results": results,
     }
+    if "ep" in results and "qp" in results:
+        record["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, results["ep"]["theta"],
+                                                  Xtr, ytr, Xte, yte)
+    return record
+
+
+def _fold_data(task: dict[str, Any]):
+    """``(kind, Xtr, ytr, Xte, yte)`` of a task (standardized on the training fold)."""
+    name = task["dataset"]
+    if name in ds.CLASSIFICATION:
+        X, y = _classification_data(name)
+        test = ds.kfold_indices(len(y), task["folds"], task["repeat"])[task["fold"]]
+        train = np.setdiff1d(np.arange(len(y)), test)
+        Xtr, Xte = ds.standardize(X[train], X[test])
+        return "classification", Xtr, y[train], Xte, y[test]
+    split = ds.mining_split(task["repeat"])
+    Xtr, Xte = ds.standardize(split.years[:, None], split.years[:, None])
+    return "regression", Xtr, split.train, Xte, split.test
+
+
+def qp_at_ep_theta(kind, config, theta, Xtr, ytr, Xte, yte) -> dict[str, Any]:
+    """QP's sites at EP's fitted hyperparameters (no optimisation): isolates the projection
+    (Theorem 2 / Cor. 2.2) from the hyperparameter fit, which differs per method."""
+    from qpinfer.kernels import ARDSquaredExponential
+
+    theta = np.asarray(theta, dtype=float)
+    kern = ARDSquaredExponential(1.0, np.ones(Xtr.shape[1])).with_theta(theta)
+    cfg = dict(config)
+    est = _estimator(kind, "qp", cfg)
+    est.set_params(kernel=kern, optimizer=None)
+    sub = {"te", "ntll", "latent_var", "latent_mean"}
+    r = _fit_with(est, kind, Xtr, ytr, Xte, yte)
+    return {k: v for k, v in r.items() if k in sub}
+
+
+def augment(fold_dir: Path, names: list[str], config: dict[str, Any]) -> int:
+    """Add :func:`qp_at_ep_theta` to finished fold records that lack it (in-process)."""
+    n = 0
+    for name in names:
+        path = fold_dir / f"{name}.json"
+        if not path.exists():
+            continue
+        rec = json.loads(path.read_text())
+        res = rec["results"]
+        if "qp_at_ep_theta" in rec or "ep" not in res or "qp" not in res:
+            continue
+        _set_lbfgs_maxiter(rec.get("lbfgs_maxiter", config["lbfgs_maxiter"]))
+        kind, Xtr, ytr, Xte, yte = _fold_data(rec["task"])
+        rec["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, res["ep"]["theta"],
+                                               Xtr, ytr, Xte, yte)
+        _write_json(path, rec)
+        n += 1
+    return n
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,6 +304,12 @@ def run(args: argparse.Namespace) -> Path:
             client.close()
         if cluster is not None:
             cluster.close()
+    if "ep" in args.methods and "qp" in args.methods:
+        tables = ensure_tables(args, None)
+        config = {"schedule": args.schedule, "lbfgs_maxiter": args.lbfgs_maxiter, **tables}
+        n = augment(fold_dir, [task_name(t) for t in tasks], config)
+        if n:
+            print(f"added QP at EP's hyperparameters to {n} earlier fold records", flush=True)
     wall = time.perf_counter() - t0
     from experiments import report
 

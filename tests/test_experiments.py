@@ -69,6 +69,8 @@ def test_runner_end_to_end_with_resume(tmp_path, capsys):
         r = rec["results"][m]
         assert 0 <= r["te"] <= 1 and 0 < r["ntll"] < 5
         assert len(r["latent_var"]) == rec["n_test"]
+    fixed = rec["qp_at_ep_theta"]  # QP's sites at EP's hyperparameters: Cor. 2.2 end to end
+    assert np.all(np.array(fixed["latent_var"]) <= np.array(rec["results"]["ep"]["latent_var"]))
     for name in ("table.md", "summary.json", "variance_scatter.png", "ntll_difference.png"):
         assert (tmp_path / name).stat().st_size > 0
     table = (tmp_path / "table.md").read_text()
