@@ -143,7 +143,7 @@ def test_regression_gradients_match_finite_differences(small_regression, alpha):
 def test_sparse_regressor_fits_boston(boston, alpha):
     X, y, Xs, ys = boston
     init = SparseGPRegressor(20, alpha, optimizer=None, random_state=0).fit(X, y)
-    reg = SparseGPRegressor(20, alpha, random_state=0, max_optimizer_iter=150).fit(X, y)
+    reg = SparseGPRegressor(20, alpha, random_state=0, max_optimizer_iter=80).fit(X, y)
     assert reg.log_marginal_likelihood_ > init.log_marginal_likelihood_
     assert reg.score(Xs, ys) > 0.75
     mean, std = reg.predict(Xs, return_std=True)
@@ -246,7 +246,7 @@ def test_sparse_classifier_fits_ionosphere(ionosphere):
     X, y, Xs, ys = ionosphere
     labels = np.where(y > 0, "good", "bad")
     clf = SparseGPClassifier(
-        20, 1.0, ard=False, variance=4.0, length_scale=6.0, random_state=0, max_optimizer_iter=30
+        20, 1.0, ard=False, variance=4.0, length_scale=6.0, random_state=0, max_optimizer_iter=15
     )
     clf.fit(X, labels)
     assert clf.score(Xs, np.where(ys > 0, "good", "bad")) > 0.85
