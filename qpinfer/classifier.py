@@ -44,20 +44,7 @@ from qpinfer.power_ep import PowerMomentMatching, check_power
 
 __all__ = ["DataConversionWarning", "GPClassifier", "NotFittedError"]
 
-_warned_exact = False
 _not_fitted_error = not_fitted_error  # kept for modules importing the old private names
-
-
-def _warn_exact_once(reason: str) -> None:
-    global _warned_exact
-    if not _warned_exact:
-        _warned_exact = True
-        warnings.warn(
-            f"{reason}; QP computes sigma* exactly with qpinfer.sigma_qp (slower than a table "
-            "lookup). Install a table (qptables) or pass table=... . Warned once per process.",
-            RuntimeWarning,
-            stacklevel=5,
-        )
 
 
 def _check_X(X: Any, name: str = "X") -> np.ndarray:
@@ -191,20 +178,6 @@ class GPClassifier(GPEstimatorBase):
         self.alpha = alpha
 
     _METHODS = ("qp", "ep", "pep", "vb", "laplace")
-    _PARAM_NAMES = (
-        "method",
-        "table",
-        "kernel",
-        "variance",
-        "length_scale",
-        "ard",
-        "optimizer",
-        "schedule",
-        "max_iter",
-        "tol",
-        "damping",
-        "alpha",
-    )
 
     def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
         from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
@@ -220,9 +193,6 @@ class GPClassifier(GPEstimatorBase):
         super()._validate_params()
         if self.method == "pep":
             check_power(self.alpha)
-
-    def _warn_exact(self, reason: str) -> None:
-        _warn_exact_once(reason)
 
     def _projection(self, likelihood: Probit, table: Any) -> Any:
         if self.method in BASELINE_METHODS:

@@ -35,6 +35,7 @@ smoother of ``sqrt(y)``. Probit starts as usual (zero sites, ``f = 0``, GPy's VB
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import warnings
@@ -144,12 +145,19 @@ def warn_exact_once(reason: str, key: str) -> None:
 class GPEstimatorBase:
     """Shared parameters, fitting and latent predictions of the GP estimators.
 
-    Subclasses define ``__init__`` (storing the names in ``_PARAM_NAMES`` verbatim), and call
+    Subclasses define ``__init__`` (storing its arguments verbatim), and call
     :meth:`_fit_latent` from ``fit`` with validated inputs and the likelihood's labels.
+    ``_PARAM_NAMES`` is set from the signature of the subclass's ``__init__``.
     """
 
     _METHODS: tuple[str, ...] = ("qp", "ep", "vb", "laplace")
     _PARAM_NAMES: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            params = inspect.signature(cls.__init__).parameters
+            cls._PARAM_NAMES = tuple(name for name in params if name != "self")
 
     # -- scikit-learn protocol (no dependency on scikit-learn) -------------------------------
     def get_params(self, deep: bool = True) -> dict[str, Any]:

@@ -210,20 +210,6 @@ class GPPoissonRegressor(GPEstimatorBase):
         self.tol = tol
         self.damping = damping
 
-    _PARAM_NAMES = (
-        "method",
-        "table",
-        "kernel",
-        "variance",
-        "length_scale",
-        "ard",
-        "optimizer",
-        "schedule",
-        "max_iter",
-        "tol",
-        "damping",
-    )
-
     def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
         from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
 

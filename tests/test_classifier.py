@@ -12,7 +12,7 @@ import pytest
 from scipy.special import ndtr
 
 import qpinfer
-import qpinfer.classifier as classifier_module
+import qpinfer.estimator as estimator_module
 from qpinfer import ConvergenceWarning, GPClassifier
 from qpinfer.classifier import DataConversionWarning, NotFittedError
 
@@ -160,7 +160,7 @@ def test_table_none_uses_the_installed_table(monkeypatch, probit_table_path):
 
 
 def test_table_none_without_an_installed_table_warns_once_and_computes_exactly(monkeypatch):
-    monkeypatch.setattr(classifier_module, "_warned_exact", False)
+    monkeypatch.setattr(estimator_module, "_warned_exact", set())
     X, y = _blobs(seed=8, n=30)
     with pytest.warns(RuntimeWarning, match="exactly"):
         clf = GPClassifier("qp", optimizer=None).fit(X, y)
