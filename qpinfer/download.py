@@ -53,7 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qpinfer.tables import TableError, open_table, tables_dir
+from qpinfer.tables import TableError, open_table, sha256_file, tables_dir
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -257,7 +257,7 @@ def _entry(manifest: dict[str, Any], name: str, base: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _lock(path: Path):
+def file_lock(path: Path):
     """Exclusive advisory lock (POSIX ``flock``; no-op elsewhere) for one table name."""
     try:
         import fcntl
@@ -270,14 +270,6 @@ def _lock(path: Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_BLOCK), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fetch_archive(
@@ -549,7 +541,7 @@ def download(
     except OSError as exc:
         raise DownloadError(f"cannot create the table cache {root} ({exc})") from None
     target = root / f"{name}.zarr"
-    with _lock(downloads / f"{name}.lock"):
+    with file_lock(downloads / f"{name}.lock"):
         _clean_stale(root)
         if not force and target.is_dir() and entry.get("content_sha256"):
             try:
@@ -568,7 +560,7 @@ def download(
                 old.unlink(missing_ok=True)
         url = _join(base, entry["file"])
         _fetch_archive(url, part, entry["size"], int(retries), timeout, progress)
-        got = _sha256_file(part)
+        got = sha256_file(part)
         if got != entry["sha256"]:
             part.unlink(missing_ok=True)
             raise DownloadError(

@@ -120,7 +120,8 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
         raise TableError(f"{what}: cannot read {path} ({exc})") from None
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """sha256 hex digest of the file at ``path`` (read in blocks)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -212,7 +213,7 @@ class SigmaTable:
     # -- chunk access -------------------------------------------------------------------------
     def _check_chunk(self, var: str, flat: int) -> None:
         file, key = self._chunk_files[var][flat]
-        got = _sha256(Path(file))
+        got = sha256_file(Path(file))
         if got != self._checksums.get(key):
             raise TableError(
                 f"{self.path}: chunk {key} fails its checksum (expected "

@@ -30,10 +30,8 @@ a download is skipped when the installed table already has it.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import gzip
-import hashlib
 import json
 import os
 import tarfile
@@ -41,8 +39,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from qpinfer.download import MANIFEST_FORMAT, MANIFEST_NAME, checksums_digest, validate_name
-from qpinfer.tables import TableError, open_table
+from qpinfer.download import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    checksums_digest,
+    file_lock,
+    validate_name,
+)
+from qpinfer.tables import TableError, open_table, sha256_file
 
 __all__ = ["PublishError", "pack_store", "publish", "update_manifest"]
 
@@ -95,34 +99,11 @@ def pack_store(store: Path, archive: Path, name: str, mtime: int) -> None:
         os.fsync(f.fileno())
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX
-        yield
-        return
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def update_manifest(manifest: Path, entry: dict[str, Any]) -> dict[str, Any]:
     """Add or replace ``entry`` (by ``entry["name"]``) in ``manifest`` (created if missing),
     atomically (temporary file + rename, under a lock file ``manifest.lock``)."""
     manifest.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(manifest.with_name(manifest.name + ".lock")):
+    with file_lock(manifest.with_name(manifest.name + ".lock")):
         if manifest.exists():
             try:
                 data = json.loads(manifest.read_text())
@@ -210,7 +191,7 @@ def publish(
         "name": name,
         "file": file,
         "size": archive.stat().st_size,
-        "sha256": _sha256(archive),
+        "sha256": sha256_file(archive),
         "likelihood": attrs["likelihood"],
         "grid": attrs["grid"],
         "shape": [len(attrs["grid"]["y"]), int(table.shape[1]), int(table.shape[2])],

@@ -50,6 +50,7 @@ import zarr
 from zarr.storage import LocalStore
 
 from qpinfer.schema import DATA_VARS, DIMS, SCHEMA_VERSION
+from qpinfer.tables import sha256_file
 from qptables.grid import GridSpec
 
 __all__ = [
@@ -231,17 +232,9 @@ def scan_tiles(path: str | os.PathLike, grid: GridSpec, *, clean: bool = True) -
     return {key for key, c in counts.items() if c == len(DATA_VARS)}
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def chunk_checksum(root: str | os.PathLike, key: str) -> str:
     """sha256 hex digest of one chunk file (``key`` relative to the store root)."""
-    return _sha256_file(Path(root) / key)
+    return sha256_file(Path(root) / key)
 
 
 def chunk_keys(grid: GridSpec) -> list[str]:
