@@ -259,11 +259,23 @@ def log_evidence(
     return float(log_z), cav_mean, cav_var
 
 
+class PosteriorMoments:
+    """``mean`` and ``var`` of a result's ``posterior`` (EP, Laplace and VB results)."""
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.posterior.mean
+
+    @property
+    def var(self) -> np.ndarray:
+        return self.posterior.var
+
+
 # --------------------------------------------------------------------------------------------
 # The site-update loop
 # --------------------------------------------------------------------------------------------
 @dataclass
-class EPResult:
+class EPResult(PosteriorMoments):
     """Converged (or best) sites and the posterior they imply."""
 
     tau: np.ndarray
@@ -278,14 +290,6 @@ class EPResult:
     n_clipped: int = 0
     n_skipped: int = 0
     history: list[float] = field(default_factory=list)
-
-    @property
-    def mean(self) -> np.ndarray:
-        return self.posterior.mean
-
-    @property
-    def var(self) -> np.ndarray:
-        return self.posterior.var
 
 
 def _site_proposal(

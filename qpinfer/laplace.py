@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
-from qpinfer.ep import Posterior, _chol_B
+from qpinfer.ep import Posterior, PosteriorMoments, _chol_B
 from qpinfer.loglik import log_lik_derivatives
 
 __all__ = [
@@ -58,7 +58,7 @@ __all__ = [
 
 
 @dataclass
-class LaplaceResult:
+class LaplaceResult(PosteriorMoments):
     """The mode, the Gaussian it implies, and the approximate evidence (R&W eq. (3.32))."""
 
     f: np.ndarray
@@ -70,14 +70,6 @@ class LaplaceResult:
     converged: bool
     fixed_point_residual: float
     history: list[float] = field(default_factory=list)
-
-    @property
-    def mean(self) -> np.ndarray:
-        return self.posterior.mean
-
-    @property
-    def var(self) -> np.ndarray:
-        return self.posterior.var
 
 
 def _feasible(likelihood: Any, f: np.ndarray, y: np.ndarray) -> bool:

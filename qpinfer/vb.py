@@ -44,7 +44,7 @@ import numpy as np
 from scipy.linalg import lapack, solve_triangular
 from scipy.optimize import minimize
 
-from qpinfer.ep import Posterior, _chol_B
+from qpinfer.ep import Posterior, PosteriorMoments, _chol_B
 from qpinfer.laplace import positive_branch_start
 from qpinfer.loglik import expected_log_lik
 
@@ -55,7 +55,7 @@ LBFGS_OPTIONS = {"maxiter": 1000, "ftol": 1e-9}
 
 
 @dataclass
-class VBResult:
+class VBResult(PosteriorMoments):
     """Optimised variational parameters, the Gaussian they define and the ELBO."""
 
     alpha: np.ndarray
@@ -71,14 +71,6 @@ class VBResult:
     @property
     def elbo(self) -> float:
         return self.log_marginal_likelihood
-
-    @property
-    def mean(self) -> np.ndarray:
-        return self.posterior.mean
-
-    @property
-    def var(self) -> np.ndarray:
-        return self.posterior.var
 
 
 def _binv(L: np.ndarray) -> np.ndarray:
