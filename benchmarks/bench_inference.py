@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import warnings
@@ -35,9 +34,9 @@ import numpy as np
 
 import qpinfer
 from qpinfer import GPClassifier
-from qpinfer.tables import installed_table_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import best_time, default_table_cache, resolve_table
 from bench_lookup import write_exact_probit_store
 
 
@@ -64,26 +63,25 @@ def load_dataset(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, 
     raise SystemExit(f"unknown dataset {name!r}")
 
 
-def resolve_table(args) -> qpinfer.SigmaTable:
-    if args.table is not None:
-        return qpinfer.open_table(args.table)
-    path = installed_table_path("probit")
-    if path.exists():
-        return qpinfer.open_table(path)
-    cache = args.table_cache / "probit-coarse.zarr"
-    if not cache.exists():
-        print(f"writing a coarse exact probit table to {cache} (once) ...", file=sys.stderr)
-        t = time.perf_counter()
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(".partial")
-        if tmp.exists():
-            import shutil
+def write_coarse_probit_table(cache: Path) -> None:
+    tmp = cache.with_suffix(".partial")
+    if tmp.exists():
+        import shutil
 
-            shutil.rmtree(tmp)
-        write_exact_probit_store(tmp, (-10.0, 10.0, 0.01), (-1.0, 1.0, 0.01), tile_mu=50)
-        tmp.rename(cache)
-        print(f"  done in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-    return qpinfer.open_table(cache)
+        shutil.rmtree(tmp)
+    write_exact_probit_store(tmp, (-10.0, 10.0, 0.01), (-1.0, 1.0, 0.01), tile_mu=50)
+    tmp.rename(cache)
+
+
+def resolve_probit_table(args) -> qpinfer.SigmaTable:
+    cache = args.table_cache / "probit-coarse.zarr"
+    return resolve_table(
+        args.table,
+        "probit",
+        cache,
+        write_coarse_probit_table,
+        f"writing a coarse exact probit table to {cache}",
+    )
 
 
 def time_ours(X, y, method, schedule, table, args, variance, length_scale):
@@ -97,11 +95,7 @@ def time_ours(X, y, method, schedule, table, args, variance, length_scale):
         tol=args.tol,
         max_iter=args.max_iter,
     )
-    best = np.inf
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        clf.fit(X, y)
-        best = min(best, time.perf_counter() - t0)
+    best = best_time(lambda: clf.fit(X, y), args.repeats)
     return best, clf.ep_result_.n_iter, clf.log_marginal_likelihood_, clf.ep_result_.converged
 
 
@@ -147,15 +141,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument(
         "--table-cache",
         type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        / "qpinfer"
-        / "bench",
+        default=default_table_cache(),
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
-    table = resolve_table(args)
+    table = resolve_probit_table(args)
     rows: list[dict] = []
     header = (
         f"{'dataset':<10}{'N':>6} {'schedule':<11}{'EP s':>8}{'sw':>5}{'QP s':>8}{'sw':>5}"

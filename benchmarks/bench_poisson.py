@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,9 @@ import numpy as np
 
 import qpinfer
 from qpinfer import GPPoissonRegressor
-from qpinfer.tables import installed_table_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import best_time, default_table_cache, resolve_table
 
 
 def load_dataset(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -60,17 +60,8 @@ def load_dataset(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, 
     raise SystemExit(f"unknown dataset {name!r}")
 
 
-def resolve_table(args) -> qpinfer.SigmaTable:
-    if args.table is not None:
-        return qpinfer.open_table(args.table)
-    path = installed_table_path("poisson_square")
-    if path.exists():
-        return qpinfer.open_table(path)
-    cache = args.table_cache / f"poisson_square-bench-y{args.table_y_max}.zarr"
-    if not cache.exists():
-        print(f"building a coarse poisson_square table at {cache} (once) ...", file=sys.stderr)
-        t = time.perf_counter()
-        cache.parent.mkdir(parents=True, exist_ok=True)
+def resolve_poisson_table(args) -> qpinfer.SigmaTable:
+    def build(cache: Path) -> None:
         cmd = [
             sys.executable, "-m", "qptables.cli", "build", "poisson_square", str(cache),
             "--mu", "-1", "6", "0.01", "--log10-sigma", "-2", "1", "0.01",
@@ -80,8 +71,15 @@ def resolve_table(args) -> qpinfer.SigmaTable:
         if args.workers:
             cmd += ["--workers", str(args.workers)]
         subprocess.run(cmd, check=True)
-        print(f"  done in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-    return qpinfer.open_table(cache)
+
+    cache = args.table_cache / f"poisson_square-bench-y{args.table_y_max}.zarr"
+    return resolve_table(
+        args.table,
+        "poisson_square",
+        cache,
+        build,
+        f"building a coarse poisson_square table at {cache}",
+    )
 
 
 def time_fit(X, y, method, table, args, variance, length_scale) -> tuple[float, Any]:
@@ -95,12 +93,7 @@ def time_fit(X, y, method, table, args, variance, length_scale) -> tuple[float, 
         tol=args.tol,
         max_iter=args.max_iter,
     )
-    best = np.inf
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        reg.fit(X, y)
-        best = min(best, time.perf_counter() - t0)
-    return best, reg
+    return best_time(lambda: reg.fit(X, y), args.repeats), reg
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -117,16 +110,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument(
         "--table-cache",
         type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        / "qpinfer"
-        / "bench",
+        default=default_table_cache(),
     )
     ap.add_argument("--workers", type=int, help="qptables build workers (default: CPU count)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
-    table = resolve_table(args)
+    table = resolve_poisson_table(args)
     print(f"\nfixed hyperparameters, {args.schedule} schedule, tol={args.tol:g}; table: {table}")
     print(
         f"{'dataset':<10}{'N':>6}{'EP s':>8}{'sw':>5}{'QP s':>8}{'sw':>5}{'QP/EP':>7}"
