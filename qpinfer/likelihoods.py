@@ -315,7 +315,13 @@ class PoissonSquare(Likelihood):
         return lobes
 
 
-_REGISTRY = {"probit": Probit, "poisson_square": PoissonSquare}
+def _step_noise(*args, **kwargs):
+    from qpinfer.step_noise import StepNoise  # late: step_noise builds on this module
+
+    return StepNoise(*args, **kwargs)
+
+
+_REGISTRY = {"probit": Probit, "poisson_square": PoissonSquare, "step_noise": _step_noise}
 
 
 def get_likelihood(likelihood) -> Likelihood:

@@ -23,7 +23,8 @@ Method (one fixed-shape computation per point, no per-point Python):
    never suffer cancellation. Since phi(Phi^{-1}(u)) = phi(Phi^{-1}(1 - u)), the integrand uses
    min(F, S).
 4. Between lobes (a flat stretch of F around f = 0 for bimodal Poisson tilts) the integrand is
-   constant and is added exactly.
+   constant and is added exactly. A likelihood whose density jumps at a lobe bound (``step_noise``,
+   ``_snap_to_bounds``) has the outermost edge moved onto the bound where the level sets reach it.
 
 A point's result never depends on the other points of the call (no batch-wide stopping tests),
 so tables are bit-reproducible however they are tiled. Accuracy against the 40-digit mpmath
@@ -70,10 +71,12 @@ def _level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
     """Panel edges of one lobe on log-density level sets, shape (N, 2K+1), ascending."""
     levels = (np.arange(1, n_levels + 1) * (np.sqrt(2.0 * _TAIL) / n_levels)) ** 2 / 2.0
     log_peak, _ = lik._log_tilted(mode, mu, sigma, y, derivative=False)
+    snap = getattr(lik, "_snap_to_bounds", False)
     sides = []
     for side, bound in ((-1.0, lower), (1.0, upper)):
         edges = []
         prev = mode
+        hit = np.zeros(mode.shape, dtype=bool)
         for k, level in enumerate(levels):
             # Newton on g(x) = sqrt(log q(mode) - log q(x)) - sqrt(level), which is linear in x
             # for a Gaussian (so one step is exact there) and convex for log-concave lobes.
@@ -90,9 +93,15 @@ def _level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
                 x_new = np.where(ok, x_new, 0.5 * (x + prev))
                 # stay strictly inside the lobe's hard bound (e.g. f = 0 for Poisson)
                 inside = bound + 0.05 * (prev - bound)  # NaN where bound is infinite
-                x = np.where(side * (x_new - bound) >= 0, inside, x_new)
+                out = side * (x_new - bound) >= 0
+                hit |= out
+                x = np.where(out, inside, x_new)
             edges.append(x)
             prev = x
+        if snap:
+            # a likelihood with a jump at its bound (step_noise): a lobe whose level sets reach
+            # past the bound ends exactly on it, so no mass is lost between the lobes
+            edges[-1] = np.where(hit, bound, edges[-1])
         sides.append(edges)
     left = np.stack(sides[0][::-1], axis=-1)
     right = np.stack(sides[1], axis=-1)
