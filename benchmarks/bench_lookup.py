@@ -2,10 +2,9 @@
 
 By default a *synthetic* store with the paper's grid shape (App. J: 2 x 20001 x 2001, step 0.001,
 1.3 GB) is written to a scratch directory -- the open and lookup costs depend on the layout and
-size, not on the values -- following the store contract of ``qpinfer.schema`` exactly (the chunk
-files are written raw, which is what zarr's bytes codec stores). ``--store PATH`` times a real
-store instead (e.g. one built by ``qptables``). ``--n-mu/--n-log10-sigma`` shrink the grid for a
-quick run.
+size, not on the values -- by qptables' store writer (:mod:`qptables.store`). ``--store PATH``
+times a real store instead (e.g. one built by ``qptables``). ``--n-mu/--n-log10-sigma`` shrink
+the grid for a quick run.
 
 Printed per run: open time (cold = first open, warm = median of repeated opens), first-touch cost
 of a chunk (memory map + lazy sha256), and steady-state throughput of batched ``sigma_ratio``
@@ -18,7 +17,6 @@ of a chunk (memory map + lazy sha256), and steady-state throughput of batched ``
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -32,70 +30,33 @@ from pathlib import Path
 import numpy as np
 
 import qpinfer
-from qpinfer.schema import DIMS, SCHEMA_VERSION, grid_axis
 
 
 def write_store(path: Path, mu: tuple, ls: tuple, tile_mu: int, block_values, note: dict) -> Path:
-    """Write a complete store per ``qpinfer.schema`` (chunk files raw, as the bytes codec does).
+    """Write a complete probit store with qptables' writer (:func:`qptables.store.create_store`,
+    one :func:`~qptables.store.write_tile` per chunk, sha256 per chunk file), marked verified.
 
     ``block_values(iy, mu_rows, log10_sigma) -> (sigma_qp, sigma_ratio)`` fills one chunk.
     """
-    import zarr
-    from zarr.storage import LocalStore
+    from qptables.grid import GridSpec
+    from qptables.store import chunk_checksums, chunk_keys, create_store, update_attrs, write_tile
 
-    mu_v, ls_v = grid_axis(*mu), grid_axis(*ls)
-    n_mu, n_ls = mu_v.size, ls_v.size
-    g = zarr.open_group(LocalStore(str(path)), mode="w-", zarr_format=3)
-    shape = (2, n_mu, n_ls)
-    for var in ("sigma_qp", "sigma_ratio"):
-        g.create_array(
-            var,
-            shape=shape,
-            chunks=(1, tile_mu, n_ls),
-            dtype="<f8",
-            compressors=None,
-            filters=None,
-            fill_value=np.nan,
-            dimension_names=DIMS,
-        )
-    for name, vals in (("y", np.array([-1, 1], "<i8")), ("mu", mu_v), ("log10_sigma", ls_v)):
-        c = g.create_array(
-            name,
-            shape=vals.shape,
-            chunks=vals.shape,
-            dtype=vals.dtype,
-            compressors=None,
-            filters=None,
-            dimension_names=(name,),
-        )
-        c[...] = vals
-    checksums = {}
-    n_chunks = -(-n_mu // tile_mu)
-    for iy in range(2):
-        for k in range(n_chunks):
-            rows = np.arange(k * tile_mu, (k + 1) * tile_mu)
-            valid = rows < n_mu
-            blocks = [np.full((tile_mu, n_ls), np.nan) for _ in range(2)]
-            qp, ratio = block_values(iy, mu_v[rows[valid]], ls_v)
-            blocks[0][valid], blocks[1][valid] = qp, ratio
-            for var, block in zip(("sigma_qp", "sigma_ratio"), blocks, strict=True):
-                f = path / var / "c" / str(iy) / str(k) / "0"
-                f.parent.mkdir(parents=True, exist_ok=True)
-                data = np.ascontiguousarray(block, dtype="<f8").tobytes()
-                f.write_bytes(data)
-                checksums[f"{var}/c/{iy}/{k}/0"] = hashlib.sha256(data).hexdigest()
-    g.attrs.update(
-        {
-            "qp_schema_version": SCHEMA_VERSION,
-            "likelihood": "probit",
-            "grid": {"mu": list(mu), "log10_sigma": list(ls), "y": [-1, 1]},
-            "tile_mu": tile_mu,
-            "package_version": qpinfer.__version__,
-            "created": "1970-01-01T00:00:00+00:00",
-            "complete": True,
-            "checksums": checksums,
-            "verification": {"passed": True, "points": 0, **note},
-        }
+    grid = GridSpec(mu, ls, (-1, 1), tile_mu=tile_mu)
+    create_store(
+        path, "probit", grid, package_version=qpinfer.__version__, build_info={"benchmark": note}
+    )
+    mu_v, ls_v = grid.mu_values(), grid.log10_sigma_values()
+    for iy in range(len(grid.y)):
+        for a in range(0, mu_v.size, grid.tile_mu):
+            b = min(a + grid.tile_mu, mu_v.size)
+            qp, ratio = block_values(iy, mu_v[a:b], ls_v)
+            write_tile(path, iy, (a, b), {"sigma_qp": qp, "sigma_ratio": ratio})
+    update_attrs(
+        path,
+        consolidate=False,
+        complete=True,
+        checksums=chunk_checksums(path, chunk_keys(grid)),
+        verification={"passed": True, "points": 0, **note},
     )
     return path
 
