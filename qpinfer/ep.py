@@ -10,8 +10,9 @@ the mean and standard deviation of the Gaussian that replaces the tilted distrib
   standard deviation sigma* of eq. (7), looked up in a table (:func:`qpinfer.open_table`) or
   computed exactly with :func:`qpinfer.sigma_qp`.
 
-Anything with the members of :class:`Projection` plugs in (Power EP: ``power != 1``; relaxed EP:
-a different ``project``). The site update itself is eq. (6) in natural parameters
+Anything with the members of :class:`Projection` plugs in (Power EP: ``power != 1``; relaxed EP,
+:mod:`qpinfer.rep`: a ``project_with_site(cavity_mean, cavity_std, y, site_tau, site_nu)`` method,
+which the loop calls instead of ``project`` when present). The site update itself is eq. (6) in natural parameters
 ``tau~ = 1 / sigma~^2`` and ``nu~ = mu~ / sigma~^2`` (generalised to fractional sites, as GPy's
 ``eta``): ``tau~_i <- (1/sigma*^2 - tau_cav) / power``, ``nu~_i <- (mu*/sigma*^2 - nu_cav) / power``.
 
@@ -314,7 +315,11 @@ def _site_proposal(
         tau_c_safe = np.where(ok, tau_c, 1.0)
         cav_var = 1.0 / tau_c_safe
         cav_mean = np.where(ok, nu_c, 0.0) * cav_var
-        m, s = projection.project(cav_mean, np.sqrt(cav_var), y)
+        project_with_site = getattr(projection, "project_with_site", None)
+        if project_with_site is not None:  # relaxed EP: the relaxation factor uses the old site
+            m, s = project_with_site(cav_mean, np.sqrt(cav_var), y, tau, nu)
+        else:
+            m, s = projection.project(cav_mean, np.sqrt(cav_var), y)
         m = np.asarray(m, dtype=np.float64)
         s = np.asarray(s, dtype=np.float64)
         prec = 1.0 / (s * s)
