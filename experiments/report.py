@@ -201,6 +201,7 @@ def plot_variance(records: list[dict[str, Any]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     names = [n for n in ("ionosphere", "pima", "crabs", "sonar", "mining")
              if any(r["task"]["dataset"] == n for r in records)]
@@ -224,6 +225,8 @@ def plot_variance(records: list[dict[str, Any]], path: Path) -> None:
         ax.plot([lo, hi], [lo, hi], "k--", lw=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("EP predictive latent variance")
         ax.set_title(f"{ds.PAPER_NAMES.get(name, name)} ({ve.size} test pts)")
     axes[0][0].set_ylabel("QP predictive latent variance")
