@@ -29,11 +29,13 @@ Finally :mod:`experiments.report` writes ``OUT/table.md`` and the plots.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -66,15 +68,23 @@ def _classification_data(name: str) -> tuple[np.ndarray, np.ndarray]:
     return ds.load_classification(name)
 
 
-def _set_lbfgs_maxiter(maxiter: int) -> None:
-    """Cap the hyperparameter L-BFGS-B iterations (qpinfer's shared options dict; paper: 1000).
+@contextlib.contextmanager
+def _lbfgs_maxiter(maxiter: int) -> Iterator[None]:
+    """Cap the hyperparameter L-BFGS-B iterations (qpinfer's shared options dict; paper: 1000)
+    for the duration of the block, then restore it (the runner may run in-process, e.g. in
+    tests, and must not change other fits in the same process).
 
     ``qpinfer.estimator`` reads ``LBFGS_OPTIONS`` at every fit, so this process-local setting is
     how the cap reaches EP/QP/Laplace; VB's joint L-BFGS-B gets it as ``max_iter``.
     """
     from qpinfer import estimator
 
+    old = estimator.LBFGS_OPTIONS["maxiter"]
     estimator.LBFGS_OPTIONS["maxiter"] = int(maxiter)
+    try:
+        yield
+    finally:
+        estimator.LBFGS_OPTIONS["maxiter"] = old
 
 
 def _estimator(kind: str, method: str, config: dict[str, Any]) -> Any:
@@ -133,10 +143,10 @@ def run_fold(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """Fit every method on one fold (or one mining seed) and return its JSON record."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    _set_lbfgs_maxiter(config["lbfgs_maxiter"])
     t0 = time.perf_counter()
     kind, Xtr, ytr, Xte, yte = _fold_data(task)
-    results = {m: _fit_method(kind, m, config, Xtr, ytr, Xte, yte) for m in task["methods"]}
+    with _lbfgs_maxiter(config["lbfgs_maxiter"]):
+        results = {m: _fit_method(kind, m, config, Xtr, ytr, Xte, yte) for m in task["methods"]}
     record = {
         "task": task,
         "n_train": len(ytr),
@@ -146,8 +156,9 @@ def run_fold(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         "results": results,
     }
     if "ep" in results and "qp" in results:
-        record["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, results["ep"]["theta"],
-                                                  Xtr, ytr, Xte, yte)
+        with _lbfgs_maxiter(config["lbfgs_maxiter"]):
+            record["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, results["ep"]["theta"],
+                                                      Xtr, ytr, Xte, yte)
     return record
 
 
@@ -191,10 +202,10 @@ def augment(fold_dir: Path, names: list[str], config: dict[str, Any]) -> int:
         res = rec["results"]
         if "qp_at_ep_theta" in rec or "ep" not in res or "qp" not in res:
             continue
-        _set_lbfgs_maxiter(rec.get("lbfgs_maxiter", config["lbfgs_maxiter"]))
         kind, Xtr, ytr, Xte, yte = _fold_data(rec["task"])
-        rec["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, res["ep"]["theta"],
-                                               Xtr, ytr, Xte, yte)
+        with _lbfgs_maxiter(rec.get("lbfgs_maxiter", config["lbfgs_maxiter"])):
+            rec["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, res["ep"]["theta"],
+                                                   Xtr, ytr, Xte, yte)
         _write_json(path, rec)
         n += 1
     return n
