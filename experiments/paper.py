@@ -29,13 +29,11 @@ Finally :mod:`experiments.report` writes ``OUT/table.md`` and the plots.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -68,25 +66,6 @@ def _classification_data(name: str) -> tuple[np.ndarray, np.ndarray]:
     return ds.load_classification(name)
 
 
-@contextlib.contextmanager
-def _lbfgs_maxiter(maxiter: int) -> Iterator[None]:
-    """Cap the hyperparameter L-BFGS-B iterations (qpinfer's shared options dict; paper: 1000)
-    for the duration of the block, then restore it (the runner may run in-process, e.g. in
-    tests, and must not change other fits in the same process).
-
-    ``qpinfer.estimator`` reads ``LBFGS_OPTIONS`` at every fit, so this process-local setting is
-    how the cap reaches EP/QP/Laplace; VB's joint L-BFGS-B gets it as ``max_iter``.
-    """
-    from qpinfer import estimator
-
-    old = estimator.LBFGS_OPTIONS["maxiter"]
-    estimator.LBFGS_OPTIONS["maxiter"] = int(maxiter)
-    try:
-        yield
-    finally:
-        estimator.LBFGS_OPTIONS["maxiter"] = old
-
-
 def _estimator(kind: str, method: str, config: dict[str, Any]) -> Any:
     import qpinfer
 
@@ -94,7 +73,11 @@ def _estimator(kind: str, method: str, config: dict[str, Any]) -> Any:
     if method == "qp":
         path = config["table"] if kind == "classification" else config["poisson_table"]
         table = "exact" if path in (None, "exact") else _open_table(path)
-    kwargs: dict[str, Any] = {"schedule": config["schedule"], "table": table}
+    kwargs: dict[str, Any] = {
+        "schedule": config["schedule"],
+        "table": table,
+        "optimizer_maxiter": int(config["lbfgs_maxiter"]),  # paper: 1000
+    }
     if method == "vb":
         kwargs["max_iter"] = int(config["lbfgs_maxiter"])
     cls = qpinfer.GPClassifier if kind == "classification" else qpinfer.GPPoissonRegressor
@@ -145,8 +128,7 @@ def run_fold(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         os.environ.setdefault(var, "1")
     t0 = time.perf_counter()
     kind, Xtr, ytr, Xte, yte = _fold_data(task)
-    with _lbfgs_maxiter(config["lbfgs_maxiter"]):
-        results = {m: _fit_method(kind, m, config, Xtr, ytr, Xte, yte) for m in task["methods"]}
+    results = {m: _fit_method(kind, m, config, Xtr, ytr, Xte, yte) for m in task["methods"]}
     record = {
         "task": task,
         "n_train": len(ytr),
@@ -156,9 +138,8 @@ def run_fold(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         "results": results,
     }
     if "ep" in results and "qp" in results:
-        with _lbfgs_maxiter(config["lbfgs_maxiter"]):
-            record["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, results["ep"]["theta"],
-                                                      Xtr, ytr, Xte, yte)
+        record["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, results["ep"]["theta"],
+                                                  Xtr, ytr, Xte, yte)
     return record
 
 
@@ -203,9 +184,8 @@ def augment(fold_dir: Path, names: list[str], config: dict[str, Any]) -> int:
         if "qp_at_ep_theta" in rec or "ep" not in res or "qp" not in res:
             continue
         kind, Xtr, ytr, Xte, yte = _fold_data(rec["task"])
-        with _lbfgs_maxiter(rec.get("lbfgs_maxiter", config["lbfgs_maxiter"])):
-            rec["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, res["ep"]["theta"],
-                                                   Xtr, ytr, Xte, yte)
+        rec["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, res["ep"]["theta"],
+                                               Xtr, ytr, Xte, yte)
         _write_json(path, rec)
         n += 1
     return n

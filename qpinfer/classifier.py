@@ -116,6 +116,9 @@ class GPClassifier(GPEstimatorBase):
     optimizer : {"lbfgs", None}
         Fit the hyperparameters by maximising the evidence (eq. (4); Laplace: R&W eq. (3.32);
         VB: the ELBO, jointly with the variational parameters) with L-BFGS-B, or keep them fixed.
+    optimizer_maxiter : int
+        At most this many L-BFGS-B iterations for the hyperparameters (paper Sec. 6: 1000; VB's
+        joint optimisation is bounded by ``max_iter``).
     schedule : {"parallel", "sequential"}
         Site-update schedule (see :func:`qpinfer.ep.run_ep`).
     max_iter, tol, damping :
@@ -158,6 +161,7 @@ class GPClassifier(GPEstimatorBase):
         length_scale: float | np.ndarray = 1.0,
         ard: bool = True,
         optimizer: str | None = "lbfgs",
+        optimizer_maxiter: int = 1000,
         schedule: str = "parallel",
         max_iter: int = 1000,
         tol: float = 1e-6,
@@ -171,6 +175,7 @@ class GPClassifier(GPEstimatorBase):
         self.length_scale = length_scale
         self.ard = ard
         self.optimizer = optimizer
+        self.optimizer_maxiter = optimizer_maxiter
         self.schedule = schedule
         self.max_iter = max_iter
         self.tol = tol

@@ -204,9 +204,10 @@ class GPEstimatorBase:
             raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
         if self.schedule not in ("parallel", "sequential"):
             raise ValueError(f"schedule must be 'parallel' or 'sequential', got {self.schedule!r}")
-        mi = self.max_iter
-        if isinstance(mi, bool) or not (isinstance(mi, int | np.integer) and mi >= 1):
-            raise ValueError(f"max_iter must be a positive integer, got {mi!r}")
+        for name in ("max_iter", "optimizer_maxiter"):
+            mi = getattr(self, name)
+            if isinstance(mi, bool) or not (isinstance(mi, int | np.integer) and mi >= 1):
+                raise ValueError(f"{name} must be a positive integer, got {mi!r}")
         if not (isinstance(self.tol, int | float) and self.tol > 0):
             raise ValueError(f"tol must be a positive number, got {self.tol!r}")
         if self.damping is not None and not (0 < self.damping <= 1):
@@ -381,7 +382,7 @@ class GPEstimatorBase:
                 jac=True,
                 method="L-BFGS-B",
                 bounds=kernel.bounds,
-                options=LBFGS_OPTIONS,
+                options={**LBFGS_OPTIONS, "maxiter": int(self.optimizer_maxiter)},
             )
         if state["best"] is None:
             raise ValueError(f"{self.method} inference failed at every hyperparameter value tried")

@@ -165,6 +165,8 @@ class GPPoissonRegressor(GPEstimatorBase):
     optimizer : {"lbfgs", None}
         Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO, jointly
         with the variational parameters) with L-BFGS-B, or keep them fixed.
+    optimizer_maxiter : int
+        At most this many L-BFGS-B iterations for the hyperparameters (EP/QP/Laplace).
     schedule, max_iter, tol, damping :
         EP/QP site updates as in :func:`qpinfer.ep.run_ep`. ``max_iter`` also bounds Newton
         iterations (Laplace, at least 100) and L-BFGS-B iterations (VB).
@@ -193,6 +195,7 @@ class GPPoissonRegressor(GPEstimatorBase):
         length_scale: float | np.ndarray = 1.0,
         ard: bool = True,
         optimizer: str | None = "lbfgs",
+        optimizer_maxiter: int = 1000,
         schedule: str = "parallel",
         max_iter: int = 1000,
         tol: float = 1e-6,
@@ -205,6 +208,7 @@ class GPPoissonRegressor(GPEstimatorBase):
         self.length_scale = length_scale
         self.ard = ard
         self.optimizer = optimizer
+        self.optimizer_maxiter = optimizer_maxiter
         self.schedule = schedule
         self.max_iter = max_iter
         self.tol = tol

@@ -323,3 +323,21 @@ with warnings.catch_warnings():
 @_with_sklearn_checks
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_optimizer_maxiter_must_be_a_positive_integer(bad):
+    X, y = _blobs()
+    with pytest.raises(ValueError, match="optimizer_maxiter must be a positive integer"):
+        GPClassifier("ep", optimizer_maxiter=bad).fit(X, y)
+
+
+def test_optimizer_maxiter_bounds_the_hyperparameter_search_and_leaks_nowhere():
+    X, y = _blobs(n=80, seed=3)
+    capped = GPClassifier("ep", optimizer_maxiter=1).fit(X, y)
+    full = GPClassifier("ep").fit(X, y)
+    # one L-BFGS-B iteration needs a handful of evaluations; the uncapped fit needs more and
+    # reaches at least as good an evidence; the cap is per estimator, not process-wide
+    assert capped.n_evaluations_ < full.n_evaluations_
+    assert full.log_marginal_likelihood_ >= capped.log_marginal_likelihood_ - 1e-9
+    assert GPClassifier("ep").get_params()["optimizer_maxiter"] == 1000
