@@ -142,15 +142,11 @@ def warn_exact_once(reason: str, key: str) -> None:
         )
 
 
-class GPEstimatorBase:
-    """Shared parameters, fitting and latent predictions of the GP estimators.
+class ParamsMixin:
+    """scikit-learn's parameter protocol (``get_params``/``set_params``/``__repr__``) without a
+    dependency on scikit-learn. ``_PARAM_NAMES`` is set from the signature of the subclass's
+    ``__init__``, which must store its arguments verbatim."""
 
-    Subclasses define ``__init__`` (storing its arguments verbatim), and call
-    :meth:`_fit_latent` from ``fit`` with validated inputs and the likelihood's labels.
-    ``_PARAM_NAMES`` is set from the signature of the subclass's ``__init__``.
-    """
-
-    _METHODS: tuple[str, ...] = ("qp", "ep", "vb", "laplace")
     _PARAM_NAMES: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -159,7 +155,6 @@ class GPEstimatorBase:
             params = inspect.signature(cls.__init__).parameters
             cls._PARAM_NAMES = tuple(name for name in params if name != "self")
 
-    # -- scikit-learn protocol (no dependency on scikit-learn) -------------------------------
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Constructor arguments (scikit-learn's ``get_params``)."""
         return {name: getattr(self, name) for name in self._PARAM_NAMES}
@@ -184,6 +179,16 @@ class GPEstimatorBase:
             if not same:
                 changed.append(f"{k}={v!r}")
         return f"{type(self).__name__}({', '.join(changed)})"
+
+
+class GPEstimatorBase(ParamsMixin):
+    """Shared parameters, fitting and latent predictions of the GP estimators.
+
+    Subclasses define ``__init__`` (storing its arguments verbatim), and call
+    :meth:`_fit_latent` from ``fit`` with validated inputs and the likelihood's labels.
+    """
+
+    _METHODS: tuple[str, ...] = ("qp", "ep", "vb", "laplace")
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "result_")

@@ -66,6 +66,7 @@ from scipy.special import ndtr
 
 from qpinfer.classifier import _check_X, _check_y, _not_fitted_error
 from qpinfer.ep import MIN_SITE_PRECISION, ConvergenceWarning
+from qpinfer.estimator import ParamsMixin
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power, power_ep_log_evidence
@@ -581,35 +582,9 @@ def _predict_latent(
 # --------------------------------------------------------------------------------------------
 # Estimators
 # --------------------------------------------------------------------------------------------
-class _SparseBase:
-    """Parameter handling shared by the two estimators (scikit-learn protocol, no dependency)."""
-
-    _PARAM_NAMES: tuple[str, ...] = ()
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Constructor arguments (scikit-learn's ``get_params``)."""
-        return {name: getattr(self, name) for name in self._PARAM_NAMES}
-
-    def set_params(self, **params: Any) -> Any:
-        """Set constructor arguments (scikit-learn's ``set_params``)."""
-        for key, value in params.items():
-            if key not in self._PARAM_NAMES:
-                raise ValueError(
-                    f"Invalid parameter {key!r} for {type(self).__name__}; valid parameters are "
-                    f"{sorted(self._PARAM_NAMES)}"
-                )
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = type(self)().get_params()
-        changed = []
-        for k, v in self.get_params().items():
-            d = defaults[k]
-            same = v is d or (type(v) is type(d) and not isinstance(v, np.ndarray) and bool(v == d))
-            if not same:
-                changed.append(f"{k}={v!r}")
-        return f"{type(self).__name__}({', '.join(changed)})"
+class _SparseBase(ParamsMixin):
+    """Parameter handling shared by the two estimators (scikit-learn protocol via
+    :class:`qpinfer.estimator.ParamsMixin`)."""
 
     def _check_is_fitted(self) -> None:
         if not hasattr(self, "inducing_points_"):
@@ -716,23 +691,6 @@ class SparseGPRegressor(_SparseBase):
         Eq. (128) at the fitted values, for the original (un-normalised) targets.
     n_features_in_, n_evaluations_ : int
     """
-
-    _PARAM_NAMES = (
-        "n_inducing",
-        "alpha",
-        "kernel",
-        "variance",
-        "length_scale",
-        "ard",
-        "noise_variance",
-        "normalize_y",
-        "inducing_points",
-        "optimizer",
-        "optimize_inducing",
-        "max_optimizer_iter",
-        "jitter",
-        "random_state",
-    )
 
     def __init__(
         self,
@@ -946,25 +904,6 @@ class SparseGPClassifier(_SparseBase):
     pep_result_ : SparsePEPResult
     n_iter_, n_evaluations_ : int
     """
-
-    _PARAM_NAMES = (
-        "n_inducing",
-        "alpha",
-        "kernel",
-        "variance",
-        "length_scale",
-        "ard",
-        "inducing_points",
-        "optimizer",
-        "optimize_inducing",
-        "max_optimizer_iter",
-        "schedule",
-        "max_iter",
-        "tol",
-        "damping",
-        "jitter",
-        "random_state",
-    )
 
     def __init__(
         self,
