@@ -42,7 +42,7 @@ from qpinfer.estimator import (
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power
 
-__all__ = ["DataConversionWarning", "GPClassifier", "NotFittedError"]
+__all__ = ["DataConversionWarning", "GPClassifier", "NotFittedError", "ProbitPredictionsMixin"]
 
 _not_fitted_error = not_fitted_error  # kept for modules importing the old private names
 
@@ -88,7 +88,45 @@ def _check_y(y: Any, n_samples: int) -> np.ndarray:
     return arr
 
 
-class GPClassifier(GPEstimatorBase):
+class ProbitPredictionsMixin:
+    """Predictions of a binary probit GP classifier from ``predict_latent`` and ``classes_``
+    (shared by :class:`GPClassifier` and :class:`qpinfer.SparseGPClassifier`)."""
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities, probit closed form ``Phi(mean / sqrt(1 + var))`` (R&W eq. 3.82).
+
+        Columns follow ``classes_``.
+        """
+        mean, var = self.predict_latent(X)
+        z = mean / np.sqrt(1.0 + var)
+        return np.column_stack((ndtr(-z), ndtr(z)))
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """``mean / sqrt(1 + var)``: positive for ``classes_[1]``; ``Phi`` of it is its probability."""
+        mean, var = self.predict_latent(X)
+        return mean / np.sqrt(1.0 + var)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The more probable class (``classes_[1]`` where the latent mean is positive)."""
+        mean, _ = self.predict_latent(X)
+        return self.classes_[(mean > 0).astype(np.intp)]
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Mean accuracy of :meth:`predict` on ``(X, y)``."""
+        pred = self.predict(X)
+        y = np.asarray(y)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y.ravel()
+        if y.shape != pred.shape:
+            raise ValueError(f"y has shape {y.shape}, expected {pred.shape}")
+        correct = (pred == y).astype(np.float64)
+        if sample_weight is None:
+            return float(correct.mean())
+        w = np.asarray(sample_weight, dtype=np.float64)
+        return float(np.sum(w * correct) / np.sum(w))
+
+
+class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
     """Gaussian process classifier (probit likelihood) with EP, QP, Power EP, VB or Laplace.
 
     Parameters
@@ -229,37 +267,3 @@ class GPClassifier(GPEstimatorBase):
         self._fit_latent(X, y_pm, Probit())
         self.classes_ = classes
         return self
-
-    # -- predictions --------------------------------------------------------------------------
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities, probit closed form ``Phi(mean / sqrt(1 + var))`` (R&W eq. 3.82).
-
-        Columns follow ``classes_``.
-        """
-        mean, var = self.predict_latent(X)
-        z = mean / np.sqrt(1.0 + var)
-        return np.column_stack((ndtr(-z), ndtr(z)))
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        """``mean / sqrt(1 + var)``: positive for ``classes_[1]``; ``Phi`` of it is its probability."""
-        mean, var = self.predict_latent(X)
-        return mean / np.sqrt(1.0 + var)
-
-    def predict(self, X: Any) -> np.ndarray:
-        """The more probable class (``classes_[1]`` where the latent mean is positive)."""
-        mean, _ = self.predict_latent(X)
-        return self.classes_[(mean > 0).astype(np.intp)]
-
-    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Mean accuracy of :meth:`predict` on ``(X, y)``."""
-        pred = self.predict(X)
-        y = np.asarray(y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y.ravel()
-        if y.shape != pred.shape:
-            raise ValueError(f"y has shape {y.shape}, expected {pred.shape}")
-        correct = (pred == y).astype(np.float64)
-        if sample_weight is None:
-            return float(correct.mean())
-        w = np.asarray(sample_weight, dtype=np.float64)
-        return float(np.sum(w * correct) / np.sum(w))

@@ -62,9 +62,8 @@ import numpy as np
 from scipy.cluster.vq import kmeans2
 from scipy.linalg import cho_solve, lapack, solve_triangular
 from scipy.optimize import minimize
-from scipy.special import ndtr
 
-from qpinfer.classifier import _check_X, _check_y, _not_fitted_error
+from qpinfer.classifier import ProbitPredictionsMixin, _check_X, _check_y, _not_fitted_error
 from qpinfer.ep import MIN_SITE_PRECISION, ConvergenceWarning
 from qpinfer.estimator import ParamsMixin
 from qpinfer.kernels import ARDSquaredExponential
@@ -877,7 +876,7 @@ class SparseGPRegressor(_SparseBase):
         return (value, grad) if eval_gradient else value
 
 
-class SparseGPClassifier(_SparseBase):
+class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
     """Sparse GP classification (probit) with M pseudo-points by Power EP (paper 004).
 
     Iterative pseudo-point Power EP (:func:`run_sparse_pep`, eqs. (20), (106)-(109)), energy
@@ -1058,31 +1057,3 @@ class SparseGPClassifier(_SparseBase):
         return _predict_latent(
             self.kernel_, self.inducing_points_, self._Lu, self.pep_result_.posterior, X
         )
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities ``Phi(mean / sqrt(1 + var))``; columns follow ``classes_``."""
-        mean, var = self.predict_latent(X)
-        z = mean / np.sqrt(1.0 + var)
-        return np.column_stack((ndtr(-z), ndtr(z)))
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        """``mean / sqrt(1 + var)``: positive for ``classes_[1]``."""
-        mean, var = self.predict_latent(X)
-        return mean / np.sqrt(1.0 + var)
-
-    def predict(self, X: Any) -> np.ndarray:
-        """The more probable class."""
-        mean, _ = self.predict_latent(X)
-        return self.classes_[(mean > 0).astype(np.intp)]
-
-    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Mean accuracy of :meth:`predict` on ``(X, y)``."""
-        pred = self.predict(X)
-        y = np.asarray(y).ravel()
-        if y.shape != pred.shape:
-            raise ValueError(f"y has shape {y.shape}, expected {pred.shape}")
-        correct = (pred == y).astype(np.float64)
-        if sample_weight is None:
-            return float(correct.mean())
-        w = np.asarray(sample_weight, dtype=np.float64)
-        return float(np.sum(w * correct) / np.sum(w))
