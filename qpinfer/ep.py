@@ -28,11 +28,20 @@ Schedules (:func:`run_ep`):
   to the projection per sweep, so QP makes one batched table lookup), with damping
   ``site <- (1 - damping) site + damping site_new`` in natural parameters.
 
-Guards: a proposed site precision below :data:`MIN_SITE_PRECISION` is clipped to it (GPy does the
-same; sites of a log-concave likelihood are non-negative in exact arithmetic, and QP's are larger
-than EP's by Theorem 2, so clipping only catches round-off); a site whose cavity precision is not
+Guards: for a log-concave likelihood a proposed site precision below :data:`MIN_SITE_PRECISION`
+is clipped to it (GPy does the same; such sites are non-negative in exact arithmetic, and QP's are
+larger than EP's by Theorem 2, so clipping only catches round-off). A likelihood that declares
+``log_concave = False`` (the label-noise step of :mod:`qpinfer.step_noise`) legitimately produces
+*negative* site precisions (a site whose tilted variance exceeds its cavity variance); clipping
+them changes the fixed point and made every method oscillate on paper 002's Sec. 6.2 data, so for
+such likelihoods the loop keeps them (``min_site_precision="auto"`` -> no floor), as paper 002's
+and Minka's updates do. Then a site update that would make the posterior improper
+(``1 + d_tau Sigma_ii <= 0`` in the sequential schedule), a site whose cavity precision is not
 positive, or whose projection is not finite, keeps its old parameters for that sweep (counted in
-``EPResult.n_skipped``).
+``EPResult.n_skipped``). The posterior with negative sites is computed from
+``Sigma = K - K s M^-1 s K``, ``M = diag(sign tau~) + s K s``, ``s = |tau~|^1/2`` (Woodbury;
+``M`` symmetric indefinite, factorised by ``eigh``, whose inertia also certifies that the
+posterior is positive definite: exactly as many negative eigenvalues as negative sites).
 
 Stopping rule (paper Sec. 6): the root-mean-square change of the site parameters
 ``(tau~, nu~)`` over one sweep is below ``tol``. If that does not happen within ``max_iter`` sweeps
@@ -180,14 +189,32 @@ class Posterior:
 
     ``L`` is the lower Cholesky factor of ``B = I + S~^1/2 K S~^1/2``; ``sqrt_tau = diag(S~^1/2)``;
     ``b = (K + S~^-1)^-1 mu~`` are the weights of the predictive mean (R&W eq. (3.60)).
+    With negative site precisions (non-log-concave likelihoods) ``L`` is ``None``,
+    ``sqrt_tau = |tau~|^1/2`` and ``eig = (lam, Q)`` is the eigendecomposition of the indefinite
+    ``M = diag(sign tau~) + S^1/2 K S^1/2`` that takes ``B``'s place.
     """
 
     mean: np.ndarray
     var: np.ndarray
-    L: np.ndarray
+    L: np.ndarray | None
     sqrt_tau: np.ndarray
     b: np.ndarray
     Sigma: np.ndarray | None = None
+    eig: tuple[np.ndarray, np.ndarray] | None = None
+
+    def solve_B(self, A: np.ndarray) -> np.ndarray:
+        """``B^-1 A`` (``M^-1 A`` with negative sites)."""
+        if self.L is not None:
+            return cho_solve((self.L, True), A, check_finite=False)
+        lam, Q = self.eig
+        QA = Q.T @ A
+        return Q @ (QA / (lam[:, None] if QA.ndim == 2 else lam))
+
+    def half_logdet_B(self) -> float:
+        """``log det(I + K S~) / 2`` (= ``sum log L_ii``)."""
+        if self.L is not None:
+            return float(np.sum(np.log(np.diag(self.L))))
+        return float(0.5 * np.sum(np.log(np.abs(self.eig[0]))))
 
 
 def _chol_B(K: np.ndarray, sqrt_tau: np.ndarray) -> np.ndarray:
@@ -202,7 +229,13 @@ def _chol_B(K: np.ndarray, sqrt_tau: np.ndarray) -> np.ndarray:
 def posterior_from_sites(
     K: np.ndarray, tau: np.ndarray, nu: np.ndarray, full_cov: bool = False
 ) -> Posterior:
-    """Posterior moments of eq. (3): ``Sigma = K - K S^1/2 B^-1 S^1/2 K``, ``mean = Sigma nu~``."""
+    """Posterior moments of eq. (3): ``Sigma = K - K S^1/2 B^-1 S^1/2 K``, ``mean = Sigma nu~``.
+
+    Negative site precisions are allowed (see the module docstring); ``LinAlgError`` if the
+    posterior they imply is not positive definite.
+    """
+    if np.any(tau < 0):
+        return _posterior_indefinite(K, tau, nu, full_cov)
     s = np.sqrt(tau)
     L = _chol_B(K, s)
     V = solve_triangular(L, s[:, None] * K, lower=True, check_finite=False, overwrite_b=True)
@@ -218,6 +251,35 @@ def posterior_from_sites(
         iu = np.triu_indices_from(Sigma, 1)
         Sigma[iu] = Sigma.T[iu]
     return Posterior(mean=mean, var=var, L=L, sqrt_tau=s, b=b, Sigma=Sigma)
+
+
+def _posterior_indefinite(
+    K: np.ndarray, tau: np.ndarray, nu: np.ndarray, full_cov: bool
+) -> Posterior:
+    s = np.sqrt(np.abs(tau))
+    sign = np.where(tau < 0, -1.0, 1.0)
+    sK = s[:, None] * K
+    M = sK * s[None, :]
+    M[np.diag_indices_from(M)] += sign
+    lam, Q = np.linalg.eigh(M)
+    if np.count_nonzero(lam < 0) != np.count_nonzero(tau < 0) or np.any(lam == 0):
+        raise np.linalg.LinAlgError(
+            "the sites imply an improper posterior: K^-1 + S~ is not positive definite"
+        )
+    V = (Q.T @ sK) / np.sqrt(np.abs(lam))[:, None]  # Sigma = K - V^T diag(sign lam) V
+    sg = np.sign(lam)
+    Knu = K @ nu
+    mean = Knu - V.T @ (sg * (V @ nu))
+    var = np.diag(K) - np.einsum("ij,ij->j", V, sg[:, None] * V)
+    if np.any(var <= 0):
+        raise np.linalg.LinAlgError("the sites imply a non-positive posterior variance")
+    post = Posterior(mean=mean, var=var, L=None, sqrt_tau=s, b=nu, eig=(lam, Q))
+    post.b = nu - s * post.solve_B(s * Knu)
+    if full_cov:
+        Sigma = K - V.T @ (sg[:, None] * V)
+        Sigma = 0.5 * (Sigma + Sigma.T)
+        post.Sigma = np.asfortranarray(Sigma)
+    return post
 
 
 def log_evidence(
@@ -251,7 +313,7 @@ def log_evidence(
     log_zhat = projection.log_normalizer(cav_mean, np.sqrt(cav_var), y)
     log_z = (
         np.sum(log_zhat)
-        - np.sum(np.log(np.diag(post.L)))
+        - post.half_logdet_B()
         + 0.5 * nu @ post.mean
         + 0.5 * np.sum(np.log1p(tau / tau_c))
         - 0.5 * np.sum(nu * nu / (tau_c + tau))
@@ -300,12 +362,13 @@ def _site_proposal(
     tau: np.ndarray,
     nu: np.ndarray,
     y: np.ndarray,
+    floor: float | None = MIN_SITE_PRECISION,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Cavity -> projection -> new site natural parameters (eq. (6)), vectorised over sites.
 
     Returns ``(tau_new, nu_new, ok, clipped)``: ``ok`` marks sites whose cavity was proper and
     projection finite (others must keep their old parameters), ``clipped`` the sites whose new
-    precision was raised to :data:`MIN_SITE_PRECISION`.
+    precision was raised to ``floor`` (``None``: no floor, negative precisions are kept).
     """
     power = float(getattr(projection, "power", 1.0))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -326,8 +389,10 @@ def _site_proposal(
         tau_new = (prec - tau_c_safe) / power
         nu_new = (m * prec - nu_c) / power
     ok &= np.isfinite(tau_new) & np.isfinite(nu_new) & (s > 0)
-    clipped = ok & (tau_new < MIN_SITE_PRECISION)
-    tau_new = np.where(clipped, MIN_SITE_PRECISION, tau_new)
+    if floor is None:
+        return tau_new, nu_new, ok, np.zeros_like(ok)
+    clipped = ok & (tau_new < floor)
+    tau_new = np.where(clipped, floor, tau_new)
     return tau_new, nu_new, ok, clipped
 
 
@@ -338,12 +403,14 @@ def _parallel_sweep(
     nu: np.ndarray,
     projection: Projection,
     damping: float,
+    floor: float | None = MIN_SITE_PRECISION,
 ) -> tuple[np.ndarray, np.ndarray, int, int]:
     post = posterior_from_sites(K, tau, nu)
-    tau_p, nu_p, ok, clipped = _site_proposal(projection, post.mean, post.var, tau, nu, y)
+    tau_p, nu_p, ok, clipped = _site_proposal(projection, post.mean, post.var, tau, nu, y, floor)
     tau_new = np.where(ok, (1.0 - damping) * tau + damping * tau_p, tau)
     nu_new = np.where(ok, (1.0 - damping) * nu + damping * nu_p, nu)
-    tau_new = np.maximum(tau_new, MIN_SITE_PRECISION)
+    if floor is not None:
+        tau_new = np.maximum(tau_new, floor)
     return tau_new, nu_new, int(np.count_nonzero(clipped)), int(np.count_nonzero(~ok))
 
 
@@ -355,6 +422,7 @@ def _sequential_sweep(
     projection: Projection,
     damping: float,
     block_size: int,
+    floor: float | None = MIN_SITE_PRECISION,
 ) -> tuple[np.ndarray, np.ndarray, int, int]:
     """One sweep of R&W Alg. 3.5 with rank-one updates deferred into rank-``block_size`` ones.
 
@@ -378,15 +446,26 @@ def _sequential_sweep(
             col -= U[:, :k] @ (c[:k] * U[i, :k])
         sii = col[i]
         tau_p, nu_p, ok, clipped = _site_proposal(
-            projection, mu[i : i + 1], col[i : i + 1], tau[i : i + 1], nu[i : i + 1], y[i : i + 1]
+            projection,
+            mu[i : i + 1],
+            col[i : i + 1],
+            tau[i : i + 1],
+            nu[i : i + 1],
+            y[i : i + 1],
+            floor,
         )
         if not ok[0]:
             n_skipped += 1
             continue
-        n_clipped += int(clipped[0])
-        tau_i = max((1.0 - damping) * tau[i] + damping * tau_p[0], MIN_SITE_PRECISION)
+        tau_i = (1.0 - damping) * tau[i] + damping * tau_p[0]
+        if floor is not None:
+            tau_i = max(tau_i, floor)
         nu_i = (1.0 - damping) * nu[i] + damping * nu_p[0]
         d_tau = tau_i - tau[i]
+        if not (1.0 + d_tau * sii > 0):  # negative sites only: the posterior would be improper
+            n_skipped += 1
+            continue
+        n_clipped += int(clipped[0])
         d_nu = nu_i - nu[i]
         tau[i] = tau_i
         nu[i] = nu_i
@@ -402,6 +481,24 @@ def _sequential_sweep(
     return tau, nu, n_clipped, n_skipped
 
 
+def _resolve_floor(min_site_precision: Any, projection: Any) -> float | None:
+    if isinstance(min_site_precision, str):
+        if min_site_precision != "auto":
+            raise ValueError(
+                f"min_site_precision must be 'auto', None or a number >= 0, got {min_site_precision!r}"
+            )
+        lik = getattr(projection, "likelihood", None)
+        return None if getattr(lik, "log_concave", True) is False else MIN_SITE_PRECISION
+    if min_site_precision is None:
+        return None
+    v = float(min_site_precision)
+    if not (np.isfinite(v) and v >= 0):
+        raise ValueError(
+            f"min_site_precision must be 'auto', None or a number >= 0, got {min_site_precision!r}"
+        )
+    return v
+
+
 def run_ep(
     K: np.ndarray,
     y: np.ndarray,
@@ -414,6 +511,7 @@ def run_ep(
     init: tuple[np.ndarray, np.ndarray] | None = None,
     block_size: int = 128,
     compute_evidence: bool = True,
+    min_site_precision: float | str | None = "auto",
 ) -> EPResult:
     """Run the site updates of Algorithm 1 (inner loop) to convergence.
 
@@ -437,6 +535,10 @@ def run_ep(
         Starting sites ``(tau~, nu~)`` (warm start); default all zero (posterior = prior).
     block_size:
         How many rank-one updates the sequential schedule defers into one rank-k update.
+    min_site_precision:
+        Floor for site precisions. ``"auto"``: :data:`MIN_SITE_PRECISION`, or no floor (``None``)
+        if the projection's likelihood declares ``log_concave = False`` (negative sites are then
+        legitimate; see the module docstring).
     """
     K = np.asarray(K, dtype=np.float64)
     y = np.asarray(y)
@@ -455,12 +557,15 @@ def run_ep(
         raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
     if not (tol > 0):
         raise ValueError(f"tol must be positive, got {tol!r}")
+    floor = _resolve_floor(min_site_precision, projection)
 
     if init is None:
         tau = np.zeros(n)
         nu = np.zeros(n)
     else:
-        tau = np.maximum(np.asarray(init[0], dtype=np.float64).copy(), 0.0)
+        tau = np.asarray(init[0], dtype=np.float64).copy()
+        if floor is not None:
+            tau = np.maximum(tau, 0.0)
         nu = np.asarray(init[1], dtype=np.float64).copy()
         if tau.shape != (n,) or nu.shape != (n,):
             raise ValueError(f"init sites must have shape ({n},)")
@@ -475,10 +580,10 @@ def run_ep(
     for it in range(1, int(max_iter) + 1):
         try:
             if schedule == "parallel":
-                tau_new, nu_new, nc, ns = _parallel_sweep(K, y, tau, nu, projection, damping)
+                tau_new, nu_new, nc, ns = _parallel_sweep(K, y, tau, nu, projection, damping, floor)
             else:
                 tau_new, nu_new, nc, ns = _sequential_sweep(
-                    K, y, tau, nu, projection, damping, block_size
+                    K, y, tau, nu, projection, damping, block_size, floor
                 )
         except np.linalg.LinAlgError:
             break
@@ -548,6 +653,10 @@ def fixed_site_log_evidence(
     ``1/2 tr((b b^T - S^1/2 B^-1 S^1/2) dK/dtheta_j)``; the kernel contracts it
     (``gradient_contract``) without forming dK/dtheta.
     """
+    if np.any(tau < 0):
+        raise ValueError(
+            "fixed_site_log_evidence needs non-negative site precisions (tau); got negative ones"
+        )
     kern = kernel.with_theta(theta)
     K = kern(X)
     s = np.sqrt(tau)
@@ -578,6 +687,11 @@ def log_evidence_gradient(
     and ``b`` of ``result.posterior`` (which must belong to ``kernel`` and ``X``).
     """
     post = result.posterior
+    if post.L is None:
+        raise ValueError(
+            "the evidence gradient (R&W eq. (5.27)) needs non-negative site precisions; these "
+            "sites (a non-log-concave likelihood) have negative ones"
+        )
     s = post.sqrt_tau
     Binv, info = lapack.dpotri(post.L, lower=1)
     if info != 0:
@@ -593,9 +707,7 @@ def site_constant(result: EPResult) -> float:
     """The theta-independent part of eq. (4) for the sites in ``result`` (see above)."""
     post = result.posterior
     return float(
-        result.log_marginal_likelihood
-        + np.sum(np.log(np.diag(post.L)))
-        - 0.5 * result.nu @ post.mean
+        result.log_marginal_likelihood + post.half_logdet_B() - 0.5 * result.nu @ post.mean
     )
 
 
@@ -607,6 +719,10 @@ def predict_latent(
     ``mean = K_*^T b``, ``var = k_** - ||L^-1 S^1/2 K_*||^2``; ``K_star`` is ``K(X_train, X_test)``.
     """
     mean = K_star.T @ post.b
+    if post.L is None:  # negative sites: M^-1 in place of B^-1
+        a = post.sqrt_tau[:, None] * K_star
+        var = k_star_diag - np.einsum("ij,ij->j", a, post.solve_B(a))
+        return mean, np.maximum(var, 0.0)
     v = solve_triangular(post.L, post.sqrt_tau[:, None] * K_star, lower=True, check_finite=False)
     var = k_star_diag - np.einsum("ij,ij->j", v, v)
     return mean, np.maximum(var, 0.0)

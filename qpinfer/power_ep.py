@@ -266,5 +266,5 @@ def power_ep_log_evidence(
         * (alpha * (tau * mean * mean - 2.0 * nu * mean) + alpha * alpha * nu * nu * var)
         / shrink
     )
-    log_z = -np.sum(np.log(np.diag(post.L))) + 0.5 * nu @ mean + np.sum(log_zhat + delta_g) / alpha
+    log_z = -post.half_logdet_B() + 0.5 * nu @ mean + np.sum(log_zhat + delta_g) / alpha
     return float(log_z), cav_mean, cav_var

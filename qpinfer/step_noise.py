@@ -68,6 +68,9 @@ class StepNoise(Likelihood):
     """p(y | f) = (1 - eps) Theta(y f) + eps Theta(-y f), y in {-1, +1} (paper 002 eq. (8))."""
 
     _n_nodes = 20
+    #: not log-concave in f (a step): EP/QP sites may have negative precisions, which
+    #: :func:`qpinfer.ep.run_ep` then keeps instead of clipping
+    log_concave = False
     _snap_to_bounds = True  # the density jumps at f = 0: lobes must end exactly there
 
     def __init__(self, eps: float = DEFAULT_EPS) -> None:
