@@ -41,6 +41,8 @@ from qpinfer.estimator import (
 )
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power
+from qpinfer.rep import RelaxedMomentMatching, check_penalty
+from qpinfer.step_noise import StepNoise, StepNoisePowerMatching, check_eps
 
 __all__ = ["DataConversionWarning", "GPClassifier", "NotFittedError", "ProbitPredictionsMixin"]
 
@@ -127,16 +129,32 @@ class ProbitPredictionsMixin:
 
 
 class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
-    """Gaussian process classifier (probit likelihood) with EP, QP, Power EP, VB or Laplace.
+    """Gaussian process classifier (probit or label-noise likelihood) with EP, QP, Power EP,
+    relaxed EP, VB or Laplace.
 
     Parameters
     ----------
-    method : {"qp", "ep", "pep", "vb", "laplace"}
+    method : {"qp", "ep", "pep", "rep", "vb", "laplace"}
         Quantile propagation (L2-Wasserstein projection, paper 000 eq. (7)), EP (eq. (5)),
         Power EP with power ``alpha`` (paper 004 Sec. 3.4, :mod:`qpinfer.power_ep`; its evidence
-        is eq. (110)), or the baselines: Gaussian variational Bayes (:mod:`qpinfer.vb`, the
-        paper's Sec. 6 baseline; ``log_marginal_likelihood_`` is then the ELBO) and the Laplace
-        approximation (:mod:`qpinfer.laplace`, R&W Alg. 3.1/3.2/5.1).
+        is eq. (110)), relaxed EP with penalty ``rep_c`` (paper 002, :mod:`qpinfer.rep`;
+        ``likelihood="step_noise"`` only), or the baselines: Gaussian variational Bayes
+        (:mod:`qpinfer.vb`, the paper's Sec. 6 baseline; ``log_marginal_likelihood_`` is then the
+        ELBO) and the Laplace approximation (:mod:`qpinfer.laplace`, R&W Alg. 3.1/3.2/5.1).
+    likelihood : {"probit", "step_noise"}
+        ``"probit"``: p(y|f) = Phi(y f). ``"step_noise"``: the label-noise step of paper 002
+        eq. (8), p(y|f) = (1 - eps) Theta(y f) + eps Theta(-y f) (:mod:`qpinfer.step_noise`),
+        with methods qp, ep, pep and rep. It is not log-concave: sites may have negative
+        precisions (kept, see :mod:`qpinfer.ep`), so the evidence gradient of R&W eq. (5.27)
+        does not apply and hyperparameter fitting is not offered -- ``optimizer`` must be
+        ``None`` (choose the kernel width by cross-validation, as paper 002 does). QP uses the
+        installed table ``step_noise(eps=<eps>)`` if there is one (``qptables build step_noise
+        --eps``), else exact sigma*.
+    eps : float in [0, 0.5)
+        The label-flip probability of ``"step_noise"`` (ignored by the probit, but validated).
+    rep_c : float >= 0
+        REP's l1 penalty weight ``c`` (paper 002 eq. (5)); large ``c`` is EP exactly. Used by
+        ``method="rep"`` only (validated always).
     table : None, "exact", path or table object
         Where QP gets sigma* from. ``None``: the installed table for the likelihood
         (:func:`qpinfer.tables.installed_table_path`) if there is one, else exact computation
@@ -167,6 +185,9 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
     alpha : float in (0, 1]
         The Power EP power (``method="pep"`` only): ``alpha = 1`` is EP exactly, ``alpha -> 0``
         approaches the variational solution.
+
+    With ``likelihood="step_noise"`` the probabilities are ``eps + (1 - 2 eps) Phi(mean /
+    sqrt(var))`` and the decision function is ``mean / sqrt(var)``.
 
     Attributes
     ----------
@@ -205,6 +226,9 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         tol: float = 1e-6,
         damping: float | None = None,
         alpha: float = 0.5,
+        likelihood: str = "probit",
+        eps: float = 0.2,
+        rep_c: float = 10.0,
     ) -> None:
         self.method = method
         self.table = table
@@ -219,8 +243,12 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         self.tol = tol
         self.damping = damping
         self.alpha = alpha
+        self.likelihood = likelihood
+        self.eps = eps
+        self.rep_c = rep_c
 
-    _METHODS = ("qp", "ep", "pep", "vb", "laplace")
+    _METHODS = ("qp", "ep", "pep", "rep", "vb", "laplace")
+    _LIKELIHOODS = ("probit", "step_noise")
 
     def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
         from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
@@ -236,15 +264,68 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         super()._validate_params()
         if self.method == "pep":
             check_power(self.alpha)
+        if not (isinstance(self.likelihood, str) and self.likelihood in self._LIKELIHOODS):
+            raise ValueError(
+                f"likelihood must be one of {self._LIKELIHOODS}, got {self.likelihood!r}"
+            )
+        check_eps(self.eps)
+        check_penalty(self.rep_c)
+        if self.likelihood == "step_noise":
+            if self.method not in ("qp", "ep", "pep", "rep"):
+                raise ValueError(
+                    f"method {self.method!r} is not available for likelihood='step_noise' "
+                    "(use 'qp', 'ep', 'pep' or 'rep')"
+                )
+            if self.optimizer is not None:
+                raise ValueError(
+                    "optimizer must be None for likelihood='step_noise': the likelihood is not "
+                    "log-concave, sites may have negative precisions and the evidence gradient "
+                    f"does not apply; fix the kernel (e.g. by cross-validation). Got {self.optimizer!r}"
+                )
+        elif self.method == "rep":
+            raise ValueError(
+                "method='rep' (relaxed EP) needs likelihood='step_noise' (its objective (35) is "
+                f"closed-form only for the label-noise step); got likelihood={self.likelihood!r}"
+            )
 
-    def _projection(self, likelihood: Probit, table: Any) -> Any:
+    def _make_likelihood(self) -> Any:
+        return StepNoise(self.eps) if self.likelihood == "step_noise" else Probit()
+
+    def _projection(self, likelihood: Any, table: Any) -> Any:
         if self.method in BASELINE_METHODS:
             return None
         if self.method == "ep":
             return MomentMatching(likelihood)
         if self.method == "pep":
+            if isinstance(likelihood, StepNoise):
+                return StepNoisePowerMatching(likelihood, self.alpha)
             return PowerMomentMatching(likelihood, self.alpha)
+        if self.method == "rep":
+            return RelaxedMomentMatching(likelihood, self.rep_c)
         return QuantileMatching(likelihood, table)
+
+    # -- predictions: the step likelihood's own predictive probability ------------------------
+    def _step_z(self, X: Any) -> np.ndarray:
+        mean, var = self.predict_latent(X)
+        return mean / np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities (columns follow ``classes_``). Probit: ``Phi(mean / sqrt(1 +
+        var))`` (R&W eq. 3.82); step_noise: ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``."""
+        self._check_is_fitted()
+        if not isinstance(self.likelihood_, StepNoise):
+            return super().predict_proba(X)
+        e = self.likelihood_.eps
+        p1 = e + (1.0 - 2.0 * e) * ndtr(self._step_z(X))
+        return np.column_stack((1.0 - p1, p1))
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Positive for ``classes_[1]``: ``mean / sqrt(1 + var)`` (probit), ``mean / sqrt(var)``
+        (step_noise)."""
+        self._check_is_fitted()
+        if not isinstance(self.likelihood_, StepNoise):
+            return super().decision_function(X)
+        return self._step_z(X)
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> GPClassifier:
@@ -264,6 +345,6 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
                 f"({classes.size} classes)."
             )
         y_pm = np.where(y == classes[1], 1.0, -1.0)
-        self._fit_latent(X, y_pm, Probit())
+        self._fit_latent(X, y_pm, self._make_likelihood())
         self.classes_ = classes
         return self
