@@ -30,9 +30,10 @@ precision)::
    which is eq. (36) after simplification (its ``F_{i,b}``, eqs. (37)-(40), is the second moment
    ``sigma_b^2 + mu_b^2`` written through the old posterior).
 4. *Line search* over ``b`` (eq. (35)): ``b = g tau_c`` on ``g in {0} ∪ 10^[-4, 3]`` (36 points),
-   then golden-section refinement between the neighbours of the best grid point; the result is
-   kept only if it is no worse than the best grid point, and ``b = 0`` (EP) is always a
-   candidate, so ``Q(b*) <= Q(0)``. Admissible ``b`` keep ``q`` proper: ``1/sigma_b^2 - b > 0``.
+   then golden-section refinement between the neighbours of the best grid point (skipped when
+   ``b = 0`` is the best grid point at every site of the call); the result is kept only if it
+   is no worse than the best grid point, and ``b = 0`` (EP) is always a candidate, so
+   ``Q(b*) <= Q(0)``. Admissible ``b`` keep ``q`` proper: ``1/sigma_b^2 - b > 0``.
 5. *Remove r* (eq. (16) corrected: divide, not multiply): ``q = N(mu_b, sigma_b^2) / r_b``,
    ``tau_q = 1/sigma_b^2 - b``, ``nu_q = mu_b/sigma_b^2 - b m_i``; the loop then forms the site
    ``q / q^{\\i}`` (eq. (6)): ``tau~ = 1/sigma_b^2 - tau_c - b``, i.e. EP's site from the relaxed
@@ -138,6 +139,8 @@ class RelaxedMomentMatching:
         rows = np.arange(m_c.size)
         best_b = grid_b[rows, k]
         best_q = q[rows, k]
+        if not np.any(k):  # b = 0 beats every grid point at every site: EP's update (no search)
+            return best_b
         # golden section on log g between the neighbours of the best grid point (g > 0 only)
         kl = np.clip(k - 1, 1, _GRID.size - 1)
         kr = np.clip(k + 1, 1, _GRID.size - 1)
