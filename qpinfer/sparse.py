@@ -64,8 +64,8 @@ from scipy.linalg import cho_solve, lapack, solve_triangular
 from scipy.optimize import minimize
 
 from qpinfer.classifier import ProbitPredictionsMixin, _check_X, _check_y, _not_fitted_error
-from qpinfer.ep import MIN_SITE_PRECISION, ConvergenceWarning
-from qpinfer.estimator import ParamsMixin
+from qpinfer.ep import MIN_SITE_PRECISION, ConvergenceWarning, MomentMatching, QuantileMatching
+from qpinfer.estimator import GPEstimatorBase, ParamsMixin, warn_exact_once
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power, power_ep_log_evidence
@@ -190,6 +190,10 @@ class LowRankPosterior:
     mean: np.ndarray
     var: np.ndarray
 
+    def half_logdet_B(self) -> float:
+        """``log det B / 2`` (``sum log L_ii``; the energy eq. (110) needs it)."""
+        return float(np.sum(np.log(np.diag(self.L))))
+
 
 def low_rank_posterior(A: np.ndarray, tau: np.ndarray, nu: np.ndarray) -> LowRankPosterior:
     """Eqs. (119)-(120) in whitened form, O(N M^2)."""
@@ -298,15 +302,31 @@ class _ConditionalProjection:
         self.inner = inner
         self.h = h
         self.power = float(getattr(inner, "power", 1.0))
+        self.wasserstein = isinstance(inner, QuantileMatching)
+        if self.wasserstein and not isinstance(inner.likelihood, Probit):
+            raise ValueError(
+                "QP with pseudo-points is implemented for the probit likelihood (its marginal "
+                "likelihood of a_n is again a probit); got "
+                f"{getattr(inner.likelihood, 'name', inner.likelihood)!r}"
+            )
 
     def derivatives(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(d1, d2, var_f)`` at the cavity (eq. (20))."""
+        """``(d1, d2, var_f)`` at the cavity (eq. (20)); for QP ``d2`` is replaced by the value
+        that makes the new variance of ``a_n`` equal to sigma*^2 (see :func:`_qp_ratio`)."""
         var_f = cavity_std * cavity_std + self.h
-        m, s = self.inner.project(cavity_mean, np.sqrt(var_f), y)
+        if self.wasserstein:
+            m, s = self.inner.likelihood.tilted_moments(cavity_mean, np.sqrt(var_f), y)
+        else:
+            m, s = self.inner.project(cavity_mean, np.sqrt(var_f), y)
         d1 = (m - cavity_mean) / var_f
         d2 = (s * s - var_f) / (var_f * var_f)
+        if self.wasserstein:
+            r = _qp_ratio(self.inner, cavity_mean, cavity_std, self.h, y)
+            s_c = cavity_std * cavity_std
+            with np.errstate(divide="ignore", invalid="ignore"):
+                d2 = np.where(s_c > 0, r * r * d2 + (r - 1.0) * (r + 1.0) / s_c, d2)
         return d1, d2, var_f
 
     def log_normalizer(
@@ -314,6 +334,27 @@ class _ConditionalProjection:
     ) -> np.ndarray:
         """``log ∫ N(f | mu_c, s_c + h) p(y | f)^alpha df`` (eqs. (116)-(118))."""
         return self.inner.log_normalizer(cavity_mean, np.sqrt(cavity_std * cavity_std + self.h), y)
+
+
+def _qp_ratio(
+    qp: QuantileMatching, cavity_mean: np.ndarray, cavity_std: np.ndarray, h: np.ndarray, y: Any
+) -> np.ndarray:
+    """``sigma*_a / sigma_EP,a`` for the site variable ``a_n`` (QP with pseudo-points).
+
+    The tilted distribution of ``a_n`` is ``N(a | mu_c, s_c) p_h(y | a)`` with
+    ``p_h(y | a) = ∫ N(f | a, h) Phi(y f) df = Phi(y a / sqrt(1 + h))``: a probit in the rescaled
+    ``a' = a / sqrt(1 + h)``, whose cavity is ``N(mu_c / sqrt(1 + h), s_c / (1 + h))``. The
+    Wasserstein projection (eq. (7)) scales with the variable, so the ratio sigma*/sigma_EP of
+    ``a`` is the probit's ratio at the rescaled cavity: one table lookup (or exact sigma*).
+    """
+    scale = np.sqrt(1.0 + h)
+    mu_r = cavity_mean / scale
+    sd_r = cavity_std / scale
+    _, s_qp = qp.project(mu_r, sd_r, y)
+    _, s_ep = qp.likelihood.tilted_moments(mu_r, sd_r, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(s_ep > 0, s_qp / s_ep, 1.0)
+    return np.minimum(r, 1.0)  # Theorem 2: sigma* <= sigma_EP (clamps interpolation round-off)
 
 
 def _sparse_site_proposal(
@@ -434,7 +475,9 @@ def run_sparse_pep(
         Observations (probit: -1/+1).
     projection:
         The local update of ``f_n``: :class:`qpinfer.power_ep.PowerMomentMatching` (``power`` is
-        alpha) or :class:`qpinfer.ep.MomentMatching` (alpha = 1).
+        alpha), :class:`qpinfer.ep.MomentMatching` (alpha = 1), or
+        :class:`qpinfer.ep.QuantileMatching` (QP with pseudo-points, probit: the variance of
+        ``a_n`` is the Wasserstein sigma* of its tilted marginal, :func:`_qp_ratio`).
     schedule, damping, max_iter, tol, init:
         As :func:`qpinfer.ep.run_ep`: ``"parallel"`` (damping default 0.5) or ``"sequential"``
         (default 1.0); stop when the RMS change of ``(tau, nu)`` over a sweep is below ``tol``,
@@ -884,12 +927,32 @@ class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
     the inducing inputs, running Power EP to convergence at every evaluation (warm-started) with
     the analytic gradient of :func:`sparse_pep_gradient`. O(N M^2) per sweep.
 
+    QP with pseudo-points (``method="qp"``): the alpha = 1 moment projection of every site is
+    replaced by the L2-Wasserstein projection of paper 000 eq. (7). A site is a factor of ``u``
+    through ``a_n = w_n^T u`` only, so its tilted distribution differs from the cavity only in
+    the marginal of ``a_n``, ``N(a | mu_c, s_c) Phi(y a / sqrt(1 + h_n))`` (``f_n | u`` has
+    variance ``h_n``): QP keeps EP's mean and sets the variance of ``a_n`` to that marginal's
+    sigma*, which is the probit's at the rescaled cavity (:func:`_qp_ratio`; a table lookup, or
+    exact sigma*). With ``M = N``, ``Z = X`` (``h = 0``) this is exactly full QP
+    (:class:`qpinfer.GPClassifier` ``method="qp"``), and sigma* <= sigma_EP (Theorem 2) gives
+    sites at least as precise as sparse EP's. Hyperparameters and inducing inputs
+    (``optimizer="lbfgs"``) are those of sparse EP (alpha = 1; its energy eq. (110) has the exact
+    gradient at its fixed point, QP's does not -- as for the full GPClassifier), after which QP
+    runs at them warm-started from EP's sites; ``log_marginal_likelihood_`` is eq. (110) at QP's
+    sites. Cost: one sigma* per site update on top of EP's O(M^2) (``docs/rep.md`` has timings).
+
     Parameters
     ----------
     n_inducing : int
         Number of pseudo-points M, in [1, n_samples] (ignored when ``inducing_points`` is given).
     alpha : float in (0, 1]
         Power EP power: 1 is EP (FITC-EP), smaller values move toward the variational solution.
+        Ignored by ``method="qp"`` (which replaces the alpha = 1 projection).
+    method : {"pep", "qp"}
+        Power EP with ``alpha`` (moment projection of the fractional tilted distribution), or
+        QP (Wasserstein projection, alpha = 1).
+    table : None, "exact", path or table object
+        Where QP gets sigma* from, as :class:`qpinfer.GPClassifier`'s ``table``.
     kernel, variance, length_scale, ard, optimizer, schedule, max_iter, tol, damping :
         As :class:`qpinfer.GPClassifier`.
     inducing_points, optimize_inducing, max_optimizer_iter, jitter, random_state :
@@ -923,9 +986,13 @@ class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
         damping: float | None = None,
         jitter: float = 1e-6,
         random_state: Any = None,
+        method: str = "pep",
+        table: Any = None,
     ) -> None:
         self.n_inducing = n_inducing
         self.alpha = alpha
+        self.method = method
+        self.table = table
         self.kernel = kernel
         self.variance = variance
         self.length_scale = length_scale
@@ -943,6 +1010,8 @@ class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
 
     def _validate(self) -> float:
         self._validate_common()
+        if self.method not in ("pep", "qp"):
+            raise ValueError(f"method must be 'pep' or 'qp', got {self.method!r}")
         alpha = check_power(self.alpha)
         if self.schedule not in _SCHEDULES:
             raise ValueError(f"schedule must be 'parallel' or 'sequential', got {self.schedule!r}")
@@ -980,7 +1049,14 @@ class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
                 f"{classes.tolist()[:5]}"
             )
         y_pm = np.where(y == classes[1], 1.0, -1.0)
-        projection = PowerMomentMatching(Probit(), alpha)
+        if self.method == "qp":
+            lik = Probit()
+            table = GPEstimatorBase._resolve_table(self, lik)  # same rules as GPClassifier
+            final = QuantileMatching(lik, table)
+            projection = MomentMatching(lik)  # hyperparameters/inducing inputs: sparse EP's
+        else:
+            table = None
+            projection = final = PowerMomentMatching(Probit(), alpha)
         kernel = self._initial_kernel(X.shape[1])
         Z = self._initial_inducing(X)
         d = X.shape[1]
@@ -1036,20 +1112,27 @@ class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
                 )
         else:
             prior = pseudo_point_prior(kernel, X, Z, self.jitter)
-            result = self._run(prior, y_pm, projection)
+            result = None if final is not projection else self._run(prior, y_pm, projection)
+        if final is not projection:  # QP at the (fitted or given) values, from EP's sites
+            init = None if result is None else (result.tau, result.nu)
+            result = self._run(prior, y_pm, final, init)
+        self.table_ = table
         self.classes_ = classes
         self.n_features_in_ = d
         self.X_train_ = X
         self.y_train_ = y_pm
         self.kernel_ = kernel
         self.inducing_points_ = Z
-        self.projection_ = projection
+        self.projection_ = final
         self.pep_result_ = result
         self._Lu = prior.Lu
         self.log_marginal_likelihood_ = result.log_marginal_likelihood
         self.n_iter_ = result.n_iter
         self.n_evaluations_ = n_evals
         return self
+
+    def _warn_exact(self, reason: str) -> None:  # used by GPEstimatorBase._resolve_table
+        warn_exact_once(reason, type(self).__name__)
 
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent ``f*`` (eq. (18))."""
