@@ -15,16 +15,15 @@ Inference methods (``method=``):
   evidence eq. (4), gradient R&W eq. (5.27);
 * ``"laplace"`` -- :func:`qpinfer.laplace.laplace_mode` (R&W Alg. 3.1), evidence R&W eq. (3.32),
   gradient R&W Alg. 5.1;
-* ``"vb"`` -- :func:`qpinfer.vb.fit_vb` (Opper & Archambeau's Gaussian VB), the ELBO in place of
-  the log marginal likelihood.
+* ``"vb"`` -- :func:`qpinfer.vb.vb_fixed_point` (Opper & Archambeau's Gaussian VB), the ELBO in
+  place of the log marginal likelihood, its gradient the envelope theorem's.
 
 Hyperparameters (paper Sec. 6): L-BFGS-B (at most 1000 iterations, relative function tolerance
-1e-9) over the log kernel hyperparameters. For EP/QP and Laplace every evaluation re-runs the
-inner loop to convergence (warm-started from the previous evaluation) and returns the evidence
-with its gradient; the fit keeps the best evidence seen. QP first maximises EP's evidence
-(whose fixed-site gradient is exact) and then polishes its own from there (see
-:meth:`GPEstimatorBase._optimize`). For VB the variational parameters and
-the hyperparameters are optimised jointly (as GPy and the paper do). See
+1e-9) over the log kernel hyperparameters. For every method each evaluation re-runs the inner
+loop (EP/QP sites, the Laplace mode, VB's variational parameters) to convergence, warm-started
+from the previous evaluation, and returns the evidence (VB: the ELBO) with its gradient; the fit
+keeps the best evidence seen. QP first maximises EP's evidence (whose fixed-site gradient is
+exact) and then polishes its own from there (see :meth:`GPEstimatorBase._optimize`). See
 :mod:`qpinfer.classifier` for why the inner loop is nested rather than alternated with whole
 L-BFGS-B runs, and for QP's gradient (EP's expression at QP's sites, sites held fixed).
 
@@ -58,7 +57,7 @@ from qpinfer.ep import (
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.laplace import laplace_log_evidence_gradient, laplace_mode, positive_branch_start
 from qpinfer.tables import TableError, installed_table_path, open_table
-from qpinfer.vb import LBFGS_OPTIONS, elbo, fit_vb
+from qpinfer.vb import LBFGS_OPTIONS, elbo, vb_fixed_point
 
 __all__ = [
     "DataConversionWarning",
@@ -292,6 +291,8 @@ class GPEstimatorBase(ParamsMixin):
         lik = self.likelihood_
         if self.method == "laplace":
             return laplace_mode(K, y, lik, init=init, max_iter=max(int(self.max_iter), 100))
+        if self.method == "vb":
+            return vb_fixed_point(K, y, lik, init, max_iter=int(self.max_iter))
         if init is None and lik.name == "poisson_square":
             _, tau, nu = positive_branch_start(K, y, lik)
             init = (tau, nu)
@@ -300,6 +301,9 @@ class GPEstimatorBase(ParamsMixin):
     def _gradient(self, kern: Any, X: np.ndarray, K: np.ndarray, y: np.ndarray, res: Any):
         if self.method == "laplace":
             return laplace_log_evidence_gradient(kern, X, res, self.likelihood_, y, K)
+        if self.method == "vb":  # the partial derivative; total at the optimum (envelope)
+            _, _, _, G, _ = elbo(K, res.alpha, res.beta, y, self.likelihood_)
+            return np.asarray(kern.gradient_contract(X, G, K), dtype=np.float64)
         return log_evidence_gradient(kern, X, res, K)
 
     @staticmethod
@@ -316,18 +320,7 @@ class GPEstimatorBase(ParamsMixin):
         self.projection_ = self._projection(likelihood, table)
         kernel = self._initial_kernel(X.shape[1])
 
-        if self.method == "vb":
-            kernel, result = fit_vb(
-                kernel,
-                X,
-                y,
-                likelihood,
-                optimize_kernel=self.optimizer == "lbfgs",
-                max_iter=int(self.max_iter),
-            )
-            n_evals = result.n_iter
-            self._warn_not_converged(result)
-        elif self.optimizer == "lbfgs":
+        if self.optimizer == "lbfgs":
             kernel, result, n_evals = self._optimize(kernel, X, y)
         else:
             result = self._inner(kernel, X, kernel(X), y, None)
@@ -459,23 +452,9 @@ class GPEstimatorBase(ParamsMixin):
             kernel, result = self.kernel_, self.result_
         else:
             kernel = self.kernel_.with_theta(np.asarray(theta, dtype=np.float64))
-            if self.method == "vb":
-                _, result = fit_vb(
-                    kernel,
-                    X,
-                    y,
-                    self.likelihood_,
-                    optimize_kernel=False,
-                    init=(self.result_.alpha, self.result_.beta),
-                )
-            else:
-                result = self._inner(kernel, X, kernel(X), y, self._warm_start(self.result_))
+            result = self._inner(kernel, X, kernel(X), y, self._warm_start(self.result_))
         if not eval_gradient:
             return result.log_marginal_likelihood
         K = kernel(X)
-        if self.method == "vb":
-            _, _, _, G, _ = elbo(K, result.alpha, result.beta, y, self.likelihood_)
-            grad = np.asarray(kernel.gradient_contract(X, G, K), dtype=np.float64)
-        else:
-            grad = self._gradient(kernel, X, K, y, result)
+        grad = self._gradient(kernel, X, K, y, result)
         return result.log_marginal_likelihood, grad

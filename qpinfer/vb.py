@@ -18,9 +18,17 @@ derivatives of the expectations, ``A = (I + K Lambda)^-1 = S K^-1``):
     dELBO/dK      = sym(alpha F_m^T) + A^T diag(F_v) A - alpha alpha^T / 2
                     - Lambda^1/2 (B^-1 - B^-2) Lambda^1/2 / 2
 
-the last contracted with dK/dtheta by the kernel (``gradient_contract``). As in the paper (Sec. 6:
-"VB is also optimized by L-BFGS-B with the same configuration") and GPy, ``(alpha, beta)`` and the
-log kernel hyperparameters are optimised jointly by L-BFGS-B. Its accepted iterates increase the
+the last contracted with dK/dtheta by the kernel (``gradient_contract``).
+
+Two optimisers. The estimators (``GPClassifier("vb")``, ``GPPoissonRegressor("vb")``) nest, as
+for EP and Laplace: :func:`vb_fixed_point` maximises the ELBO over ``(alpha, beta)`` at fixed
+hyperparameters by natural-gradient steps on Gaussian sites (warm-started between evaluations),
+and L-BFGS-B (the paper's settings) moves the log hyperparameters with the gradient ``dELBO/dK``
+at the optimal ``(alpha, beta)`` -- the total derivative by the envelope theorem. On a Pima fold
+this takes 11 evaluations and 3.9 s where the joint optimisation below stops at its 1000-iteration
+cap after ~430 s. :func:`fit_vb` is the paper's configuration (Sec. 6: "VB is also optimized by
+L-BFGS-B with the same configuration") and GPy's: ``(alpha, beta)`` and the log kernel
+hyperparameters jointly by L-BFGS-B. Its accepted iterates increase the
 ELBO monotonically (sufficient-decrease line search); :attr:`VBResult.history` records the ELBO at
 each of them. The optimiser sees ``P^T alpha`` instead of ``alpha`` (``P P^T`` the starting ``K``
 plus jitter): a fixed linear change of variables that leaves the variational family and the
@@ -41,14 +49,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.linalg import lapack, solve_triangular
+from scipy.linalg import cho_solve, lapack, solve_triangular
 from scipy.optimize import minimize
 
 from qpinfer.ep import Posterior, PosteriorMoments, _chol_B
 from qpinfer.laplace import positive_branch_start
 from qpinfer.loglik import expected_log_lik
 
-__all__ = ["VBResult", "elbo", "fit_vb", "vb_start"]
+__all__ = ["VBResult", "elbo", "fit_vb", "vb_fixed_point", "vb_start"]
 
 #: L-BFGS-B settings of the paper (Sec. 6), shared with EP/QP's hyperparameter optimisation.
 LBFGS_OPTIONS = {"maxiter": 1000, "ftol": 1e-9}
@@ -67,6 +75,8 @@ class VBResult(PosteriorMoments):
     converged: bool
     message: str = ""
     history: list[float] = field(default_factory=list)
+    tau: np.ndarray | None = None  # sites (lambda, nu) of :func:`vb_fixed_point` (warm starts)
+    nu: np.ndarray | None = None
 
     @property
     def elbo(self) -> float:
@@ -149,6 +159,91 @@ def vb_start(K: np.ndarray, y: np.ndarray, likelihood: Any) -> tuple[np.ndarray,
         return np.zeros(n), np.ones(n)
     a, tau, _ = positive_branch_start(K, y, likelihood)
     return a, np.sqrt(tau)
+
+
+def _alpha_from_sites(K: np.ndarray, lam: np.ndarray, nu: np.ndarray) -> np.ndarray:
+    """``alpha = K^-1 m`` of the Gaussian with sites ``(lam, nu)``: ``(I + Lambda K)^-1 nu``."""
+    s = np.sqrt(lam)
+    L = _chol_B(K, s)
+    return nu - s * cho_solve((L, True), s * (K @ nu), check_finite=False)
+
+
+def vb_fixed_point(
+    K: np.ndarray,
+    y: np.ndarray,
+    likelihood: Any,
+    init: tuple[np.ndarray, np.ndarray] | None = None,
+    *,
+    max_iter: int = 1000,
+    tol: float = 1e-9,
+) -> VBResult:
+    """Maximise the ELBO over ``(alpha, beta)`` at fixed ``K`` by natural-gradient steps.
+
+    Writes ``q`` with Gaussian sites, ``Sigma^-1 = K^-1 + diag(lambda)``,
+    ``Sigma^-1 m = nu`` (``lambda = beta^2``, ``nu = alpha + lambda m``). Opper & Archambeau's
+    stationarity conditions are ``lambda = -2 F_v`` and ``alpha = F_m``, i.e.
+    ``nu = F_m - 2 F_v m``; each step moves the sites a fraction ``rho`` of the way to that
+    target (the natural-gradient step of Khan & Lin 2017, a Newton step for a Gaussian
+    likelihood), halving ``rho`` from 1 until the ELBO does not decrease. Stops when the ELBO
+    rises by less than ``tol`` (relative, as L-BFGS-B's ``ftol``) and the sites move by less
+    than ``sqrt(tol)`` (relative RMS). ``init`` is a previous result's ``(tau, nu)`` (its sites)
+    or ``None`` for :func:`vb_start`. The result's ``n_iter`` counts accepted steps.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if init is None:
+        alpha, beta = vb_start(K, y, likelihood)
+        lam = beta * beta
+        nu = alpha + lam * (K @ alpha)
+    else:
+        lam, nu = (np.asarray(v, dtype=np.float64).copy() for v in init)
+    tiny = np.finfo(np.float64).tiny
+
+    def evaluate(lam, nu):
+        alpha = _alpha_from_sites(K, lam, nu)
+        value, *_, post = elbo(K, alpha, np.sqrt(lam), y, likelihood, gradient=False)
+        return value, alpha, post
+
+    value, alpha, post = evaluate(lam, nu)
+    history, converged = [value], False
+    for _ in range(1, int(max_iter) + 1):
+        _, F_m, F_v = expected_log_lik(likelihood, post.mean, post.var, y)
+        lam_t = np.maximum(-2.0 * F_v, tiny)
+        nu_t = F_m + lam_t * post.mean
+        rho = 1.0
+        for _ in range(30):
+            lam_n = (1.0 - rho) * lam + rho * lam_t
+            nu_n = (1.0 - rho) * nu + rho * nu_t
+            try:
+                v_n, a_n, p_n = evaluate(lam_n, nu_n)
+            except np.linalg.LinAlgError:
+                v_n = -np.inf
+            if np.isfinite(v_n) and v_n >= value - 1e-12 * abs(value):
+                break
+            rho *= 0.5
+        else:  # no step keeps the ELBO: at the optimum to rounding
+            converged = True
+            break
+        change = np.sqrt(np.mean((lam_n - lam) ** 2 / (1.0 + lam**2)
+                                 + (nu_n - nu) ** 2 / (1.0 + nu**2)))
+        gain = v_n - value
+        lam, nu, value, alpha, post = lam_n, nu_n, v_n, a_n, p_n
+        history.append(value)
+        if gain <= tol * max(abs(value), 1.0) and change <= np.sqrt(tol):
+            converged = True
+            break
+    return VBResult(
+        alpha=alpha,
+        beta=np.sqrt(lam),
+        posterior=post,
+        log_marginal_likelihood=float(value),
+        theta=np.empty(0),
+        n_iter=len(history) - 1,
+        converged=converged,
+        message="converged" if converged else f"max_iter={max_iter} steps reached",
+        history=history,
+        tau=lam,
+        nu=nu,
+    )
 
 
 def fit_vb(

@@ -222,7 +222,12 @@ def test_vb_estimators_and_the_envelope_gradient():
     Xc, yc = coal()
     reg = GPPoissonRegressor("vb").fit(Xc, yc)
     assert np.all(reg.predict_latent(Xc)[0] > 0)
-    assert reg.kernel_.length_scale[0] == pytest.approx(3.1, rel=0.05)
+    # the nested fit ends at a stationary point of the ELBO in theta, the local optimum that
+    # EP (and Laplace) reach from the same start
+    _, grad = reg.log_marginal_likelihood(reg.kernel_.theta, eval_gradient=True)
+    assert np.max(np.abs(grad)) < 1e-2
+    ep = GPPoissonRegressor("ep").fit(Xc, yc)
+    assert reg.kernel_.length_scale[0] == pytest.approx(ep.kernel_.length_scale[0], rel=0.02)
 
 
 @pytest.mark.slow  # ~15 s: VB's L-BFGS-B on every check's data set
