@@ -30,6 +30,7 @@ fractional tilted moments are closed form (:class:`StepNoisePowerMatching`).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ from scipy.special import log_ndtr
 
 from qpinfer.likelihoods import Likelihood, _finite, _probit_moment_terms
 
-__all__ = ["DEFAULT_EPS", "StepNoise", "StepNoisePowerMatching", "check_eps"]
+__all__ = ["DEFAULT_EPS", "StepNoise", "StepNoisePowerMatching", "check_eps", "parse_name"]
 
 #: ``eps`` of ``get_likelihood("step_noise")`` (paper 002 Sec. 6.2 uses 0.2 with 20% flips).
 DEFAULT_EPS = 0.2
@@ -62,6 +63,24 @@ def check_eps(eps: Any) -> float:
             f"eps (the label-flip probability of step_noise) must be in [0, 0.5), got {eps!r}"
         )
     return e
+
+
+def parse_name(name: Any) -> float | None:
+    """``eps`` of a step-noise likelihood name -- ``"step_noise"`` (the default eps) or
+    ``"step_noise(eps=0.2)"`` (the form :attr:`StepNoise.name` and table stores use) -- or
+    ``None`` if ``name`` is not one. A malformed or out-of-range eps is a ``ValueError``."""
+    if not isinstance(name, str) or not name.startswith("step_noise"):
+        return None
+    if name == "step_noise":
+        return DEFAULT_EPS
+    m = re.fullmatch(r"step_noise\(eps=([^()]*)\)", name)
+    if m is None:
+        return None
+    try:
+        value = float(m.group(1))
+    except ValueError:
+        raise ValueError(f"eps in likelihood name {name!r} is not a number") from None
+    return check_eps(value)
 
 
 class StepNoise(Likelihood):

@@ -99,6 +99,31 @@ def download(name: str, base_url: str | os.PathLike | None = None, **kwargs: Any
     return _download(name, base_url, **kwargs)
 
 
+def _check_likelihood_params(attrs: dict, what: str) -> None:
+    """A step-noise store (one per eps) must name a valid eps, and the eps recorded in
+    ``attrs["build"]["likelihood_params"]`` (if any) must be the one in the name."""
+    from qpinfer.step_noise import parse_name
+
+    name = attrs["likelihood"]
+    if not (isinstance(name, str) and name.startswith("step_noise")):
+        return
+    try:
+        eps = parse_name(name)
+    except ValueError as exc:
+        raise TableError(f"{what}: likelihood {name!r}: {exc}") from None
+    if eps is None or name == "step_noise":
+        raise TableError(
+            f"{what}: likelihood {name!r} does not say its eps (expected 'step_noise(eps=...)')"
+        )
+    build = attrs.get("build")
+    params = build.get("likelihood_params") if isinstance(build, dict) else None
+    if isinstance(params, dict) and "eps" in params and params["eps"] != eps:
+        raise TableError(
+            f"{what}: likelihood {name!r} has eps={eps!r} but its build record says "
+            f"eps={params['eps']!r}"
+        )
+
+
 def _installed_by_name(path: str | os.PathLike) -> Path | None:
     """``tables_dir()/<name>.zarr`` if ``path`` is a bare table name (no directory part, not an
     existing path) and such a table is installed."""
@@ -635,6 +660,7 @@ def open_table(path: str | os.PathLike, *, verify_checksums: bool | str = "lazy"
         )
     if attrs["complete"] is not True:
         raise TableError(f"{what}: incomplete (attrs['complete'] is {attrs['complete']!r})")
+    _check_likelihood_params(attrs, what)
     ver = attrs["verification"]
     if not isinstance(ver, dict) or ver.get("passed") is not True:
         raise TableError(f"{what}: verification did not pass (attrs['verification'] = {ver!r})")

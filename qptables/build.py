@@ -117,6 +117,14 @@ DISK_SLACK_BYTES = 16 * 2**20
 MIRRORS = {"probit": {-1: 1}}
 
 
+def _mirror_map(likelihood: str) -> dict[int, int]:
+    """Labels derivable by the exact mirror ``sigma*(mu, s, -1) = sigma*(-mu, s, +1)``: probit
+    and every step-noise table (one store per eps, ``step_noise(eps=...)``)."""
+    if likelihood.startswith("step_noise"):
+        return {-1: 1}
+    return MIRRORS.get(likelihood, {})
+
+
 class BuildInputError(ValueError):
     """The build was refused before doing anything (bad flag, destination, disk space...)."""
 
@@ -476,8 +484,15 @@ def _resolve_grid(likelihood: str, grid: GridSpec | str | None, y_max: int | Non
 
 
 def _build_info(likelihood: str, grid: GridSpec, fingerprint: str, mirror: bool) -> dict:
+    from qpinfer.step_noise import parse_name
+
+    params = {}
+    eps = parse_name(likelihood)
+    if eps is not None:  # one store per eps: recorded beside the name, checked by open_table
+        params["eps"] = eps
     return {
         "likelihood": likelihood,
+        "likelihood_params": params,
         "grid": grid.to_attrs(),
         "tile_mu": int(grid.tile_mu),
         "kernel_fingerprint": fingerprint,
@@ -619,7 +634,8 @@ def build(
     if not isinstance(likelihood, str):
         raise BuildInputError(f"LIKELIHOOD: expected a name, got {likelihood!r}")
     try:
-        qpinfer.get_likelihood(likelihood)
+        # the canonical name identifies parameters: "step_noise" -> "step_noise(eps=0.2)"
+        likelihood = qpinfer.get_likelihood(likelihood).name
     except ValueError as exc:
         raise BuildInputError(f"LIKELIHOOD: unknown likelihood {likelihood!r} ({exc})") from None
     try:
@@ -706,7 +722,7 @@ def _build_locked(
 
     # -- 2. probe the kernel ---------------------------------------------------------------
     ys = list(grid.y)
-    mirror_map = MIRRORS.get(likelihood, {})
+    mirror_map = _mirror_map(likelihood)
     mirror_pairs = {
         ys.index(dst): ys.index(src) for dst, src in mirror_map.items() if dst in ys and src in ys
     }

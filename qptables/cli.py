@@ -80,7 +80,8 @@ def parser() -> argparse.ArgumentParser:
         "checksum and verify it against mpmath, then atomically publish it at OUT. "
         "Interrupted builds resume from OUT.partial.",
     )
-    b.add_argument("likelihood", metavar="LIKELIHOOD", help="probit or poisson_square")
+    b.add_argument("likelihood", metavar="LIKELIHOOD",
+                   help="probit, poisson_square or step_noise (with --eps)")
     b.add_argument("out", metavar="OUT", help="destination zarr directory")
     b.add_argument(
         "--grid", default="paper", choices=["paper"],
@@ -92,6 +93,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--log10-sigma", nargs=3, type=_float, metavar=("START", "STOP", "STEP"),
                    help="log10 sigma axis (sigma = cavity standard deviation), both ends included")
     b.add_argument("--y", nargs="+", type=int, metavar="Y", help="labels to tabulate")
+    b.add_argument("--eps", type=_float, default=None, metavar="EPS",
+                   help="step_noise only: label-flip probability in [0, 0.5) (one store per "
+                        "eps, named step_noise(eps=EPS); default 0.2)")
     b.add_argument("--y-max", type=_nonneg_int, default=None,
                    help="poisson_square paper preset: y = 0..Y_MAX (default 10)")
     b.add_argument("--tile-mu", type=_positive_int("--tile-mu"), default=None,
@@ -195,6 +199,17 @@ def _cmd_build(args: argparse.Namespace) -> int:
         qpinfer.get_likelihood(args.likelihood)
     except ValueError as exc:
         raise _Refused(f"LIKELIHOOD: unknown likelihood {args.likelihood!r} ({exc})") from None
+    if args.eps is not None:
+        if args.likelihood != "step_noise":
+            raise _Refused(f"--eps: only for the step_noise likelihood, not {args.likelihood!r}")
+        from qpinfer.step_noise import StepNoise
+
+        try:
+            args.likelihood = StepNoise(args.eps).name
+        except ValueError as exc:
+            raise _Refused(f"--eps: {exc}") from None
+    elif args.likelihood == "step_noise":
+        args.likelihood = qpinfer.get_likelihood("step_noise").name
     grid = _grid_from_args(args)
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     if not (math.isfinite(tol) and tol > 0):

@@ -118,6 +118,10 @@ class AxisSpec:
         return [self.start, self.stop, self.step]
 
 
+def _is_step_noise(likelihood: str) -> bool:
+    return isinstance(likelihood, str) and likelihood.startswith("step_noise")
+
+
 def validate_y(likelihood: str, y: Iterable[int]) -> tuple[int, ...]:
     """Check the labels ``y`` for ``likelihood`` and return them sorted ascending.
 
@@ -137,10 +141,10 @@ def validate_y(likelihood: str, y: Iterable[int]) -> tuple[int, ...]:
         raise GridError("--y: at least one label is required")
     if len(set(out)) != len(out):
         raise GridError(f"--y: duplicate labels in {out}")
-    if likelihood == "probit":
+    if likelihood == "probit" or _is_step_noise(likelihood):
         bad = [v for v in out if v not in (-1, 1)]
         if bad:
-            raise GridError(f"--y: probit labels must be -1 or +1, got {bad}")
+            raise GridError(f"--y: {likelihood} labels must be -1 or +1, got {bad}")
     elif likelihood == "poisson_square":
         bad = [v for v in out if v < 0]
         if bad:
@@ -301,7 +305,7 @@ def paper_grid(likelihood: str, y_max: int | None = None) -> GridSpec:
     Labels: ``y = (-1, +1)`` for probit; ``y = 0..y_max`` for ``poisson_square`` (``y_max``
     defaults to :data:`DEFAULT_POISSON_Y_MAX`); other likelihoods need explicit ``--y``.
     """
-    if likelihood == "probit":
+    if likelihood == "probit" or _is_step_noise(likelihood):
         y: tuple[int, ...] = (-1, 1)
     elif likelihood == "poisson_square":
         ymax = DEFAULT_POISSON_Y_MAX if y_max is None else y_max

@@ -482,7 +482,20 @@ def reference_point(
 
 
 def sigma_qp_reference(likelihood_name: str, mu: float, sigma: float, y: int, dps: int = 40) -> mpf:
-    """The QP standard deviation sigma* of paper 000 eq. (7), to about ``dps`` digits."""
+    """The QP standard deviation sigma* of paper 000 eq. (7), to about ``dps`` digits.
+
+    Step-noise names (``"step_noise(eps=0.2)"``) go to the independent closed-CDF routine of
+    :mod:`qptables.step_noise_reference`.
+    """
+    from qpinfer.step_noise import parse_name
+
+    eps = parse_name(likelihood_name)
+    if eps is not None:
+        from qptables.step_noise_reference import step_noise_sigma_reference
+
+        yi = int(y)
+        with _LOCK:
+            return step_noise_sigma_reference(eps, float(mu), float(sigma), yi, dps=dps)
     return reference_point(likelihood_name, mu, sigma, y, dps).sigma_qp
 
 
