@@ -13,13 +13,13 @@ Hyperparameters (paper Sec. 6): L-BFGS-B (at most 1000 iterations, relative func
 updates to convergence (warm-started from the previous evaluation) and returns eq. (4) with the
 gradient of R&W eq. (5.27) -- the exact total derivative for EP at convergence. For QP the
 objective is EP's evidence expression evaluated at QP's sites (the paper's choice) and the
-gradient is its derivative with the sites held fixed, which is not the total derivative (QP's
-sites are not a stationary point of EP's free energy); the differences are small (sigma* is within
-a few percent of sigma_EP) and the fit keeps the best evidence seen. Nesting the inner loop in
-every evaluation, rather than alternating whole L-BFGS-B runs at fixed sites as in Algorithm 1,
-converges in far fewer site sweeps (alternating creeps along flat directions of eq. (4)).
-Laplace is nested the same way (Newton mode, R&W Alg. 5.1 gradient); VB optimises its variational
-parameters jointly with the hyperparameters.
+gradient with the sites held fixed is not its total derivative (QP's sites are not a stationary
+point of EP's free energy), which stalls L-BFGS-B; so QP maximises EP's evidence first and
+polishes its own from EP's optimum (:meth:`qpinfer.estimator.GPEstimatorBase._optimize`).
+Nesting the inner loop in every evaluation, rather than alternating whole L-BFGS-B runs at fixed
+sites as in Algorithm 1, converges in far fewer site sweeps (alternating creeps along flat
+directions of eq. (4)). Laplace and VB are nested the same way (Newton mode with R&W Alg. 5.1's
+gradient; VB's natural-gradient fixed point with the envelope gradient).
 """
 
 from __future__ import annotations
