@@ -81,8 +81,6 @@ def _estimator(kind: str, method: str, config: dict[str, Any]) -> Any:
         "table": table,
         "optimizer_maxiter": int(config["lbfgs_maxiter"]),  # paper: 1000
     }
-    if method == "vb":
-        kwargs["max_iter"] = int(config["lbfgs_maxiter"])
     cls = qpinfer.GPClassifier if kind == "classification" else qpinfer.GPPoissonRegressor
     ard = bool(config.get("ard", False))
     return cls(method, variance=1.0, length_scale=1.0, ard=ard, **kwargs)

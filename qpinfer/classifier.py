@@ -171,17 +171,16 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         paper's Sec. 3.1 kernel).
     optimizer : {"lbfgs", None}
         Fit the hyperparameters by maximising the evidence (eq. (4); Laplace: R&W eq. (3.32);
-        VB: the ELBO, jointly with the variational parameters) with L-BFGS-B, or keep them fixed.
+        VB: the ELBO at its optimal variational parameters) with L-BFGS-B, or keep them fixed.
     optimizer_maxiter : int
-        At most this many L-BFGS-B iterations for the hyperparameters (paper Sec. 6: 1000; VB's
-        joint optimisation is bounded by ``max_iter``).
+        At most this many L-BFGS-B iterations for the hyperparameters (paper Sec. 6: 1000).
     schedule : {"parallel", "sequential"}
         Site-update schedule (see :func:`qpinfer.ep.run_ep`).
     max_iter, tol, damping :
         Site updates stop when the RMS change of the site parameters is below ``tol`` (paper
         Sec. 6: 1e-6) or after ``max_iter`` sweeps (:class:`~qpinfer.ep.ConvergenceWarning`).
         ``damping=None``: 1.0 for the sequential, 0.5 for the parallel schedule. ``max_iter``
-        also bounds Newton iterations (Laplace, at least 100) and L-BFGS-B iterations (VB).
+        also bounds Newton iterations (Laplace, at least 100) and VB's fixed-point steps.
     alpha : float in (0, 1]
         The Power EP power (``method="pep"`` only): ``alpha = 1`` is EP exactly, ``alpha -> 0``
         approaches the variational solution.

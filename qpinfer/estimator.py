@@ -21,7 +21,7 @@ Inference methods (``method=``):
 Hyperparameters (paper Sec. 6): L-BFGS-B (at most 1000 iterations, relative function tolerance
 1e-9) over the log kernel hyperparameters. For every method each evaluation re-runs the inner
 loop (EP/QP sites, the Laplace mode, VB's variational parameters) to convergence, warm-started
-from the previous evaluation, and returns the evidence (VB: the ELBO) with its gradient; the fit
+from the previous evaluation (except for the square link, see ``_warm_start``), and returns the evidence (VB: the ELBO) with its gradient; the fit
 keeps the best evidence seen. QP first maximises EP's evidence (whose fixed-site gradient is
 exact) and then polishes its own from there (see :meth:`GPEstimatorBase._optimize`). See
 :mod:`qpinfer.classifier` for why the inner loop is nested rather than alternated with whole
@@ -360,8 +360,9 @@ class GPEstimatorBase(ParamsMixin):
     def _optimize(self, kernel, X, y) -> tuple[Any, Any, int]:
         """Maximise the evidence over the log hyperparameters with L-BFGS-B (paper Sec. 6).
 
-        Each evaluation runs the inner loop (EP/QP sites or the Laplace mode) to convergence,
-        warm-started from the previous evaluation, and returns the evidence and its gradient.
+        Each evaluation runs the inner loop (EP/QP sites, the Laplace mode or VB's fixed point)
+        to convergence, warm-started from the previous evaluation (:meth:`_warm_start`), and
+        returns the evidence and its gradient.
 
         QP starts from EP's optimum: QP's evidence (eq. (4) at QP's sites) has no cheap exact
         gradient -- the fixed-site gradient misses the sites' dependence on the hyperparameters,

@@ -163,13 +163,13 @@ class GPPoissonRegressor(GPEstimatorBase):
         As :class:`qpinfer.GPClassifier`: a :class:`qpinfer.kernels.Kernel`, or the initial (with
         ``optimizer=None`` fixed) ARD squared-exponential hyperparameters.
     optimizer : {"lbfgs", None}
-        Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO, jointly
-        with the variational parameters) with L-BFGS-B, or keep them fixed.
+        Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO at its
+        optimal variational parameters) with L-BFGS-B, or keep them fixed.
     optimizer_maxiter : int
-        At most this many L-BFGS-B iterations for the hyperparameters (EP/QP/Laplace).
+        At most this many L-BFGS-B iterations for the hyperparameters.
     schedule, max_iter, tol, damping :
         EP/QP site updates as in :func:`qpinfer.ep.run_ep`. ``max_iter`` also bounds Newton
-        iterations (Laplace, at least 100) and L-BFGS-B iterations (VB).
+        iterations (Laplace, at least 100) and VB's fixed-point steps.
 
     Attributes
     ----------
