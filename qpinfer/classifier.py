@@ -49,13 +49,13 @@ __all__ = ["DataConversionWarning", "GPClassifier", "NotFittedError", "ProbitPre
 _not_fitted_error = not_fitted_error  # kept for modules importing the old private names
 
 
-def _check_X(X: Any, name: str = "X") -> np.ndarray:
-    return check_X(X, name, estimator="GPClassifier")
+def _check_X(X: Any, name: str = "X", estimator: str = "GPClassifier") -> np.ndarray:
+    return check_X(X, name, estimator=estimator)
 
 
-def _check_y(y: Any, n_samples: int) -> np.ndarray:
+def _check_y(y: Any, n_samples: int, estimator: str = "GPClassifier") -> np.ndarray:
     if y is None:
-        raise ValueError("GPClassifier requires y to be passed, but the target y is None")
+        raise ValueError(f"{estimator} requires y to be passed, but the target y is None")
     arr = np.asarray(y)
     if np.iscomplexobj(arr):
         raise ValueError("Complex data not supported")

@@ -683,7 +683,7 @@ class _SparseBase(ParamsMixin):
 
     def _check_predict_X(self, X: Any) -> np.ndarray:
         self._check_is_fitted()
-        X = _check_X(X)
+        X = _check_X(X, estimator=type(self).__name__)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
@@ -800,7 +800,7 @@ class SparseGPRegressor(_SparseBase):
         alpha = self._alpha_value()
         if not (isinstance(self.noise_variance, int | float) and self.noise_variance > 0):
             raise ValueError(f"noise_variance must be positive, got {self.noise_variance!r}")
-        X = _check_X(X)
+        X = _check_X(X, estimator=type(self).__name__)
         y = np.asarray(y, dtype=np.float64)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y.ravel()
@@ -1040,8 +1040,8 @@ class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
     def fit(self, X: Any, y: Any) -> SparseGPClassifier:
         """Fit sites, kernel hyperparameters and inducing inputs (eq. (110))."""
         alpha = self._validate()
-        X = _check_X(X)
-        y = _check_y(y, X.shape[0])
+        X = _check_X(X, estimator=type(self).__name__)
+        y = _check_y(y, X.shape[0], type(self).__name__)
         classes = np.unique(y)
         if classes.size != 2:
             raise ValueError(

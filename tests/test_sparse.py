@@ -329,3 +329,15 @@ def test_get_set_params_and_sklearn_clone():
         warnings.simplefilter("ignore")
         clone = base.clone(SparseGPClassifier(7, 0.25, schedule="sequential"))
     assert clone.get_params()["n_inducing"] == 7 and clone.schedule == "sequential"
+
+
+def test_input_errors_name_the_sparse_estimator():
+    from scipy import sparse
+
+    X = np.zeros((4, 2))
+    with pytest.raises(ValueError, match="SparseGPClassifier requires y"):
+        qpinfer.SparseGPClassifier().fit(X, None)
+    for est, y in ((qpinfer.SparseGPClassifier(), [0, 1, 0, 1]),
+                   (qpinfer.SparseGPRegressor(), [0.0, 1.0, 0.0, 1.0])):
+        with pytest.raises(TypeError, match=f"not supported by {type(est).__name__}"):
+            est.fit(sparse.csr_matrix(X), y)
