@@ -90,9 +90,35 @@ def _check_y(y: Any, n_samples: int, estimator: str = "GPClassifier") -> np.ndar
     return arr
 
 
+def binary_labels(y: np.ndarray, estimator: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, y in {-1, +1})`` for checked labels ``y`` of exactly two classes."""
+    classes = np.unique(y)
+    if classes.size < 2:
+        raise ValueError(
+            f"{estimator} needs samples of 2 classes, but the data contains only one class: "
+            f"{classes.tolist()}"
+        )
+    if classes.size > 2:
+        raise ValueError(
+            "Only binary classification is supported. The type of the target is multiclass "
+            f"({classes.size} classes)."
+        )
+    return classes, np.where(y == classes[1], 1.0, -1.0)
+
+
 class ProbitPredictionsMixin:
     """Predictions of a binary probit GP classifier from ``predict_latent`` and ``classes_``
     (shared by :class:`GPClassifier` and :class:`qpinfer.SparseGPClassifier`)."""
+
+    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="classifier",
+            target_tags=TargetTags(required=True),
+            classifier_tags=ClassifierTags(multi_class=False),
+            input_tags=InputTags(),
+        )
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, probit closed form ``Phi(mean / sqrt(1 + var))`` (R&W eq. 3.82).
@@ -249,16 +275,6 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
     _METHODS = ("qp", "ep", "pep", "rep", "vb", "laplace")
     _LIKELIHOODS = ("probit", "step_noise")
 
-    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
-        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
-
-        return Tags(
-            estimator_type="classifier",
-            target_tags=TargetTags(required=True),
-            classifier_tags=ClassifierTags(multi_class=False),
-            input_tags=InputTags(),
-        )
-
     def _validate_params(self) -> None:
         super()._validate_params()
         if self.method == "pep":
@@ -332,18 +348,7 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         self._validate_params()
         X = _check_X(X)
         y = _check_y(y, X.shape[0])
-        classes = np.unique(y)
-        if classes.size < 2:
-            raise ValueError(
-                "GPClassifier needs samples of 2 classes, but the data contains only one class: "
-                f"{classes.tolist()}"
-            )
-        if classes.size > 2:
-            raise ValueError(
-                "Only binary classification is supported. The type of the target is multiclass "
-                f"({classes.size} classes)."
-            )
-        y_pm = np.where(y == classes[1], 1.0, -1.0)
+        classes, y_pm = binary_labels(y, "GPClassifier")
         self._fit_latent(X, y_pm, self._make_likelihood())
         self.classes_ = classes
         return self

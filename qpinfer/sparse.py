@@ -63,9 +63,20 @@ from scipy.cluster.vq import kmeans2
 from scipy.linalg import cho_solve, lapack, solve_triangular
 from scipy.optimize import minimize
 
-from qpinfer.classifier import ProbitPredictionsMixin, _check_X, _check_y, _not_fitted_error
+from qpinfer.classifier import (
+    ProbitPredictionsMixin,
+    _check_X,
+    _check_y,
+    _not_fitted_error,
+    binary_labels,
+)
 from qpinfer.ep import MIN_SITE_PRECISION, ConvergenceWarning, MomentMatching, QuantileMatching
-from qpinfer.estimator import GPEstimatorBase, ParamsMixin, warn_exact_once
+from qpinfer.estimator import (
+    DataConversionWarning,
+    GPEstimatorBase,
+    ParamsMixin,
+    warn_exact_once,
+)
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power, power_ep_log_evidence
@@ -734,6 +745,16 @@ class SparseGPRegressor(_SparseBase):
     n_features_in_, n_evaluations_ : int
     """
 
+    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="regressor",
+            target_tags=TargetTags(required=True),
+            regressor_tags=RegressorTags(),
+            input_tags=InputTags(),
+        )
+
     def __init__(
         self,
         n_inducing: int = 50,
@@ -801,8 +822,18 @@ class SparseGPRegressor(_SparseBase):
         if not (isinstance(self.noise_variance, int | float) and self.noise_variance > 0):
             raise ValueError(f"noise_variance must be positive, got {self.noise_variance!r}")
         X = _check_X(X, estimator=type(self).__name__)
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
         y = np.asarray(y, dtype=np.float64)
         if y.ndim == 2 and y.shape[1] == 1:
+            warnings.warn(
+                "A column-vector y was passed when a 1d array was expected. Please change the "
+                "shape of y to (n_samples, ), for example using ravel().",
+                DataConversionWarning,
+                stacklevel=2,
+            )
             y = y.ravel()
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
@@ -1042,13 +1073,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
         alpha = self._validate()
         X = _check_X(X, estimator=type(self).__name__)
         y = _check_y(y, X.shape[0], type(self).__name__)
-        classes = np.unique(y)
-        if classes.size != 2:
-            raise ValueError(
-                f"SparseGPClassifier needs samples of exactly 2 classes, got {classes.size}: "
-                f"{classes.tolist()[:5]}"
-            )
-        y_pm = np.where(y == classes[1], 1.0, -1.0)
+        classes, y_pm = binary_labels(y, type(self).__name__)
         if self.method == "qp":
             lik = Probit()
             table = GPEstimatorBase._resolve_table(self, lik)  # same rules as GPClassifier

@@ -341,3 +341,21 @@ def test_input_errors_name_the_sparse_estimator():
                    (qpinfer.SparseGPRegressor(), [0.0, 1.0, 0.0, 1.0])):
         with pytest.raises(TypeError, match=f"not supported by {type(est).__name__}"):
             est.fit(sparse.csr_matrix(X), y)
+
+
+# scikit-learn's estimator checks (qpinfer implements the protocol without depending on sklearn)
+_sk_checks = pytest.importorskip("sklearn.utils.estimator_checks")
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Estimator Sparse.* does not inherit")
+    _with_sparse_checks = _sk_checks.parametrize_with_checks(
+        [
+            qpinfer.SparseGPClassifier(n_inducing=5, max_optimizer_iter=20),
+            qpinfer.SparseGPRegressor(n_inducing=5, max_optimizer_iter=20),
+        ]
+    )
+
+
+@pytest.mark.slow  # ~110 s: on iris (separable) sparse EP runs into its 1000-sweep limit
+@_with_sparse_checks
+def test_sklearn_estimator_checks_pass_for_the_sparse_estimators(estimator, check):
+    check(estimator)
