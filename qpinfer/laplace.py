@@ -126,7 +126,9 @@ def laplace_mode(
     ``init`` is a starting ``a`` (``f = K a``), e.g. the previous mode during hyperparameter
     optimisation; it is ignored if ``K a`` is outside the positive branch (square link), and the
     default is :func:`positive_branch_start`. Iterations stop when a full Newton step changes
-    ``f`` by less than ``tol * (1 + max|f|)`` (or ``Psi`` cannot be increased any more).
+    ``f`` by less than ``tol * (1 + max|f|)``, or by less than ``1e-6 (1 + max|f|)`` without
+    changing ``Psi`` beyond round-off (``1e-14`` relative; the step is then round-off of ``K a``),
+    or when ``Psi`` cannot be increased any more.
     """
     K = np.asarray(K, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -170,10 +172,13 @@ def laplace_mode(
                 accepted = True
                 break
             t *= 0.5
+        # converged: a negligible Newton step, or (with large K, whose round-off keeps steps
+        # above tol * scale: crabs at signal variance 1e5) a small one that no longer changes Psi
+        flat = accepted and step <= 1e-6 * scale and abs(psi_t - psi) <= 1e-14 * (1.0 + abs(psi))
         if accepted:
             a, f, psi = a_t, f_t, psi_t
             history.append(psi)
-        if step <= tol * scale or not accepted:
+        if step <= tol * scale or flat or not accepted:
             converged = accepted
             break
     return _result(K, y, likelihood, a, f, it, converged, history)
