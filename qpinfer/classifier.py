@@ -37,7 +37,6 @@ from qpinfer.estimator import (
     GPEstimatorBase,
     NotFittedError,
     check_X,
-    not_fitted_error,
 )
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power
@@ -46,7 +45,6 @@ from qpinfer.step_noise import StepNoise, StepNoisePowerMatching, check_eps
 
 __all__ = ["DataConversionWarning", "GPClassifier", "NotFittedError", "ProbitPredictionsMixin"]
 
-_not_fitted_error = not_fitted_error  # kept for modules importing the old private names
 
 
 def _check_X(X: Any, name: str = "X", estimator: str = "GPClassifier") -> np.ndarray:

@@ -144,11 +144,23 @@ def warn_exact_once(reason: str, key: str) -> None:
 
 
 class ParamsMixin:
-    """scikit-learn's parameter protocol (``get_params``/``set_params``/``__repr__``) without a
-    dependency on scikit-learn. ``_PARAM_NAMES`` is set from the signature of the subclass's
+    """scikit-learn's parameter protocol (``get_params``/``set_params``/``__repr__``, and the
+    fitted check) without a dependency on scikit-learn. ``_PARAM_NAMES`` is set from the signature of the subclass's
     ``__init__``, which must store its arguments verbatim."""
 
     _PARAM_NAMES: tuple[str, ...] = ()
+    #: the attribute whose presence means "fitted"
+    _FITTED_ATTR = "result_"
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, self._FITTED_ATTR)
+
+    def _check_is_fitted(self) -> None:
+        if not hasattr(self, self._FITTED_ATTR):
+            raise not_fitted_error(
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
+                "appropriate arguments before using this estimator."
+            )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -190,16 +202,6 @@ class GPEstimatorBase(ParamsMixin):
     """
 
     _METHODS: tuple[str, ...] = ("qp", "ep", "vb", "laplace")
-
-    def __sklearn_is_fitted__(self) -> bool:
-        return hasattr(self, "result_")
-
-    def _check_is_fitted(self) -> None:
-        if not hasattr(self, "result_"):
-            raise not_fitted_error(
-                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
-                "appropriate arguments before using this estimator."
-            )
 
     # -- construction of the pieces -----------------------------------------------------------
     def _validate_params(self) -> None:

@@ -67,7 +67,6 @@ from qpinfer.classifier import (
     ProbitPredictionsMixin,
     _check_X,
     _check_y,
-    _not_fitted_error,
     binary_labels,
 )
 from qpinfer.ep import MIN_SITE_PRECISION, ConvergenceWarning, MomentMatching, QuantileMatching
@@ -650,15 +649,7 @@ class _SparseBase(ParamsMixin):
     """Parameter handling shared by the two estimators (scikit-learn protocol via
     :class:`qpinfer.estimator.ParamsMixin`)."""
 
-    def _check_is_fitted(self) -> None:
-        if not hasattr(self, "inducing_points_"):
-            raise _not_fitted_error(
-                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
-                "appropriate arguments before using this estimator."
-            )
-
-    def __sklearn_is_fitted__(self) -> bool:
-        return hasattr(self, "inducing_points_")
+    _FITTED_ATTR = "inducing_points_"
 
     def _validate_common(self) -> None:
         if self.optimizer not in ("lbfgs", None):
