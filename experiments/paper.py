@@ -141,8 +141,9 @@ def run_fold(task: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         "results": results,
     }
     if "ep" in results and "qp" in results:
-        record["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, results["ep"]["theta"],
-                                                  Xtr, ytr, Xte, yte)
+        record["qp_at_ep_theta"] = qp_at_ep_theta(
+            kind, config, results["ep"]["theta"], Xtr, ytr, Xte, yte
+        )
     return record
 
 
@@ -187,8 +188,7 @@ def augment(fold_dir: Path, names: list[str], config: dict[str, Any]) -> int:
         if "qp_at_ep_theta" in rec or "ep" not in res or "qp" not in res:
             continue
         kind, Xtr, ytr, Xte, yte = _fold_data(rec["task"])
-        rec["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, res["ep"]["theta"],
-                                               Xtr, ytr, Xte, yte)
+        rec["qp_at_ep_theta"] = qp_at_ep_theta(kind, config, res["ep"]["theta"], Xtr, ytr, Xte, yte)
         _write_json(path, rec)
         n += 1
     return n
@@ -209,14 +209,28 @@ def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
     for name in args.datasets:
         if name in ds.REGRESSION:
             for seed in range(args.mining_seeds):
-                tasks.append({"dataset": name, "repeat": seed, "fold": 0, "folds": 1,
-                              "methods": list(args.methods)})
+                tasks.append(
+                    {
+                        "dataset": name,
+                        "repeat": seed,
+                        "fold": 0,
+                        "folds": 1,
+                        "methods": list(args.methods),
+                    }
+                )
             continue
         k = limits.get(name, limits["*"])
         for r in range(args.repeats):
             for f in range(k):
-                tasks.append({"dataset": name, "repeat": r, "fold": f, "folds": args.folds,
-                              "methods": list(args.methods)})
+                tasks.append(
+                    {
+                        "dataset": name,
+                        "repeat": r,
+                        "fold": f,
+                        "folds": args.folds,
+                        "methods": list(args.methods),
+                    }
+                )
     # the most expensive data first, so the two workers finish together
     cost = {"pima": 0, "ionosphere": 1, "sonar": 2, "crabs": 3, "mining": 4}
     tasks.sort(key=lambda t: (cost.get(t["dataset"], 9), t["repeat"], t["fold"]))
@@ -246,8 +260,10 @@ def ensure_tables(args: argparse.Namespace, scheduler: str | None) -> dict[str, 
     need_probit = any(d in ds.CLASSIFICATION for d in args.datasets) and "qp" in args.methods
     need_poisson = any(d in ds.REGRESSION for d in args.datasets) and "qp" in args.methods
     out = {"table": args.table, "poisson_table": args.poisson_table}
-    specs = [("table", "probit", PROBIT_GRID, need_probit),
-             ("poisson_table", "poisson_square", POISSON_GRID, need_poisson)]
+    specs = [
+        ("table", "probit", PROBIT_GRID, need_probit),
+        ("poisson_table", "poisson_square", POISSON_GRID, need_poisson),
+    ]
     for key, lik, grid, needed in specs:
         if not needed or out[key] is not None:
             continue
@@ -273,8 +289,9 @@ def run(args: argparse.Namespace) -> Path:
     fold_dir.mkdir(parents=True, exist_ok=True)
     tasks = make_tasks(args)
     todo = [t for t in tasks if not (fold_dir / f"{task_name(t)}.json").exists()]
-    print(f"{len(tasks)} folds, {len(tasks) - len(todo)} already done, {len(todo)} to run",
-          flush=True)
+    print(
+        f"{len(tasks)} folds, {len(tasks) - len(todo)} already done, {len(todo)} to run", flush=True
+    )
     t0 = time.perf_counter()
     client = cluster = None
     if todo and args.scheduler != "sync":
@@ -284,15 +301,24 @@ def run(args: argparse.Namespace) -> Path:
             client = Client(args.scheduler)
         else:
             env = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-            cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, env=env)
+            cluster = LocalCluster(
+                n_workers=args.workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                env=env,
+            )
             client = Client(cluster)
     try:
         if todo:
             scheduler_addr = client.scheduler.address if client is not None else None
             tables = ensure_tables(args, scheduler_addr)
-            config = {"schedule": args.schedule, "lbfgs_maxiter": args.lbfgs_maxiter,
-                      "ard": args.kernel == "ard", **tables}
+            config = {
+                "schedule": args.schedule,
+                "lbfgs_maxiter": args.lbfgs_maxiter,
+                "ard": args.kernel == "ard",
+                **tables,
+            }
             _execute(todo, config, client, fold_dir)
     finally:
         if client is not None:
@@ -301,16 +327,24 @@ def run(args: argparse.Namespace) -> Path:
             cluster.close()
     if "ep" in args.methods and "qp" in args.methods:
         tables = ensure_tables(args, None)
-        config = {"schedule": args.schedule, "lbfgs_maxiter": args.lbfgs_maxiter,
-                  "ard": args.kernel == "ard", **tables}
+        config = {
+            "schedule": args.schedule,
+            "lbfgs_maxiter": args.lbfgs_maxiter,
+            "ard": args.kernel == "ard",
+            **tables,
+        }
         n = augment(fold_dir, [task_name(t) for t in tasks], config)
         if n:
             print(f"added QP at EP's hyperparameters to {n} earlier fold records", flush=True)
     wall = time.perf_counter() - t0
     from experiments import report
 
-    meta = {"argv": sys.argv[1:], "wall_seconds_this_invocation": wall, "n_folds": len(tasks),
-            "n_run_now": len(todo)}
+    meta = {
+        "argv": sys.argv[1:],
+        "wall_seconds_this_invocation": wall,
+        "n_folds": len(tasks),
+        "n_run_now": len(todo),
+    }
     report.write_report(out, [task_name(t) for t in tasks], meta)
     print(f"done in {wall:.0f} s; table: {out / 'table.md'}", flush=True)
     return out
@@ -328,8 +362,9 @@ def _execute(todo, config, client, fold_dir: Path) -> None:
         return
     from dask.distributed import as_completed
 
-    futures = {client.submit(run_fold, t, config, key=f"fold-{task_name(t)}", pure=False): t
-               for t in todo}
+    futures = {
+        client.submit(run_fold, t, config, key=f"fold-{task_name(t)}", pure=False): t for t in todo
+    }
     for fut in as_completed(futures):
         task = futures[fut]
         _write_json(fold_dir / f"{task_name(task)}.json", fut.result())
@@ -339,24 +374,42 @@ def _execute(todo, config, client, fold_dir: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.paper", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.paper",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--datasets", nargs="+", default=list(ds.ALL), choices=ds.ALL)
     p.add_argument("--repeats", type=int, default=5, help="random 10-fold partitions (paper 100)")
     p.add_argument("--folds", type=int, default=10)
-    p.add_argument("--folds-per-repeat", nargs="*", metavar="[NAME=]K",
-                   help="run only the first K folds of each repeat (all datasets, or NAME=K)")
+    p.add_argument(
+        "--folds-per-repeat",
+        nargs="*",
+        metavar="[NAME=]K",
+        help="run only the first K folds of each repeat (all datasets, or NAME=K)",
+    )
     p.add_argument("--mining-seeds", type=int, default=5, help="thinning seeds (paper 200)")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    p.add_argument("--scheduler", default=None,
-                   help="dask scheduler address; default a LocalCluster; 'sync' = in-process")
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        help="dask scheduler address; default a LocalCluster; 'sync' = in-process",
+    )
     p.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes")
     p.add_argument("--schedule", default="parallel", choices=("parallel", "sequential"))
-    p.add_argument("--kernel", default="iso", choices=("iso", "ard"),
-                   help="SE kernel with one length scale (Kuss & Rasmussen's, the paper's "
-                        "baseline; default) or one per feature")
-    p.add_argument("--lbfgs-maxiter", type=int, default=1000,
-                   help="hyperparameter L-BFGS-B iterations (paper 1000)")
+    p.add_argument(
+        "--kernel",
+        default="iso",
+        choices=("iso", "ard"),
+        help="SE kernel with one length scale (Kuss & Rasmussen's, the paper's "
+        "baseline; default) or one per feature",
+    )
+    p.add_argument(
+        "--lbfgs-maxiter",
+        type=int,
+        default=1000,
+        help="hyperparameter L-BFGS-B iterations (paper 1000)",
+    )
     p.add_argument("--table", default=None, help="probit sigma* table (default: build in OUT)")
     p.add_argument("--poisson-table", default=None, help="poisson_square sigma* table")
     p.add_argument("--out", default="out/paper")

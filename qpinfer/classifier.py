@@ -46,7 +46,6 @@ from qpinfer.step_noise import StepNoise, StepNoisePowerMatching, check_eps
 __all__ = ["DataConversionWarning", "GPClassifier", "NotFittedError", "ProbitPredictionsMixin"]
 
 
-
 def _check_X(X: Any, name: str = "X", estimator: str = "GPClassifier") -> np.ndarray:
     return check_X(X, name, estimator=estimator)
 

@@ -223,8 +223,9 @@ def vb_fixed_point(
         else:  # no step keeps the ELBO: at the optimum to rounding
             converged = True
             break
-        change = np.sqrt(np.mean((lam_n - lam) ** 2 / (1.0 + lam**2)
-                                 + (nu_n - nu) ** 2 / (1.0 + nu**2)))
+        change = np.sqrt(
+            np.mean((lam_n - lam) ** 2 / (1.0 + lam**2) + (nu_n - nu) ** 2 / (1.0 + nu**2))
+        )
         gain = v_n - value
         lam, nu, value, alpha, post = lam_n, nu_n, v_n, a_n, p_n
         history.append(value)

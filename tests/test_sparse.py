@@ -347,8 +347,10 @@ def test_input_errors_name_the_sparse_estimator():
     X = np.zeros((4, 2))
     with pytest.raises(ValueError, match="SparseGPClassifier requires y"):
         qpinfer.SparseGPClassifier().fit(X, None)
-    for est, y in ((qpinfer.SparseGPClassifier(), [0, 1, 0, 1]),
-                   (qpinfer.SparseGPRegressor(), [0.0, 1.0, 0.0, 1.0])):
+    for est, y in (
+        (qpinfer.SparseGPClassifier(), [0, 1, 0, 1]),
+        (qpinfer.SparseGPRegressor(), [0.0, 1.0, 0.0, 1.0]),
+    ):
         with pytest.raises(TypeError, match=f"not supported by {type(est).__name__}"):
             est.fit(sparse.csr_matrix(X), y)
 
