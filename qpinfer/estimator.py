@@ -144,8 +144,8 @@ def warn_exact_once(reason: str, key: str) -> None:
 
 
 class ParamsMixin:
-    """scikit-learn's parameter protocol (``get_params``/``set_params``/``__repr__``, and the
-    fitted check) without a dependency on scikit-learn. ``_PARAM_NAMES`` is set from the signature of the subclass's
+    """scikit-learn's parameter protocol (``get_params``/``set_params``/``__repr__``, the fitted
+    check and the check of prediction inputs) without a dependency on scikit-learn. ``_PARAM_NAMES`` is set from the signature of the subclass's
     ``__init__``, which must store its arguments verbatim."""
 
     _PARAM_NAMES: tuple[str, ...] = ()
@@ -161,6 +161,16 @@ class ParamsMixin:
                 f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
                 "appropriate arguments before using this estimator."
             )
+
+    def _check_predict_X(self, X: Any) -> np.ndarray:
+        self._check_is_fitted()
+        X = check_X(X, estimator=type(self).__name__)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        return X
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -429,16 +439,6 @@ class GPEstimatorBase(ParamsMixin):
         return kern, result, state["n"]
 
     # -- latent predictions and the evidence --------------------------------------------------
-    def _check_predict_X(self, X: Any) -> np.ndarray:
-        self._check_is_fitted()
-        X = check_X(X, estimator=type(self).__name__)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input."
-            )
-        return X
-
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61), Alg. 3.2)."""
         X = self._check_predict_X(X)

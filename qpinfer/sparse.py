@@ -694,16 +694,6 @@ class _SparseBase(ParamsMixin):
             return Z.copy()
         return kmeans_inducing_points(X, m, self.random_state)
 
-    def _check_predict_X(self, X: Any) -> np.ndarray:
-        self._check_is_fitted()
-        X = _check_X(X, estimator=type(self).__name__)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input."
-            )
-        return X
-
 
 class SparseGPRegressor(_SparseBase):
     """Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (paper 004).
