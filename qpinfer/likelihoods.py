@@ -18,7 +18,13 @@ _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
 
 def _finite(name: str, value) -> np.ndarray:
-    arr = np.asarray(value, dtype=np.float64)
+    """``value`` as a float64 array; ``ValueError`` naming ``name`` unless real and finite."""
+    if np.iscomplexobj(value):
+        raise ValueError(f"{name} must be real; got a complex value {value!r}")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be real numbers; got {value!r}") from None
     bad = ~np.isfinite(arr)
     if bad.any():
         raise ValueError(f"{name} must be finite; got {arr[bad].flat[0]!r}")
@@ -99,10 +105,17 @@ class Likelihood(ABC):
         """``(mask, sigma_star)`` where sigma* is known in closed form, else ``None``."""
         return
 
+    def _rescale(self, mu, sigma, y):
+        """``(mask, mu', sigma', scale)``: where the kernel should compute
+        ``scale * sigma*(mu', sigma', y)`` instead (a limit exact to double precision), or
+        ``None``."""
+        return
+
     def _breakpoints(self, mu, sigma, y):
-        """``(need, edges)``: extra panel edges, shape (m,), at features of the likelihood that
-        log-density level sets can straddle, or ``None``. ``need`` is an int array per point:
-        0 none, 1 add the edges, 2 add them and use finer level sets (very wide cavities)."""
+        """``(need, edges)``: extra panel edges at features of the likelihood that log-density
+        level sets can straddle, or ``None``. ``need`` is an int array per point: 0 none, 1 add
+        the edges, >= 2 add them and use finer level sets (very wide cavities). ``edges`` is an
+        array of shape (m,), or a function of ``need`` returning one."""
         return
 
     @abstractmethod
@@ -142,61 +155,114 @@ class Probit(Likelihood):
         return log_ndtr(np.asarray(y, dtype=np.float64) * np.asarray(f, dtype=np.float64))
 
     def _z(self, mu, sigma, y):
-        return y * mu / np.sqrt(1.0 + sigma * sigma)
+        return y * mu / np.hypot(1.0, sigma)  # hypot: no overflow of 1 + sigma^2
 
     def log_z(self, mu, sigma, y) -> np.ndarray:
         """eq. (35): Z = Phi(z), z = y mu / sqrt(1 + sigma^2)."""
         return log_ndtr(self._z(mu, sigma, y))
 
     def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
-        """eq. (36) for the mean; variance sigma^2 - sigma^4 r (z + r) / (1 + sigma^2), r = phi/Phi."""
-        s2 = sigma * sigma
+        """eq. (36) for the mean; variance sigma^2 - sigma^4 r (z + r) / (1 + sigma^2), r = phi/Phi.
+
+        Written with eps = 1/sqrt(1 + sigma^2) and delta = sigma eps (no overflow or underflow of
+        sigma^2 for any positive float sigma): mean = mu eps^2 + y sigma delta (z + r) and
+        std = sigma sqrt(eps^2 + delta^2 (1 - r (z + r))), each term without cancellation.
+        """
         mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
-        z = np.atleast_1d(self._z(mu, sigma, y))
-        _, z_plus_r, var_factor = _probit_moment_terms(z)
-        # mean = mu + y s2 r / sqrt(1+s2) with r = -z + (z + r): mu/(1+s2) + y s2 (z+r)/sqrt(1+s2)
-        mean = mu / (1.0 + s2) + y * s2 * z_plus_r.reshape(mu.shape) / np.sqrt(1.0 + s2)
-        # 1 - r (z + r) s2/(1+s2) written as (1 + s2 (1 - r(z+r))) / (1 + s2): no cancellation
-        var = s2 * (1.0 + s2 * var_factor.reshape(mu.shape)) / (1.0 + s2)
-        return mean, np.sqrt(var)
+        # the tail branch of _probit_moment_terms replaces what overflows in the direct forms;
+        # the mean itself may exceed the float range only when |mu| is within a factor of it
+        with np.errstate(over="ignore", invalid="ignore"):
+            z = np.atleast_1d(self._z(mu, sigma, y))
+            _, z_plus_r, var_factor = _probit_moment_terms(z)
+            h = np.hypot(1.0, sigma)
+            eps, delta = 1.0 / h, sigma / h
+            mean = (mu * eps) * eps + y * (sigma * delta) * z_plus_r.reshape(mu.shape)
+        std = sigma * np.sqrt(eps * eps + delta * delta * var_factor.reshape(mu.shape))
+        return mean, std
 
     def canonical(self, mu, y):
         """Mirror symmetry: sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1) exactly."""
         return y * mu, np.ones_like(y)
 
-    def _log_tilted(self, f, mu, sigma, y, derivative=True):
-        # y == +1 after canonical(). log(ndtr) is twice as fast as log_ndtr and as accurate
-        # while Phi(f) does not underflow.
-        d = (f - mu) / sigma
+    @staticmethod
+    def _log_cdf(f):
+        """``(log Phi(f), phi(f) / Phi(f))``: log(ndtr) is twice as fast as log_ndtr and as
+        accurate while Phi(f) does not underflow (decided per element, so a point's result never
+        depends on its batch)."""
         with np.errstate(divide="ignore"):
-            log_phi_cdf = np.log(ndtr(f))
-        low = f < -30.0  # decided per element, so a point's result never depends on its batch
+            log_cdf = np.log(ndtr(f))
+        low = f < -30.0
         if low.any():
-            log_phi_cdf[low] = log_ndtr(f[low])
-        log_q = log_phi_cdf - 0.5 * d * d
+            log_cdf[low] = log_ndtr(f[low])
+        return log_cdf, np.exp(-0.5 * f * f - _LOG_SQRT_2PI - log_cdf)
+
+    def _log_tilted(self, f, mu, sigma, y, derivative=True):
+        """log Phi(f) - (f - mu)^2 / (2 sigma^2) up to a per-point constant (y == +1 after
+        canonical()), about the anchor c = mu / (1 + sigma^2): with t = f - c,
+        -(f - mu)^2 / (2 sigma^2) = -t^2 / (2 sigma^2) + c t + const. Near the tilted mass t and
+        c t are O(1) even where f - mu is huge (mu = -1e12, sigma = 1e6), so no digits cancel."""
+        h = np.hypot(1.0, sigma)
+        c = (mu / h) / h
+        t = f - c
+        g = t / sigma
+        log_cdf, ratio = self._log_cdf(f)
+        log_q = log_cdf - 0.5 * g * g + c * t
         if not derivative:
             return log_q, None
-        ratio = np.exp(-0.5 * f * f - _LOG_SQRT_2PI - log_phi_cdf)  # phi(f) / Phi(f)
-        return log_q, ratio - d / sigma
+        return log_q, ratio - g / sigma + c
+
+    def _sigma_closed_form(self, mu, sigma, y):
+        """Regimes where quadrature would lose digits and a limit is exact to double precision;
+        see :mod:`qpinfer.probit_limits`."""
+        from qpinfer.probit_limits import sigma_qp_limits  # late: it builds on this class
+
+        return sigma_qp_limits(self, mu, sigma)
+
+    def _rescale(self, mu, sigma, y):
+        """Very wide cavities: see :func:`qpinfer.probit_limits.rescale_wide`."""
+        from qpinfer.probit_limits import rescale_wide
+
+        return rescale_wide(mu, sigma)
 
     def _breakpoints(self, mu, sigma, y):
         """Phi(f) rises from ~0 to 1 - 1e-17 over f in [-3, 8.5], a feature of width ~1; a wide
-        cavity (sigma > 2) makes the level-set panels much wider than that."""
-        need = (sigma > 2.0).astype(np.int64) + (sigma > 20.0)
-        return need, np.array([0.0, 2.0, 4.5, 8.5])
+        cavity (sigma > 2) makes the level-set panels much wider than that. For sigma > 20 the
+        edges continue geometrically, 8.5 * 2^k up to the mass's extent, so that no panel is much longer
+        than its distance from the step (where phi(Phi^-1(F)) ~ F sqrt(2 log(1/F)) is nearly
+        singular); points are grouped by how many such edges they need."""
+        from qpinfer.probit_limits import graded_breakpoints
+
+        return graded_breakpoints(mu, sigma)
+
+    def _level_guess(self, side, level, mode, x, mu, sigma, y):
+        """First guess of a level set right of the mode: where Phi is ~flat, the drop from the
+        mode is that of the Gaussian factor alone, u^2 / (2 sigma^2) + u r(mode) = level for
+        u = x - mode (r = phi/Phi, the Gaussian's slope at the mode), solved without
+        cancellation. The generic guess (curvature width at the mode) is far too short for a
+        wide cavity, whose width at the mode is set by Phi. Left of the mode: ``x`` unchanged."""
+        if side < 0:
+            return x
+        r = _ratio_phi_over_Phi(mode)
+        u = 2.0 * level / (r + np.sqrt(r * r + 2.0 * level / sigma / sigma))
+        return np.where(sigma > 20.0, mode + u, x)
 
     def _lobes(self, mu, sigma, y):
         # Newton on g'(f) = r(f) - (f - mu)/sigma^2, which is convex and decreasing, so Newton
-        # converges monotonically from any start; start at the tilted mean.
-        s2 = sigma * sigma
-        f, _ = self.tilted_moments(mu, sigma, y)
+        # converges monotonically from any start left of the root. (f - mu)/sigma^2 is formed
+        # about the anchor c = mu/(1 + sigma^2) as (f - c)/sigma^2 - c (no cancellation), and
+        # c itself is such a start: g'(c) = r(c) + c > 0 for every c. (The tilted mean, right
+        # of the mode, overshoots to f ~ mu for wide cavities with mu << 0.)
+        h = np.hypot(1.0, sigma)
+        c = (mu / h) / h
+        f = c.copy()
         # A fixed number of steps (no batch-wide stopping test), so a point's result never
         # depends on the other points in its batch; the mode only centres the panels.
-        for _ in range(12):
+        for _ in range(30):
             r = _ratio_phi_over_Phi(f)
-            f = f - (r - (f - mu) / s2) / (-r * (f + r) - 1.0 / s2)
+            slope = (f - c) / sigma / sigma - c
+            f = f - (r - slope) / (-r * (f + r) - 1.0 / sigma / sigma)
         r = _ratio_phi_over_Phi(f)
-        width = 1.0 / np.sqrt(r * (f + r) + 1.0 / s2)
+        width = 1.0 / np.sqrt(r * (f + r) + 1.0 / sigma / sigma)
         inf = np.full_like(f, np.inf)
         return [(f, width, -inf, inf)]
 

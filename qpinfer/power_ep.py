@@ -115,13 +115,12 @@ class _FractionalTilted:
         self.power = power
 
     def _log_tilted(self, f, mu, sigma, y, derivative: bool = True):
-        log_q, dlog_q = self.likelihood._log_tilted(f, mu, sigma, y, derivative=derivative)
+        log_lik, ratio = self.likelihood._log_cdf(f)  # y == +1 after canonical()
         d = (f - mu) / sigma
-        gauss = -0.5 * d * d
-        out = self.power * (log_q - gauss) + gauss
+        out = self.power * log_lik - 0.5 * d * d
         if not derivative:
             return out, None
-        return out, self.power * (dlog_q + d / sigma) - d / sigma
+        return out, self.power * ratio - d / sigma
 
 
 def tilted_power_moments(
@@ -173,7 +172,8 @@ def tilted_power_moments(
         edges = _level_edges(frac, mode, width, -inf, inf, m, sigma, y1, n_levels)
     breaks = likelihood._breakpoints(m, sigma, y1)
     if breaks is not None:
-        extra = np.clip(breaks[1][None, :], edges[:, :1], edges[:, -1:])
+        base = breaks[1](1) if callable(breaks[1]) else breaks[1]  # the step's own edges
+        extra = np.clip(base[None, :], edges[:, :1], edges[:, -1:])
         edges = np.sort(np.concatenate([edges, extra], axis=1), axis=1)
     x, w = _legendre_rule(int(n_nodes))
     half = 0.5 * (edges[:, 1:] - edges[:, :-1])

@@ -77,6 +77,7 @@ LIKELIHOODS = ("probit", "poisson_square")
 _GUARD_DIGITS = 15  # extra working digits beyond the requested dps
 _DEFAULT_NODES = 64  # Chebyshev-Lobatto panels have N + 1 nodes
 _MAX_PANELS = 4000
+_MAX_SWEEPS = 40  # rounds of bisecting panels whose eq. (7) integrand is unresolved
 _START_WIDTH = 16  # initial panel width in units of the main mode's curvature scale
 # mpmath's working precision is process-global (``mp.prec``), so evaluations in threads of one
 # process would clobber each other's precision: they are serialised. Parallelise with processes.
@@ -321,6 +322,13 @@ def _layout(model: _Tilted, digits: int) -> tuple[list[mpf], mpf, mpf]:
         cuts.add(m)
     if left < 0 < right:
         cuts.add(mpf(0))
+    if model.name == "probit":
+        # the step of Phi(y f) at f = 0 has width 1; graded cuts +-2^k about it keep the
+        # adaptive bisection from needing log2(sigma) rounds to reach it in a wide cavity
+        k = 1
+        while k < max(-left, right):
+            cuts.update(c for c in (mpf(k), mpf(-k)) if left < c < right)
+            k *= 2
     return sorted(cuts), ell_max, s_ref
 
 
@@ -373,7 +381,7 @@ def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Re
         g_cache: dict = {}
         local_cache: dict = {}
         g_memo: dict = {}  # u -> phi(Phi^-1(u)); u repeats exactly where the density is 0
-        for _sweep in range(10):
+        for _sweep in range(_MAX_SWEEPS):
             if len(panels) > _MAX_PANELS:
                 raise RuntimeError(
                     f"reference quadrature did not converge for {name} mu={mu} sigma={sigma} y={y}"
