@@ -9,7 +9,11 @@ is the ``base_url`` argument, else the environment variable :data:`URL_ENV`
 
 1. reads ``BASE/manifest.json`` and finds the entry ``name`` (archive file, size, sha256,
    likelihood, grid, verification summary, ``content_sha256`` of the store's chunk checksums);
-2. if the installed table already holds that content, stops there (``force`` re-downloads);
+2. refuses (before any transfer) if ``tables_dir()/<name>.zarr`` holds something that is not a
+   table store (or a symlink to one) -- :func:`qpinfer.replace.check_replaceable`; if the
+   installed table already holds that content -- every chunk hashed and its metadata digest
+   checked, so a corrupted installed table is fetched again -- stops there (``force``
+   re-downloads);
 3. fetches the archive into ``tables_dir()/.downloads/<name>-<sha256[:16]>.tar.gz.part``,
    resuming an interrupted download with an HTTP ``Range`` request (a server that ignores it
    sends the whole file again) and retrying connection failures ``retries`` times with
@@ -19,10 +23,11 @@ is the ``base_url`` argument, else the environment variable :data:`URL_ENV`
 5. unpacks into a hidden staging directory (members must all be regular files and directories
    under ``<name>.zarr/``), opens the result with :func:`qpinfer.open_table` hashing *every*
    chunk (``verify_checksums=True``) and checks it is the manifest's likelihood and grid;
-6. renames it atomically to ``tables_dir()/<name>.zarr`` (an older copy is renamed aside and
-   deleted after), and points ``tables_dir()/<likelihood>.zarr`` -- where the estimators'
-   ``table=None`` and ``open_table(likelihood)`` look -- at it with a relative symlink, unless a
-   real (not symlinked) table directory is already installed there.
+6. puts it atomically at ``tables_dir()/<name>.zarr`` with
+   :func:`qpinfer.replace.replace_store` (an older copy is deleted after), and points
+   ``tables_dir()/<likelihood>.zarr`` -- where the estimators' ``table=None`` and
+   ``open_table(likelihood)`` look -- at it with a relative symlink, unless a real (not
+   symlinked) table directory, or a symlink to something that is not a table store, is there.
 
 Nothing that looks like a table (a ``*.zarr`` directory in the cache) ever exists before step 6
 succeeds: interrupted or failed downloads leave at most the ``.part`` file under ``.downloads/``.
@@ -53,6 +58,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qpinfer.replace import ReplaceRefusedError, check_replaceable, replace_store
 from qpinfer.tables import TableError, open_table, sha256_file, tables_dir
 
 __all__ = [
@@ -60,6 +66,7 @@ __all__ = [
     "MANIFEST_NAME",
     "URL_ENV",
     "DownloadError",
+    "InstallRefusedError",
     "UnknownTableError",
     "checksums_digest",
     "download",
@@ -87,6 +94,11 @@ class DownloadError(RuntimeError):
 
 class UnknownTableError(DownloadError):
     """The host's manifest has no table of that name."""
+
+
+class InstallRefusedError(DownloadError):
+    """``tables_dir()/<name>.zarr`` holds something that is not a table store this package
+    installed (a plain file, a foreign directory, a symlink to one); it was left untouched."""
 
 
 def validate_name(name: str) -> str:
@@ -393,7 +405,6 @@ def _install(archive: Path, entry: dict[str, Any], name: str, root: Path) -> Pat
     top = f"{name}.zarr"
     target = root / top
     staging = root / f".install-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    aside = None
     try:
         staging.mkdir()
         try:
@@ -422,23 +433,12 @@ def _install(archive: Path, entry: dict[str, Any], name: str, root: Path) -> Pat
                 f"the downloaded table {name!r} holds other data than the manifest describes"
             )
         table.close()
-        if target.exists() or target.is_symlink():
-            aside = root / f".old-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            os.replace(target, aside)
         try:
-            os.rename(store, target)
-        except OSError:
-            if aside is not None:
-                os.replace(aside, target)
-                aside = None
-            raise
+            replace_store(store, target, what=f"the installed table {name!r}", links=True)
+        except ReplaceRefusedError as exc:
+            raise InstallRefusedError(f"not installed: {exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        if aside is not None:
-            if aside.is_dir() and not aside.is_symlink():
-                shutil.rmtree(aside, ignore_errors=True)
-            else:
-                aside.unlink(missing_ok=True)
     return target
 
 
@@ -453,8 +453,8 @@ def _link_default(root: Path, name: str, likelihood: str) -> Path | None:
     tmp = root / f".link-{likelihood}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         os.symlink(f"{name}.zarr", tmp, target_is_directory=True)
-        os.replace(tmp, link)
-    except OSError:
+        replace_store(tmp, link, what=f"the default {likelihood} table", links=True)
+    except (OSError, ReplaceRefusedError):  # e.g. a link to something else: left alone
         with contextlib.suppress(OSError):
             tmp.unlink()
         return None
@@ -522,8 +522,10 @@ def download(
     ------
     DownloadError
         The host is unreachable, the name unknown, the transfer failed, the archive is truncated
-        or does not match its sha256, or the unpacked table fails validation. No ``*.zarr`` is
-        created or changed in that case; an interrupted transfer keeps its ``.part`` file under
+        or does not match its sha256, the unpacked table fails validation, or
+        ``tables_dir()/<name>.zarr`` holds something that is not a table store
+        (:class:`InstallRefusedError`, raised before any transfer). No ``*.zarr`` is created or
+        changed in that case; an interrupted transfer keeps its ``.part`` file under
         ``tables_dir()/.downloads`` to resume from.
     ValueError
         ``name`` is not a valid table name.
@@ -543,9 +545,13 @@ def download(
     target = root / f"{name}.zarr"
     with file_lock(downloads / f"{name}.lock"):
         _clean_stale(root)
+        try:  # before any transfer: never replace what this package did not install
+            check_replaceable(target, what=f"the installed table {name!r}", links=True)
+        except ReplaceRefusedError as exc:
+            raise InstallRefusedError(f"not downloaded: {exc}") from None
         if not force and target.is_dir() and entry.get("content_sha256"):
-            try:
-                installed = open_table(target, verify_checksums=False)
+            try:  # every chunk hashed: a corrupted installed table is fetched again
+                installed = open_table(target, verify_checksums=True)
             except TableError:
                 installed = None
             if installed is not None and (

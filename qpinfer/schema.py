@@ -20,7 +20,9 @@ One zarr v3 directory store per likelihood, openable with ``xarray.open_zarr``:
   (``1 <= tile_mu <= n_mu``; the last chunk is stored full size, padded with NaN);
 * grid values are given by :func:`grid_axis` (``n = round((stop - start) / step) + 1`` points,
   both ends inclusive, exactly symmetric when the grid is);
-* root attributes listed in :data:`REQUIRED_ATTRS`.
+* root attributes listed in :data:`REQUIRED_ATTRS`; stores published by ``qptables`` also record
+  ``integrity``, one digest over the metadata that gives the numbers their meaning and the chunk
+  checksums (:mod:`qpinfer.integrity`; optional, so stores written before it still open).
 """
 
 from __future__ import annotations

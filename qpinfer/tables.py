@@ -47,6 +47,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from qpinfer.integrity import metadata_changes
 from qpinfer.schema import DATA_VARS, DIMS, REQUIRED_ATTRS, SCHEMA_VERSION, grid_axis
 
 __all__ = [
@@ -122,6 +123,18 @@ def _check_likelihood_params(attrs: dict, what: str) -> None:
             f"{what}: likelihood {name!r} has eps={eps!r} but its build record says "
             f"eps={params['eps']!r}"
         )
+
+
+def _store_likelihood(name: Any, y: np.ndarray, what: str):
+    """The store's likelihood object; its labels ``y`` must be valid for it."""
+    from qpinfer.likelihoods import get_likelihood
+
+    try:
+        lik = get_likelihood(name)
+        lik.check_y(y)
+    except (TypeError, ValueError) as exc:
+        raise TableError(f"{what}: likelihood {name!r} with labels {y.tolist()}: {exc}") from None
+    return lik
 
 
 def _installed_by_name(path: str | os.PathLike) -> Path | None:
@@ -286,10 +299,13 @@ class SigmaTable:
             self._lik = get_likelihood(self.likelihood)
         return self._lik
 
-    @staticmethod
-    def _prepare(mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+    def _prepare(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+        """Broadcast and validate a query; the labels ``y`` are checked against the store's
+        likelihood (a label the table holds is valid by the check at open)."""
         mu = np.asarray(mu, dtype=np.float64)
         sigma = np.asarray(sigma, dtype=np.float64)
+        if not (np.ndim(y) == 0 and isinstance(y, int | float) and float(y) in self._y_index):
+            y = self._likelihood().check_y(y)
         y = np.asarray(y, dtype=np.float64)
         try:
             mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
@@ -658,9 +674,16 @@ def open_table(path: str | os.PathLike, *, verify_checksums: bool | str = "lazy"
             f"{what}: schema version {attrs['qp_schema_version']!r}, this reader expects "
             f"{SCHEMA_VERSION}"
         )
+    _check_likelihood_params(attrs, what)  # first: the more specific message
+    changes = metadata_changes(root, attrs)
+    if changes:
+        raise TableError(
+            f"{what}: its metadata no longer matches the integrity digest written when it was "
+            f"built ({'; '.join(changes)}), so its numbers may not mean what it says; rebuild "
+            "or re-download it"
+        )
     if attrs["complete"] is not True:
         raise TableError(f"{what}: incomplete (attrs['complete'] is {attrs['complete']!r})")
-    _check_likelihood_params(attrs, what)
     ver = attrs["verification"]
     if not isinstance(ver, dict) or ver.get("passed") is not True:
         raise TableError(f"{what}: verification did not pass (attrs['verification'] = {ver!r})")
@@ -669,8 +692,9 @@ def open_table(path: str | os.PathLike, *, verify_checksums: bool | str = "lazy"
         mu_axis = _Axis(*grid["mu"])
         ls_axis = _Axis(*grid["log10_sigma"])
         y_grid = np.asarray(grid["y"], dtype=np.int64)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         raise TableError(f"{what}: malformed grid attribute {grid!r} ({exc})") from None
+    lik = _store_likelihood(attrs["likelihood"], y_grid, what)
     if mu_axis.n < 2 or ls_axis.n < 2 or y_grid.size < 1:
         raise TableError(f"{what}: grid needs >= 2 points per axis and >= 1 label, got {grid!r}")
     tile_mu = attrs["tile_mu"]
@@ -755,6 +779,7 @@ def open_table(path: str | os.PathLike, *, verify_checksums: bool | str = "lazy"
         chunk_files[var] = files
 
     table = SigmaTable(root, attrs, y, mu_axis, ls_axis, tile_mu, chunk_files, verify_checksums)
+    table._lik = lik
     if verify_checksums is True:
         table.verify_checksums()
     return table
