@@ -10,7 +10,10 @@ client only ever holds tiny per-tile reports, never grid data.
 Life cycle of ``build(likelihood, OUT, grid)``:
 
 1. Validate everything up front (likelihood, labels, grid, destination writable, free disk
-   space, ``OUT`` absent unless ``force``) -- a refused build changes nothing.
+   space, ``OUT`` absent unless ``force``; with ``force`` it, and ``OUT.partial`` and
+   ``OUT.publishing`` always, must be a table store of this package -- a plain file, a
+   directory that is not a store or a symlink is never replaced, see :mod:`qpinfer.replace`)
+   -- a refused build changes nothing and starts no cluster.
 2. Take the lock ``OUT.lock`` (``O_EXCL``; holds pid and host). A concurrent build into the
    same ``OUT`` is refused; a lock left by a dead process on this host is taken over.
 3. Create -- or, when resuming, reopen -- the temporary store ``OUT.partial``. Resuming
@@ -27,9 +30,12 @@ Life cycle of ``build(likelihood, OUT, grid)``:
    :func:`qptables.store.consolidate_store`; each tile is re-checked against its sha256 and
    each new chunk hashed), with fresh checksums and ``attrs["complete"] = True`` written last;
    then atomically rename ``OUT.publishing`` to ``OUT`` and delete ``OUT.partial``. With
-   ``force`` an existing ``OUT`` is renamed aside first and deleted only after the new store
-   is in place. An interrupted publish leaves no ``OUT`` (only ``OUT.partial`` and a stale
-   ``OUT.publishing``, which the next run deletes and redoes from the verified tiles).
+   ``force`` an existing ``OUT`` store is swapped out atomically
+   (:func:`qpinfer.replace.replace_store`) and deleted only after the new store is in place.
+   The published store records the metadata digest ``attrs["integrity"]``
+   (:mod:`qpinfer.integrity`). An interrupted publish leaves no ``OUT`` (only ``OUT.partial``
+   and a stale ``OUT.publishing``, which the next run deletes and redoes from the verified
+   tiles).
 
 Bit-identity. The kernel's value at a point never depends on the other points of its call
 (no batch-wide stopping tests; ``tests/test_kernel_determinism.py``), so tiling, worker count,
@@ -66,6 +72,7 @@ from typing import Any, Self, TextIO
 
 import numpy as np
 
+from qpinfer.replace import ReplaceRefusedError, check_replaceable, remove_store, replace_store
 from qpinfer.schema import DATA_VARS
 from qptables.grid import GridError, GridSpec, paper_grid, validate_y
 from qptables.store import (
@@ -525,7 +532,9 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
             threads_per_worker=1,
             processes=True,
             dashboard_address=":0",
-            silence_logs=logging.ERROR,
+            # task errors reach the user once, summarised by the build (BuildError), not as the
+            # workers' and scheduler's logged tracebacks
+            silence_logs=logging.CRITICAL,
             env=dict(SINGLE_THREAD_ENV),
         )
         client = Client(cluster)
@@ -597,7 +606,8 @@ def build(
         processes (default: one per CPU).
     force:
         Replace an existing ``OUT`` (only once the new store is complete and verified) and
-        discard an incompatible ``OUT.partial``.
+        discard an incompatible ``OUT.partial`` -- only if they are table stores of this
+        package (complete or unfinished); anything else is refused before any work.
     samples, tolerance, seed, verify_dps:
         Verification: random points checked against mpmath (besides corners and edge
         midpoints), the largest accepted relative error, the sampling seed and the mpmath
@@ -618,7 +628,8 @@ def build(
     Raises
     ------
     BuildInputError
-        Refused before doing anything (bad input, ``OUT`` exists, lock held, no disk space).
+        Refused before doing anything (bad input, ``OUT`` exists, ``OUT`` is not a table store
+        with ``force``, lock held, no disk space, a grid the kernel refuses).
     BuildError
         Failed while running; ``OUT`` is untouched and re-running resumes.
     """
@@ -656,8 +667,7 @@ def build(
         raise BuildInputError(f"OUT: {out} is not a valid store name")
     partial = partial_path(out)
     _check_writable(out.parent, out)
-    if (out.exists() or out.is_symlink()) and not force:
-        raise BuildInputError(f"OUT: {out} already exists; pass --force to replace it")
+    _check_destinations(out, force)
 
     # cheap disk check before anything allocates or computes (the precise one, which counts
     # the reusable chunks of an unfinished build, follows once the partial store is scanned)
@@ -717,8 +727,7 @@ def _build_locked(
     import qpinfer
 
     # re-check under the lock (another build may have published meanwhile)
-    if (out.exists() or out.is_symlink()) and not force:
-        raise BuildInputError(f"OUT: {out} already exists; pass --force to replace it")
+    _check_destinations(out, force)
 
     # -- 2. probe the kernel ---------------------------------------------------------------
     ys = list(grid.y)
@@ -726,7 +735,10 @@ def _build_locked(
     mirror_pairs = {
         ys.index(dst): ys.index(src) for dst, src in mirror_map.items() if dst in ys and src in ys
     }
-    fingerprint, rate, mirror_ok = _probe(likelihood, grid, bool(mirror_pairs))
+    try:
+        fingerprint, rate, mirror_ok = _probe(likelihood, grid, bool(mirror_pairs))
+    except ValueError as exc:  # the kernel refuses part of the grid
+        raise BuildInputError(f"grid (--mu/--log10-sigma/--y): {exc}") from None
     if mirror_pairs and not mirror_ok:
         warnings.warn(
             "the kernel's probit mirror symmetry is not bit-exact; computing both labels",
@@ -752,7 +764,7 @@ def _build_locked(
                 say(f"  (a real run would discard the incompatible {partial}: {reason})")
             else:
                 say(f"discarding incompatible unfinished build {partial} ({reason})")
-                shutil.rmtree(partial)
+                remove_store(partial, what="OUT (its unfinished build)")
         else:
             done = scan_tiles(partial, grid, clean=not dry_run)
 
@@ -814,12 +826,13 @@ def _build_locked(
         )
 
     # staging directories of killed builds (we hold the lock, so none is in use)
-    for stale in partial.parent.glob(partial.name + ".new-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    for name in (partial.name, publishing_path(out).name):
+        for stale in partial.parent.glob(name + ".new-*"):
+            shutil.rmtree(stale, ignore_errors=True)
     stale_pub = publishing_path(out)
     if stale_pub.exists() or stale_pub.is_symlink():
         say(f"  deleting {stale_pub.name} left by an interrupted publish")
-        shutil.rmtree(stale_pub, ignore_errors=True)
+        remove_store(stale_pub, what="OUT (its publishing copy)")
     if not partial.exists():
         staging = partial.with_name(partial.name + f".new-{os.getpid()}")
         create_store(
@@ -1000,7 +1013,11 @@ def _run_tiles(
         for fut in as_completed(list(futures.values())):
             if fut.status == "error":
                 exc = fut.exception()
-                raise BuildError(f"tile task {fut.key} failed: {exc!r}; re-run to resume") from exc
+                iy, k = (int(p) for p in str(fut.key).rsplit("-", 2)[1:])
+                raise BuildError(
+                    f"the task of tile {k + 1}/{grid.tiles_per_y} of y={grid.y[iy]} failed: "
+                    f"{type(exc).__name__}: {exc}; the other tiles are kept, re-run to resume"
+                ) from exc
             reports.append(fut.result())
             if bar is not None:
                 bar.update(1)
@@ -1013,30 +1030,30 @@ def _run_tiles(
 
 
 def _publish(partial: Path, out: Path, force: bool) -> None:
-    """Atomically rename ``partial`` (the finished ``OUT.publishing`` copy) to ``out``; an
-    existing ``out`` (``force``) is renamed aside first and deleted only after the new store is
-    in place."""
-    aside = None
-    if out.exists() or out.is_symlink():
-        if not force:
-            raise BuildError(f"{out} appeared during the build; not replaced (pass --force)")
-        aside = out.with_name(f"{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-        os.replace(out, aside)
+    """Put ``partial`` (the finished ``OUT.publishing`` copy) at ``out`` atomically with
+    :func:`qpinfer.replace.replace_store`: an existing ``out`` (``force``; a table store only)
+    is deleted only after the new store is in place."""
+    if (out.exists() or out.is_symlink()) and not force:
+        raise BuildError(f"{out} appeared during the build; not replaced (pass --force)")
     try:
-        os.rename(partial, out)
+        replace_store(partial, out, what="OUT")
+    except ReplaceRefusedError as exc:
+        raise BuildError(f"not published ({exc}); the new store is kept in {partial}") from None
     except OSError as exc:
-        if aside is not None:
-            os.replace(aside, out)
         raise BuildError(f"could not publish {partial} as {out}: {exc}") from exc
-    if aside is not None:
-        if aside.is_dir() and not aside.is_symlink():
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                aside.unlink()
-    with contextlib.suppress(OSError):  # make the rename durable
-        fd = os.open(out.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+
+
+def _check_destinations(out: Path, force: bool) -> None:
+    """Refuse, before any work, a build whose ``OUT`` exists without ``force``, or whose
+    ``OUT`` (with ``force``), ``OUT.partial`` or ``OUT.publishing`` holds something that is not
+    a table store of this package (:func:`qpinfer.replace.check_replaceable`): such paths are
+    never replaced or deleted."""
+    try:
+        if out.exists() or out.is_symlink():
+            if not force:
+                raise BuildInputError(f"OUT: {out} already exists; pass --force to replace it")
+            check_replaceable(out, what="OUT")
+        check_replaceable(partial_path(out), what="OUT (its unfinished build)")
+        check_replaceable(publishing_path(out), what="OUT (its publishing copy)")
+    except ReplaceRefusedError as exc:
+        raise BuildInputError(str(exc)) from None

@@ -12,6 +12,7 @@ The grid is split into *tiles*: one tile is one zarr chunk of shape
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from qpinfer.schema import grid_axis
 
 __all__ = [
     "DEFAULT_POISSON_Y_MAX",
+    "LOG10_SIGMA_RANGE",
     "PAPER_LOG10_SIGMA",
     "PAPER_MU",
     "TARGET_TILE_POINTS",
@@ -44,6 +46,8 @@ TARGET_TILE_POINTS = 150_000
 #: Tiles per ``y`` slice the default tiling aims for at least (so small grids still give a
 #: useful progress bar and some parallelism).
 MIN_TILES_PER_SLICE = 16
+#: ``log10 sigma`` values whose ``sigma = 10**x`` is a normal, finite float64.
+LOG10_SIGMA_RANGE = (sys.float_info.min_10_exp, sys.float_info.max_10_exp)
 #: Largest number of values allowed on one axis (guards against absurd steps before any
 #: array is allocated).
 MAX_AXIS_POINTS = 10**8
@@ -90,6 +94,14 @@ class AxisSpec:
             raise GridError(f"{where}: step must be > 0, got {step!r}")
         if start >= stop:
             raise GridError(f"{where}: start must be < stop, got start={start!r} stop={stop!r}")
+        if self.name == "log10_sigma" and not (
+            LOG10_SIGMA_RANGE[0] <= start and stop <= LOG10_SIGMA_RANGE[1]
+        ):
+            raise GridError(
+                f"{where}: log10 sigma must lie in [{LOG10_SIGMA_RANGE[0]}, "
+                f"{LOG10_SIGMA_RANGE[1]}] (sigma = 10**log10_sigma must be a positive, finite "
+                f"float64), got start={start!r} stop={stop!r}"
+            )
         steps = (stop - start) / step
         if not math.isfinite(steps) or steps + 1 > MAX_AXIS_POINTS:
             raise GridError(

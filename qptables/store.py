@@ -29,9 +29,11 @@ sibling store with ONE chunk per ``(variable, y)`` -- chunks ``(1, n_mu, n_log10
 the slice's tile files (checking each against the build's sha256), writes the single chunk
 through zarr and hashes the file it wrote. The copy is bit-identical value for value.
 
-Published stores also carry zarr consolidated metadata (so ``xarray.open_zarr`` opens them
-without warnings); :func:`update_attrs` re-consolidates after every attribute change so the
-consolidated copy is never stale.
+Published stores also carry the metadata digest ``attrs["integrity"]`` (one sha256 over the
+metadata that says what the numbers mean and the chunk checksums; :mod:`qpinfer.integrity`),
+checked by the reader and by ``qptables verify``, and zarr consolidated metadata (so
+``xarray.open_zarr`` opens them without warnings); :func:`update_attrs` re-consolidates after
+every attribute change so the consolidated copy is never stale.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
+from qpinfer.integrity import INTEGRITY_ATTR, integrity_record
+from qpinfer.replace import remove_store
 from qpinfer.schema import DATA_VARS, DIMS, SCHEMA_VERSION
 from qpinfer.tables import sha256_file
 from qptables.grid import GridSpec
@@ -309,18 +313,32 @@ def consolidate_slice(
     return new_key, got
 
 
+def _task_result(future: Any, var: str, y: int) -> tuple[str, str]:
+    """The result of the publishing task for ``(var, y)``; its failure as one summarised
+    :class:`StoreError` naming the task and the error (not the worker's traceback)."""
+    try:
+        return future.result()
+    except Exception as exc:
+        raise StoreError(
+            f"the publishing task for {var} at y={y} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def consolidate_store(
     src: str | os.PathLike, dst: str | os.PathLike, client: Any | None = None
 ) -> dict[str, Any]:
     """Write the published copy of the finished, checksummed build ``src`` into ``dst``.
 
-    ``dst`` (deleted first if it exists: a stale copy of an interrupted publish) gets the same
-    coordinates and attributes as ``src`` with one chunk per ``(variable, y)``
-    (:func:`published_grid`), fresh ``checksums`` for the new chunk keys, ``tile_mu = n_mu``,
-    ``attrs["layout"]`` (the build's tiling) and consolidated metadata. ``complete`` is set to
-    ``True`` as the very last write, so an interrupted copy never looks complete. The tasks run
-    on the dask ``client``'s workers if given (one per ``(variable, y)``), else inline.
-    Returns the new root attributes.
+    ``dst`` (deleted first if it exists: a stale copy of an interrupted publish -- only if it is
+    a table store, :func:`qpinfer.replace.remove_store`) is created in a staging sibling and
+    renamed into place, and gets the same coordinates and attributes as ``src`` with one chunk
+    per ``(variable, y)`` (:func:`published_grid`), fresh ``checksums`` for the new chunk keys,
+    ``tile_mu = n_mu``, ``attrs["layout"]`` (the build's tiling), the metadata digest
+    ``attrs["integrity"]`` (:mod:`qpinfer.integrity`) and consolidated metadata. ``complete``
+    is set to ``True`` as the very last write, so an interrupted copy never looks complete. The
+    tasks run on the dask ``client``'s workers if given (one per ``(variable, y)``), else
+    inline; a failed task is raised as one :class:`StoreError` naming it. Returns the new root
+    attributes.
     """
     import shutil
 
@@ -332,15 +350,17 @@ def consolidate_store(
     if set(tile_sums) != expected:
         raise StoreError(f"{src}: checksums missing for {len(expected - set(tile_sums))} tiles")
     pub = published_grid(grid)
-    if dst.exists() or dst.is_symlink():
-        shutil.rmtree(dst)
+    remove_store(dst, what="the publishing copy")  # a stale copy: refused if not a store
+    staging = dst.with_name(f"{dst.name}.new-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
     create_store(
-        dst,
+        staging,
         attrs["likelihood"],
         pub,
         package_version=attrs["package_version"],
         build_info=attrs.get("build") or {},
     )
+    os.replace(staging, dst)  # dst always has complete metadata (recognisable as a store)
     jobs = [(var, iy) for var in DATA_VARS for iy in range(len(grid.y))]
     args = [
         (str(src), str(dst), var, iy, grid.to_attrs(), int(grid.tile_mu),
@@ -358,7 +378,7 @@ def consolidate_store(
             for a, (var, iy) in zip(args, jobs, strict=True)
         ]
         try:
-            results = client.gather(futs)
+            results = [_task_result(f, var, grid.y[iy]) for f, (var, iy) in zip(futs, jobs)]
         finally:
             for f in futs:
                 f.cancel()
@@ -382,5 +402,7 @@ def consolidate_store(
         "build_chunks_per_y": int(grid.tiles_per_y),
     }
     update_attrs(dst, consolidate=False, **new)
+    written = read_attrs(dst)  # the digest covers the metadata exactly as stored
+    update_attrs(dst, consolidate=False, **{INTEGRITY_ATTR: integrity_record(dst, written)})
     update_attrs(dst, complete=True)  # last: only now does the copy look complete
     return read_attrs(dst)

@@ -13,6 +13,10 @@ Three checks, whose results form the ``verification`` report stored in the store
 3. **Checksums** -- when the store records ``attrs["checksums"]``, every chunk file's sha256 is
    recomputed and compared (the scan of 2. reads each chunk once for both).
 
+Before any of them, :func:`verify` refuses (``ValueError``, nothing written) a store whose
+metadata no longer matches its integrity digest (:mod:`qpinfer.integrity`), naming what
+changed; a store without a digest (built before digests existed) is checked as before.
+
 The mpmath points are evaluated in parallel: on a dask client's workers if one is given (as
 ``qptables build`` does), else in a local process pool.
 """
@@ -30,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from qpinfer.integrity import metadata_changes
 from qptables.grid import GridSpec
 from qptables.store import chunk_keys, read_attrs, update_attrs
 
@@ -292,6 +297,12 @@ def verify(
     for name in ("grid", "tile_mu", "likelihood"):
         if name not in attrs:
             raise ValueError(f"{path}: not a qptables store (attribute {name!r} missing)")
+    changes = metadata_changes(path, attrs)
+    if changes:
+        raise ValueError(
+            f"{path}: its metadata no longer matches the integrity digest written when it was "
+            f"built ({'; '.join(changes)}); not verified (nothing written) -- rebuild it"
+        )
     scan = scan_store(path, client=client, workers=workers)
     scan.pop("checksums", None)
     report = reference_sample(
