@@ -1,7 +1,10 @@
 """The ``qpinfer`` command line: ``download`` prebuilt sigma* tables and ``list`` them.
 
 Exit status: 0 success; 1 the download failed (host unreachable, interrupted, truncated or
-mismatching file -- nothing was installed); 2 bad usage (unknown table name, invalid name).
+mismatching file -- nothing was installed); 2 bad usage (unknown table name, invalid name, a
+cache path holding something that is not a table store) and
+any other error (an unusable table, an I/O error). Errors are one line,
+``qpinfer COMMAND: error: ...`` (:mod:`qpinfer.cli_errors`); ``--debug`` shows the traceback.
 Needs only qpinfer's own dependencies (numpy, scipy, zarr).
 """
 
@@ -11,6 +14,8 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+
+from qpinfer.cli_errors import OneLineParser, add_debug_flag, run_command
 
 __all__ = ["main", "parser"]
 
@@ -27,12 +32,13 @@ def parser() -> argparse.ArgumentParser:
     """The argument parser of ``qpinfer`` (all subcommands)."""
     from qpinfer.download import URL_ENV
 
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="qpinfer",
         description="Download and list prebuilt sigma* lookup tables for Quantile Propagation.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_debug_flag(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     d = sub.add_parser(
         "download",
@@ -56,6 +62,8 @@ def parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list installed tables and, with a host, available ones")
     ls.add_argument("--url", metavar="URL", help=f"table host (default ${URL_ENV}, if set)")
+    add_debug_flag(d)
+    add_debug_flag(ls)
     return p
 
 
@@ -77,28 +85,19 @@ class _Progress:
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
-    from qpinfer.download import DownloadError, UnknownTableError, download
+    from qpinfer.download import download
     from qpinfer.tables import open_table
 
     if args.retries < 0:
-        print("qpinfer download: error: --retries must be >= 0", file=sys.stderr)
-        return 2
-    try:
-        path = download(
-            args.name,
-            args.url,
-            force=args.force,
-            make_default=not args.no_default,
-            retries=args.retries,
-            progress=None if args.quiet else _Progress(args.name),
-        )
-    except ValueError as exc:
-        print(f"qpinfer download: error: {exc}", file=sys.stderr)
-        return 2
-    except DownloadError as exc:
-        code = 2 if isinstance(exc, UnknownTableError) else 1
-        print(f"qpinfer download: error: {exc}", file=sys.stderr)
-        return code
+        raise ValueError("--retries must be >= 0")
+    path = download(
+        args.name,
+        args.url,
+        force=args.force,
+        make_default=not args.no_default,
+        retries=args.retries,
+        progress=None if args.quiet else _Progress(args.name),
+    )
     table = open_table(path, verify_checksums=False)
     print(f"installed {path}: {table!r}", file=sys.stderr)
     print(path)
@@ -148,7 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     handler = {"download": _cmd_download, "list": _cmd_list}[args.command]
     try:
-        return handler(args)
+        from qpinfer.download import DownloadError, InstallRefusedError, UnknownTableError
+
+        return run_command(
+            "qpinfer", args.command, handler, args, failed=(DownloadError,),
+            refused=(UnknownTableError, InstallRefusedError),
+        )
     except KeyboardInterrupt:
         print(f"qpinfer {args.command}: interrupted; re-run to resume", file=sys.stderr)
         return 130

@@ -2,9 +2,12 @@
 
 Exit status: 0 success; 1 the work failed (a task error, verification failed -- nothing was
 published, re-running resumes); 2 refused before doing anything (bad flag value, unknown
-likelihood, invalid labels, ``OUT`` exists without ``--force``, destination not writable, not
-enough disk space, another build holds the lock; ``publish`` of an incomplete, unverified or
-corrupt store); 130 interrupted.
+likelihood, invalid labels, ``OUT`` exists without ``--force``, ``OUT`` is not a table store with
+``--force``, destination not writable, not enough disk space, another build holds the lock;
+``publish`` of an incomplete, unverified or corrupt store; a store whose metadata no longer
+matches its digest), and any other error (a corrupt store, an I/O error); 130 interrupted.
+Errors are one line, ``qptables COMMAND: error: ...`` (:mod:`qpinfer.cli_errors`); ``--debug``
+shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from qpinfer.cli_errors import OneLineParser, add_debug_flag, run_command
 
 __all__ = ["main", "parser"]
 
@@ -64,13 +69,14 @@ def _float(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``qptables`` (all subcommands)."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="qptables",
         description="Build, verify and inspect precomputed sigma* lookup tables for "
         "Quantile Propagation (paper 000, App. J).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_debug_flag(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     b = sub.add_parser(
@@ -160,10 +166,12 @@ def parser() -> argparse.ArgumentParser:
     pb.add_argument("--manifest", metavar="FILE",
                     help="manifest to update (default DIR/manifest.json)")
     pb.add_argument("--json", action="store_true", help="print the manifest entry as JSON")
+    for command in (b, v, i, pl, pb):
+        add_debug_flag(command)
     return p
 
 
-class _Refused(Exception):
+class _Refused(ValueError):
     """Exit 2 with a message."""
 
 
@@ -362,10 +370,20 @@ def _cmd_info(args: argparse.Namespace) -> int:
         f"({_human_bytes(grid.chunk_nbytes())}, uncompressed); "
         f"{len(attrs.get('checksums') or {})} checksums recorded"),
         f"  size: {_human_bytes(grid.store_nbytes())} of data, {_human_bytes(_du(path))} on disk",
+        f"  metadata digest: {_digest_status(path, attrs)}",
         _format_verification(attrs.get("verification") or {}),
     ]
     print("\n".join(lines))
     return 0
+
+
+def _digest_status(path: Path, attrs: dict[str, Any]) -> str:
+    from qpinfer.integrity import metadata_changes
+
+    changes = metadata_changes(path, attrs)
+    if changes is None:
+        return "none (built before digests; older checks only)"
+    return "ok" if not changes else "MISMATCH: " + "; ".join(changes)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -419,10 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "publish": _cmd_publish,
     }[args.command]
     try:
-        return handler(args)
-    except _Refused as exc:
-        print(f"qptables {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return run_command("qptables", args.command, handler, args)
     except KeyboardInterrupt:
         print(
             f"qptables {args.command}: interrupted; an unfinished build is kept and resumes "
@@ -430,9 +445,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-    except OSError as exc:
-        print(f"qptables {args.command}: error: {exc}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":
