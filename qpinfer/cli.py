@@ -49,15 +49,27 @@ def parser() -> argparse.ArgumentParser:
         "its likelihood. Interrupted downloads resume when re-run.",
     )
     d.add_argument("name", metavar="NAME", help="table name in the host's manifest")
-    d.add_argument("--url", metavar="URL",
-                   help=f"http(s):// or file:// URL (or directory) of the table host "
-                   f"(default ${URL_ENV})")
-    d.add_argument("--force", action="store_true",
-                   help="download even if the installed table already holds this content")
-    d.add_argument("--no-default", action="store_true",
-                   help="do not make it the default table of its likelihood")
-    d.add_argument("--retries", type=int, default=3,
-                   help="extra attempts after a failed or interrupted transfer (default 3)")
+    d.add_argument(
+        "--url",
+        metavar="URL",
+        help=f"http(s):// or file:// URL (or directory) of the table host (default ${URL_ENV})",
+    )
+    d.add_argument(
+        "--force",
+        action="store_true",
+        help="download even if the installed table already holds this content",
+    )
+    d.add_argument(
+        "--no-default",
+        action="store_true",
+        help="do not make it the default table of its likelihood",
+    )
+    d.add_argument(
+        "--retries",
+        type=int,
+        default=3,
+        help="extra attempts after a failed or interrupted transfer (default 3)",
+    )
     d.add_argument("--quiet", action="store_true", help="no progress output")
 
     ls = sub.add_parser("list", help="list installed tables and, with a host, available ones")
@@ -80,8 +92,12 @@ class _Progress:
             return
         self.last = now
         end = "\n" if done >= total else "\r"
-        print(f"  {self.name}: {done / 2**20:8.1f} of {total / 2**20:.1f} MiB",
-              end=end, file=sys.stderr, flush=True)
+        print(
+            f"  {self.name}: {done / 2**20:8.1f} of {total / 2**20:.1f} MiB",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
@@ -150,7 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from qpinfer.download import DownloadError, InstallRefusedError, UnknownTableError
 
         return run_command(
-            "qpinfer", args.command, handler, args, failed=(DownloadError,),
+            "qpinfer",
+            args.command,
+            handler,
+            args,
+            failed=(DownloadError,),
             refused=(UnknownTableError, InstallRefusedError),
         )
     except KeyboardInterrupt:

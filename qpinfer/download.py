@@ -311,7 +311,9 @@ def _fetch_archive(
                     "is truncated; the download was discarded"
                 ) from None
             if exc.code < 500 or failures >= retries:
-                raise DownloadError(f"cannot download {url}: HTTP {exc.code} {exc.reason}") from None
+                raise DownloadError(
+                    f"cannot download {url}: HTTP {exc.code} {exc.reason}"
+                ) from None
             failures += 1
             time.sleep(RETRY_BACKOFF * 2 ** (failures - 1))
             continue
@@ -320,8 +322,11 @@ def _fetch_archive(
                 reason = getattr(exc, "reason", exc)
                 raise DownloadError(
                     f"cannot reach {url} ({reason}) after {failures + 1} attempts"
-                    + (f"; {have} of {size} bytes are kept in {part} and resumed next time"
-                       if have else "")
+                    + (
+                        f"; {have} of {size} bytes are kept in {part} and resumed next time"
+                        if have
+                        else ""
+                    )
                 ) from None
             failures += 1
             time.sleep(RETRY_BACKOFF * 2 ** (failures - 1))

@@ -86,60 +86,124 @@ def parser() -> argparse.ArgumentParser:
         "checksum and verify it against mpmath, then atomically publish it at OUT. "
         "Interrupted builds resume from OUT.partial.",
     )
-    b.add_argument("likelihood", metavar="LIKELIHOOD",
-                   help="probit, poisson_square or step_noise (with --eps)")
+    b.add_argument(
+        "likelihood", metavar="LIKELIHOOD", help="probit, poisson_square or step_noise (with --eps)"
+    )
     b.add_argument("out", metavar="OUT", help="destination zarr directory")
     b.add_argument(
-        "--grid", default="paper", choices=["paper"],
+        "--grid",
+        default="paper",
+        choices=["paper"],
         help="preset grid the other grid flags modify (paper: mu -10..10, log10 sigma -1..1, "
         "steps 0.001; y = -1,+1 (probit) or 0..--y-max (poisson_square))",
     )
-    b.add_argument("--mu", nargs=3, type=_float, metavar=("START", "STOP", "STEP"),
-                   help="mu axis, both ends included")
-    b.add_argument("--log10-sigma", nargs=3, type=_float, metavar=("START", "STOP", "STEP"),
-                   help="log10 sigma axis (sigma = cavity standard deviation), both ends included")
+    b.add_argument(
+        "--mu",
+        nargs=3,
+        type=_float,
+        metavar=("START", "STOP", "STEP"),
+        help="mu axis, both ends included",
+    )
+    b.add_argument(
+        "--log10-sigma",
+        nargs=3,
+        type=_float,
+        metavar=("START", "STOP", "STEP"),
+        help="log10 sigma axis (sigma = cavity standard deviation), both ends included",
+    )
     b.add_argument("--y", nargs="+", type=int, metavar="Y", help="labels to tabulate")
-    b.add_argument("--eps", type=_float, default=None, metavar="EPS",
-                   help="step_noise only: label-flip probability in [0, 0.5) (one store per "
-                        "eps, named step_noise(eps=EPS); default 0.2)")
-    b.add_argument("--y-max", type=_nonneg_int, default=None,
-                   help="poisson_square paper preset: y = 0..Y_MAX (default 10)")
-    b.add_argument("--tile-mu", type=_positive_int("--tile-mu"), default=None,
-                   help="mu rows per tile/chunk (default: ~150k points per tile)")
-    b.add_argument("--scheduler", metavar="ADDRESS",
-                   help="existing dask scheduler (e.g. tcp://host:8786); OUT must be on a file "
-                   "system the workers share")
-    b.add_argument("--workers", type=_positive_int("--workers"), default=None,
-                   help="worker processes of the embedded LocalCluster (default: CPU count)")
-    b.add_argument("--force", action="store_true",
-                   help="replace an existing OUT (only after the new one is verified) and "
-                   "discard an incompatible unfinished build")
-    b.add_argument("--samples", type=_nonneg_int, default=None,
-                   help="random points checked against mpmath, besides corners and edge "
-                   "midpoints (default 24)")
-    b.add_argument("--tolerance", type=_float, default=None,
-                   help="largest accepted relative error against mpmath (default 1e-10)")
+    b.add_argument(
+        "--eps",
+        type=_float,
+        default=None,
+        metavar="EPS",
+        help="step_noise only: label-flip probability in [0, 0.5) (one store per "
+        "eps, named step_noise(eps=EPS); default 0.2)",
+    )
+    b.add_argument(
+        "--y-max",
+        type=_nonneg_int,
+        default=None,
+        help="poisson_square paper preset: y = 0..Y_MAX (default 10)",
+    )
+    b.add_argument(
+        "--tile-mu",
+        type=_positive_int("--tile-mu"),
+        default=None,
+        help="mu rows per tile/chunk (default: ~150k points per tile)",
+    )
+    b.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="existing dask scheduler (e.g. tcp://host:8786); OUT must be on a file "
+        "system the workers share",
+    )
+    b.add_argument(
+        "--workers",
+        type=_positive_int("--workers"),
+        default=None,
+        help="worker processes of the embedded LocalCluster (default: CPU count)",
+    )
+    b.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing OUT (only after the new one is verified) and "
+        "discard an incompatible unfinished build",
+    )
+    b.add_argument(
+        "--samples",
+        type=_nonneg_int,
+        default=None,
+        help="random points checked against mpmath, besides corners and edge "
+        "midpoints (default 24)",
+    )
+    b.add_argument(
+        "--tolerance",
+        type=_float,
+        default=None,
+        help="largest accepted relative error against mpmath (default 1e-10)",
+    )
     b.add_argument("--seed", type=int, default=0, help="verification sample seed")
-    b.add_argument("--verify-dps", type=int, default=40,
-                   help="decimal digits of the mpmath reference (default 40, >= 15)")
+    b.add_argument(
+        "--verify-dps",
+        type=int,
+        default=40,
+        help="decimal digits of the mpmath reference (default 40, >= 15)",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
-    b.add_argument("--dry-run", action="store_true",
-                   help="validate, probe the kernel and print the plan and estimate only")
+    b.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate, probe the kernel and print the plan and estimate only",
+    )
     b.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
     v = sub.add_parser("verify", help="re-check a store against mpmath and its checksums")
     v.add_argument("out", metavar="OUT")
-    v.add_argument("--samples", type=_nonneg_int, default=None,
-                   help="random points (default 24) besides corners and edge midpoints")
+    v.add_argument(
+        "--samples",
+        type=_nonneg_int,
+        default=None,
+        help="random points (default 24) besides corners and edge midpoints",
+    )
     v.add_argument("--tolerance", type=_float, default=None, help="default 1e-10")
     v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--verify-dps", type=int, default=40,
-                   help="decimal digits of the mpmath reference (default 40, >= 15)")
-    v.add_argument("--workers", type=_positive_int("--workers"), default=None,
-                   help="local processes for the mpmath points (default: CPU count)")
+    v.add_argument(
+        "--verify-dps",
+        type=int,
+        default=40,
+        help="decimal digits of the mpmath reference (default 40, >= 15)",
+    )
+    v.add_argument(
+        "--workers",
+        type=_positive_int("--workers"),
+        default=None,
+        help="local processes for the mpmath points (default: CPU count)",
+    )
     v.add_argument("--scheduler", metavar="ADDRESS", help="run the checks on a dask cluster")
-    v.add_argument("--no-write", action="store_true",
-                   help="do not store the report in the store's attributes")
+    v.add_argument(
+        "--no-write", action="store_true", help="do not store the report in the store's attributes"
+    )
     v.add_argument("--json", action="store_true", help="print the report as JSON")
 
     i = sub.add_parser("info", help="describe a store: grid, sizes, verification")
@@ -163,8 +227,9 @@ def parser() -> argparse.ArgumentParser:
     pb.add_argument("out", metavar="STORE", help="a finished, verified table store")
     pb.add_argument("--to", required=True, metavar="DIR", help="directory of the table host")
     pb.add_argument("--name", help="table name (default: STORE's name without .zarr)")
-    pb.add_argument("--manifest", metavar="FILE",
-                    help="manifest to update (default DIR/manifest.json)")
+    pb.add_argument(
+        "--manifest", metavar="FILE", help="manifest to update (default DIR/manifest.json)"
+    )
     pb.add_argument("--json", action="store_true", help="print the manifest entry as JSON")
     for command in (b, v, i, pl, pb):
         add_debug_flag(command)
@@ -305,12 +370,18 @@ def _format_verification(v: dict[str, Any]) -> str:
     if not v:
         return "verification: none recorded"
     lines = [
-        (f"verification: {'PASSED' if v.get('passed') else 'FAILED'}"
-        f" ({v.get('checked', '?')}, {v.get('seconds', 0):.1f} s)"),
-        (f"  mpmath points: {v.get('points')} (corners, edge midpoints and "
-        f"{v.get('random_points')} random; seed {v.get('seed')})"),
-        (f"  relative error: max {v.get('max_rel_error', float('nan')):.3g}, median "
-        f"{v.get('median_rel_error', float('nan')):.3g}, tolerance {v.get('tolerance')}"),
+        (
+            f"verification: {'PASSED' if v.get('passed') else 'FAILED'}"
+            f" ({v.get('checked', '?')}, {v.get('seconds', 0):.1f} s)"
+        ),
+        (
+            f"  mpmath points: {v.get('points')} (corners, edge midpoints and "
+            f"{v.get('random_points')} random; seed {v.get('seed')})"
+        ),
+        (
+            f"  relative error: max {v.get('max_rel_error', float('nan')):.3g}, median "
+            f"{v.get('median_rel_error', float('nan')):.3g}, tolerance {v.get('tolerance')}"
+        ),
     ]
     if v.get("worst"):
         w = v["worst"]
@@ -320,7 +391,9 @@ def _format_verification(v: dict[str, Any]) -> str:
         )
     scan = v.get("scan") or {}
     if scan:
-        ranges = ", ".join(f"{k} in [{a:.6g}, {b:.6g}]" for k, (a, b) in scan.get("ranges", {}).items())
+        ranges = ", ".join(
+            f"{k} in [{a:.6g}, {b:.6g}]" for k, (a, b) in scan.get("ranges", {}).items()
+        )
         lines.append(
             f"  full scan: {scan.get('message')}; {ranges}; checksums "
             f"{'checked' if scan.get('checksums_checked') else 'recorded'}"
@@ -358,17 +431,23 @@ def _cmd_info(args: argparse.Namespace) -> int:
     m, s = grid.mu, grid.log10_sigma
     lines = [
         f"{path}",
-        (f"  likelihood: {attrs.get('likelihood')}   schema v{attrs.get('qp_schema_version')}   "
-        f"package {attrs.get('package_version')}   created {attrs.get('created')}"),
+        (
+            f"  likelihood: {attrs.get('likelihood')}   schema v{attrs.get('qp_schema_version')}   "
+            f"package {attrs.get('package_version')}   created {attrs.get('created')}"
+        ),
         f"  complete: {attrs.get('complete')}",
         f"  y: {list(grid.y)}",
         f"  mu: {m.start:g} .. {m.stop:g} step {m.step:g} ({m.n} values)",
-        (f"  log10_sigma: {s.start:g} .. {s.stop:g} step {s.step:g} ({s.n} values; sigma "
-        f"{10 ** s.start:g} .. {10 ** s.stop:g})"),
+        (
+            f"  log10_sigma: {s.start:g} .. {s.stop:g} step {s.step:g} ({s.n} values; sigma "
+            f"{10**s.start:g} .. {10**s.stop:g})"
+        ),
         f"  points: {grid.n_points:,} per variable; variables: sigma_qp, sigma_ratio",
-        (f"  chunks: {grid.n_tiles} per variable of {grid.chunk_shape} "
-        f"({_human_bytes(grid.chunk_nbytes())}, uncompressed); "
-        f"{len(attrs.get('checksums') or {})} checksums recorded"),
+        (
+            f"  chunks: {grid.n_tiles} per variable of {grid.chunk_shape} "
+            f"({_human_bytes(grid.chunk_nbytes())}, uncompressed); "
+            f"{len(attrs.get('checksums') or {})} checksums recorded"
+        ),
         f"  size: {_human_bytes(grid.store_nbytes())} of data, {_human_bytes(_du(path))} on disk",
         f"  metadata digest: {_digest_status(path, attrs)}",
         _format_verification(attrs.get("verification") or {}),

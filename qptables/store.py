@@ -195,16 +195,16 @@ def write_tile(
         arr[iy : iy + 1, a:b, :] = values[var][np.newaxis]
 
 
-def read_rows(
-    path: str | os.PathLike, var: str, iy: int, rows: tuple[int, int]
-) -> np.ndarray:
+def read_rows(path: str | os.PathLike, var: str, iy: int, rows: tuple[int, int]) -> np.ndarray:
     """Read ``var[iy, a:b, :]`` from the store at ``path``."""
     a, b = rows
     arr = zarr.open_array(LocalStore(str(path), read_only=True), path=var, mode="r")
     return np.asarray(arr[iy, a:b, :])
 
 
-def scan_tiles(path: str | os.PathLike, grid: GridSpec, *, clean: bool = True) -> set[tuple[int, int]]:
+def scan_tiles(
+    path: str | os.PathLike, grid: GridSpec, *, clean: bool = True
+) -> set[tuple[int, int]]:
     """Tiles ``(iy, k)`` whose chunk files are all present with the exact expected size.
 
     With ``clean=True`` deletes what cannot be trusted: left-over temporary files of killed
@@ -268,7 +268,12 @@ def published_grid(grid: GridSpec) -> GridSpec:
 
 
 def consolidate_slice(
-    src: str, dst: str, var: str, iy: int, grid_attrs: dict, tile_mu: int,
+    src: str,
+    dst: str,
+    var: str,
+    iy: int,
+    grid_attrs: dict,
+    tile_mu: int,
     tile_checksums: dict[str, str],
 ) -> tuple[str, str]:
     """Copy ``var[iy]`` from the tiled store ``src`` into the one-chunk store ``dst``.
@@ -363,9 +368,18 @@ def consolidate_store(
     os.replace(staging, dst)  # dst always has complete metadata (recognisable as a store)
     jobs = [(var, iy) for var in DATA_VARS for iy in range(len(grid.y))]
     args = [
-        (str(src), str(dst), var, iy, grid.to_attrs(), int(grid.tile_mu),
-         {chunk_key(var, iy, k): tile_sums[chunk_key(var, iy, k)]
-          for k in range(grid.tiles_per_y)})
+        (
+            str(src),
+            str(dst),
+            var,
+            iy,
+            grid.to_attrs(),
+            int(grid.tile_mu),
+            {
+                chunk_key(var, iy, k): tile_sums[chunk_key(var, iy, k)]
+                for k in range(grid.tiles_per_y)
+            },
+        )
         for var, iy in jobs
     ]
     if client is not None:
@@ -373,8 +387,13 @@ def consolidate_store(
 
         token = uuid.uuid4().hex[:8]
         futs = [
-            client.submit(consolidate_slice, *a, key=f"qpconsolidate-{token}-{var}-{iy}",
-                          pure=False, retries=1)
+            client.submit(
+                consolidate_slice,
+                *a,
+                key=f"qpconsolidate-{token}-{var}-{iy}",
+                pure=False,
+                retries=1,
+            )
             for a, (var, iy) in zip(args, jobs, strict=True)
         ]
         try:
@@ -391,9 +410,7 @@ def consolidate_store(
     for key in checksums:
         if (dst / key).stat().st_size != size:
             raise StoreError(f"{dst}: chunk {key} has the wrong size")
-    new = {
-        k: v for k, v in attrs.items() if k not in ("complete", "checksums", "tile_mu")
-    }
+    new = {k: v for k, v in attrs.items() if k not in ("complete", "checksums", "tile_mu")}
     new["tile_mu"] = int(pub.tile_mu)
     new["checksums"] = checksums
     new["layout"] = {

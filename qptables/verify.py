@@ -69,15 +69,22 @@ def sample_indices(grid: GridSpec, samples: int, seed: int = 0) -> list[tuple[in
         raise ValueError(f"--samples: must be >= 0, got {samples!r}")
     n_y, n_mu, n_ls = grid.shape
     lm, ls = n_mu - 1, n_ls - 1
-    edge = [(0, 0), (0, ls), (lm, 0), (lm, ls), (0, ls // 2), (lm, ls // 2), (lm // 2, 0), (lm // 2, ls)]
+    edge = [
+        (0, 0),
+        (0, ls),
+        (lm, 0),
+        (lm, ls),
+        (0, ls // 2),
+        (lm, ls // 2),
+        (lm // 2, 0),
+        (lm // 2, ls),
+    ]
     points: list[tuple[int, int, int]] = []
     for iy in range(n_y):
         points.extend((iy, i, j) for i, j in edge)
     rng = np.random.default_rng(seed)
     for _ in range(samples):
-        points.append(
-            (int(rng.integers(n_y)), int(rng.integers(n_mu)), int(rng.integers(n_ls)))
-        )
+        points.append((int(rng.integers(n_y)), int(rng.integers(n_mu)), int(rng.integers(n_ls))))
     return list(dict.fromkeys(points))
 
 
@@ -95,9 +102,7 @@ def reference_error(
     return float(ref), float(err)
 
 
-def _map(
-    func: Callable, arg_lists: list[list], client: Any | None, workers: int | None
-) -> list:
+def _map(func: Callable, arg_lists: list[list], client: Any | None, workers: int | None) -> list:
     """Apply ``func`` over zipped ``arg_lists`` on a dask client, a process pool or inline."""
     if not arg_lists or not arg_lists[0]:
         return []
