@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 import numpy as np
-from scipy.special import gammaln, log_ndtr, ndtr
+from scipy.special import erfcx, gammaln, log_ndtr, ndtr
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -207,6 +207,19 @@ class Probit(Likelihood):
         g = t / sigma
         log_cdf, ratio = self._log_cdf(f)
         log_q = log_cdf - 0.5 * g * g + c * t
+        deep = c < -20.0
+        if np.any(deep):
+            # Mass deep in Phi's left tail (f ~ c << 0), where log Phi(f) ~ -f^2/2 is 1e4-1e5
+            # nats and its rounding (1e-16 relative) would be 1e-12 nats of noise: with
+            # log Phi(f) = L(f) - f^2/2, L(f) = log(erfcx(-f/sqrt 2) / 2) (~ -log|f|, exact),
+            # the same density is L(f) - t^2 (1 + 1/sigma^2) / 2 - c^2/2: all terms O(1).
+            deep = np.broadcast_to(deep, np.shape(f))
+            fd, td = f[deep], np.broadcast_to(t, np.shape(f))[deep]
+            sd = np.broadcast_to(sigma, np.shape(f))[deep]
+            big_l = np.where(
+                fd < 0, np.log(0.5 * erfcx(-fd / np.sqrt(2.0))), log_cdf[deep] + 0.5 * fd * fd
+            )
+            log_q[deep] = big_l - 0.5 * td * td * (1.0 + 1.0 / sd / sd)
         if not derivative:
             return log_q, None
         return log_q, ratio - g / sigma + c

@@ -221,7 +221,7 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
     ndarray of float64 with the broadcast shape.
     """
     lik, mu, sigma, y = _prepare(likelihood, mu, sigma, y)
-    shape = mu.shape
+    shape, mu0, sigma0 = mu.shape, mu, sigma
     mu, y = lik.canonical(mu.ravel(), y.ravel())
     sigma = sigma.ravel()
     out = np.empty(mu.shape)
@@ -246,6 +246,17 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
         _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size)
     if scale is not None:
         out[todo] *= scale[todo]
+    # the answer underflows (a tilted density narrower than 5e-324) or overflows (a cavity
+    # near the largest float64 whose tilted density is wider still)
+    bad = ~((out > 0) & (out < np.inf))
+    if bad.any():
+        i = np.flatnonzero(bad)[0]
+        what = "underflows" if out[i] == 0 else "overflows"
+        raise ValueError(
+            f"sigma* {what} float64 for mu={mu0.flat[i]!r}, sigma={sigma0.flat[i]!r}"
+            f" ({lik.name}): supported are cavities whose QP standard deviation is a positive"
+            " finite float64"
+        )
     return out.reshape(shape)
 
 

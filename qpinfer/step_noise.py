@@ -48,6 +48,7 @@ _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 _FIRST_LEVEL = 50.0 / 16.0
 _GRADED = 10.0 ** np.arange(2.5, -14.5, -0.5)
 _GRADED_EDGES = np.concatenate([-_GRADED, [0.0], _GRADED[::-1]])
+_DEEP_TAIL = 1e8  # |z| beyond which a far-truncated normal is an exponential to double precision
 
 
 def check_eps(eps: Any) -> float:
@@ -135,14 +136,17 @@ class StepNoise(Likelihood):
         mu, sigma, y = np.broadcast_arrays(
             np.asarray(mu, dtype=np.float64), np.asarray(sigma, dtype=np.float64), y
         )
-        z = np.atleast_1d(y * mu / sigma)
+        with np.errstate(over="ignore"):
+            z = np.atleast_1d(y * mu / sigma)
         if self.eps == 0.0:
             r, z_plus_r, var_factor = _probit_moment_terms(z)
         else:
             log_r = np.log1p(-2.0 * self.eps) - 0.5 * z * z - _LOG_SQRT_2PI - self._log_z_of(z)
             r = np.exp(log_r)
             z_plus_r = z + r
-            var_factor = 1.0 - r * z_plus_r
+            # r = 0 where |z| overflows: the tilted density is the cavity there
+            var_factor = np.where(r > 0, 1.0 - r * z_plus_r, 1.0)
+        var_factor = np.where(r > 0, var_factor, 1.0)  # r = 0 where z = +-inf: the cavity
         r = r.reshape(mu.shape)
         var_factor = np.maximum(var_factor.reshape(mu.shape), 0.0)
         return mu + y * sigma * r, sigma * np.sqrt(var_factor)
@@ -152,10 +156,43 @@ class StepNoise(Likelihood):
         return y * mu, np.ones_like(y)
 
     def _log_tilted(self, f, mu, sigma, y, derivative=True):
-        # y == +1 after canonical()
-        d = (f - mu) / sigma
-        log_q = np.where(f >= 0, self._log_1m_eps, self._log_eps) - 0.5 * d * d
-        return log_q, (-d / sigma) if derivative else None
+        """log p(+1 | f) - (f - mu)^2 / (2 sigma^2) up to the per-point constant
+        mu^2 / (2 sigma^2), i.e. -f^2 / (2 sigma^2) + f mu / sigma^2: a lobe far from its
+        Gaussian's centre (the deep tail beyond the step) lives at |f| << |mu|, where this form
+        loses nothing and (f - mu)^2 would lose all digits. (The kernel sees sigma = 1 only,
+        see :meth:`_rescale`; near the centre |mu| <= 9 or the answer is closed form.)"""
+        log_q = (
+            np.where(f >= 0, self._log_1m_eps, self._log_eps)
+            + f * (mu / sigma - 0.5 * f / sigma) / sigma
+        )
+        return log_q, ((mu - f) / sigma / sigma) if derivative else None
+
+    def _side_log_masses(self, mu, sigma):
+        """z = mu / sigma and the log masses of the tilted density left and right of f = 0."""
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            z = mu / sigma
+            return z, self._log_eps + log_ndtr(-z), self._log_1m_eps + log_ndtr(z)
+
+    def _sigma_closed_form(self, mu, sigma, y):
+        """sigma* = sigma where the side holding the Gaussian's centre carries all but e^-40 of
+        the mass and the step is more than 9 sd from the centre: the tilted density is then the
+        cavity to double precision (it loses < 1e-19 of its mass to the truncation)."""
+        z, left, right = self._side_log_masses(mu, sigma)
+        centre_wins = np.where(z < 0, left - right, right - left) > 40.0
+        return centre_wins & (np.abs(z) > 9.0), sigma
+
+    def _rescale(self, mu, sigma, y):
+        """Every cavity is mapped to sigma' = 1, mu' = z = mu / sigma (the ratio depends on z and
+        eps only: the family is affine-equivariant), so no node position depends on the scale.
+        Where the side away from the centre carries the mass (eps ~ 0, z << 0: a normal
+        truncated far in its tail, ~ an exponential of scale 1/|z|) and |z| > 1e8, the ratio at
+        z' = -1e8 is used, scaled by 1e8 / |z| (the shape's correction is O(1/z^2) < 1e-16)."""
+        z, left, right = self._side_log_masses(mu, sigma)
+        deep = (z < -_DEEP_TAIL) & ~(left > right - 40.0)  # also where both underflow
+        z_r = np.where(deep, -_DEEP_TAIL, z)
+        with np.errstate(divide="ignore"):
+            scale = np.where(deep, sigma * (_DEEP_TAIL / np.abs(z)), sigma)
+        return np.ones(z.shape, dtype=bool), z_r, np.ones_like(z), scale
 
     def _breakpoints(self, mu, sigma, y):
         """Where the CDF at the jump, u0 = min(F(0), 1 - F(0)), is small, phi(Phi^-1(F(f))) ~
@@ -177,9 +214,9 @@ class StepNoise(Likelihood):
         zero = np.zeros_like(mu)
         inf = np.full_like(mu, np.inf)
         a = np.abs(mu)
-        boundary_width = (np.sqrt(a * a + 2.0 * sigma * sigma * _FIRST_LEVEL) - a) / np.sqrt(
-            2.0 * _FIRST_LEVEL
-        )
+        # (sqrt(a^2 + b) - a) / sqrt(2 L) with b = 2 sigma^2 L, without cancellation for a >> sigma
+        b = 2.0 * sigma * sigma * _FIRST_LEVEL
+        boundary_width = b / (np.sqrt(a * a + b) + a) / np.sqrt(2.0 * _FIRST_LEVEL)
         left_mode = np.minimum(mu, 0.0)
         right_mode = np.maximum(mu, 0.0)
         left_width = np.where(mu < 0, sigma, boundary_width)

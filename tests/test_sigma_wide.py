@@ -164,3 +164,56 @@ def test_property_matches_mpmath(log_sigma, tau, y):
 def test_bad_queries_name_the_argument(args, match):
     with pytest.raises(ValueError, match=match):
         qpinfer.sigma_qp("probit", *args)
+
+
+# ----------------------------------------------------------------------------- step_noise
+
+
+@pytest.mark.parametrize(
+    ("eps", "mu", "sigma", "slow"),
+    [
+        (0.0, -1e3, 1.0, False),  # a normal truncated 1000 sd into its tail: (f - mu)^2 lost all
+        (0.2, -8.9, 1.0, False),  # just inside the closed form's boundary (|z| > 9)
+        (1e-200, -30.0, 1.0, False),  # both sides of the step carry mass
+        (0.0, -1e4, 2.0, True),
+        (0.2, 3e4, 1e4, True),
+        (0.1, -1e-3, 1e-5, True),
+        (0.0, -5e3, 0.1, True),
+    ],
+)
+def test_step_noise_far_from_the_step_matches_mpmath(eps, mu, sigma, slow, request):
+    from qptables.step_noise_reference import step_noise_sigma_reference
+
+    if slow and "slow" not in request.config.getoption("-m"):
+        pytest.skip("slow reference point (run with -m slow)")
+    ref = float(step_noise_sigma_reference(eps, mu, sigma, 1, dps=25))
+    got = float(qpinfer.sigma_qp(f"step_noise(eps={eps})", mu, sigma, 1))
+    assert abs(got - ref) / ref <= TOL
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mu=finite,
+    sigma=positive,
+    y=st.sampled_from([-1.0, 1.0]),
+    eps=st.sampled_from([0.0, 1e-300, 0.01, 0.2, 0.49]),
+)
+def test_step_noise_every_finite_query_is_answered_or_refused(mu, sigma, y, eps):
+    """Answered: finite, positive, <= the EP std; refused only where sigma* underflows (eps = 0,
+    a cavity truncated so far into its tail that the tilted width is below 5e-324, or a
+    subnormal sigma) or overflows (sigma near the largest float64: the tilted is wider)."""
+    lik = f"step_noise(eps={eps})"
+    try:
+        got = float(qpinfer.sigma_qp(lik, mu, sigma, y))
+    except ValueError as err:
+        if "overflows" in str(err):  # a cavity near the largest float, wider once tilted
+            assert sigma > 1e307
+            return
+        assert "underflows" in str(err)
+        assert eps == 0.0 or sigma < np.finfo(float).tiny  # else sigma* is a normal float
+        return
+    _, ep = qpinfer.tilted_moments(lik, mu, sigma, y)
+    assert math.isfinite(got) and got > 0
+    if float(ep) > 0:  # the EP std itself underflows for eps = 0 at |mu| ~ 1e308
+        assert got <= float(ep) * (1 + 1e-13)  # Theorem 2 (a step is not log-concave: EP's
+        # std may exceed the cavity's)
