@@ -99,6 +99,8 @@ _LBFGS_FTOL = 1e-9  # paper 000 Sec. 6 (as GPClassifier)
 _STALL_SWEEPS = 20
 _MIN_DAMPING = 1.0 / 64.0
 _SCHEDULES = ("parallel", "sequential")
+#: pseudo-points used by default (``n_inducing=None``): ``min(DEFAULT_N_INDUCING, n_samples)``
+DEFAULT_N_INDUCING = 50
 
 
 # --------------------------------------------------------------------------------------------
@@ -661,14 +663,22 @@ class _SparseBase(ParamsMixin):
             raise ValueError(f"jitter must be a non-negative number, got {self.jitter!r}")
 
     def _n_inducing_for(self, n_samples: int) -> int:
+        """The number of pseudo-points M for ``n_samples`` training rows, resolved at fit time:
+        ``inducing_points``' rows if given, else ``n_inducing``, whose default ``None`` means
+        ``min(DEFAULT_N_INDUCING, n_samples)`` (so the default fits any data set). An explicit
+        ``n_inducing`` above ``n_samples`` is refused (at most one pseudo-point per training
+        point; not clipped, so the M a user asked for is never silently changed)."""
         if self.inducing_points is not None:
             return int(np.asarray(self.inducing_points).shape[0])
         m = self.n_inducing
+        if m is None:
+            return min(DEFAULT_N_INDUCING, n_samples)
         is_int = isinstance(m, int | np.integer) and not isinstance(m, bool)
         if not (is_int and 1 <= m <= n_samples):
             raise ValueError(
-                f"n_inducing must be in [1, n_samples={n_samples}], got {m!r} (at most one "
-                "pseudo-point per training point)"
+                f"n_inducing must be None (the default, min({DEFAULT_N_INDUCING}, n_samples)) or "
+                f"an integer in [1, n_samples={n_samples}] (at most one pseudo-point per training "
+                f"point), got {m!r}"
             )
         return int(m)
 
@@ -704,8 +714,11 @@ class SparseGPRegressor(_SparseBase):
 
     Parameters
     ----------
-    n_inducing : int
-        Number of pseudo-points M, in [1, n_samples] (ignored when ``inducing_points`` is given).
+    n_inducing : int or None, default None
+        Number of pseudo-points M, in [1, n_samples]; ``None`` means ``min(50, n_samples)``,
+        resolved at fit time (the stored parameter stays ``None``), so the default fits any data
+        set. An explicit value above n_samples is refused with a ``ValueError``. Ignored when
+        ``inducing_points`` is given; the M used is ``inducing_points_.shape[0]``.
     alpha : float in (0, 1] or "vfe"
         Power EP power: 1 is FITC, 0.5 the paper's recommended middle, ``"vfe"`` the
         ``alpha -> 0`` limit (Titsias' variational bound, evaluated as a limit).
@@ -749,7 +762,7 @@ class SparseGPRegressor(_SparseBase):
 
     def __init__(
         self,
-        n_inducing: int = 50,
+        n_inducing: int | None = None,
         alpha: float | str = 0.5,
         *,
         kernel: Any = None,
@@ -966,8 +979,11 @@ class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
 
     Parameters
     ----------
-    n_inducing : int
-        Number of pseudo-points M, in [1, n_samples] (ignored when ``inducing_points`` is given).
+    n_inducing : int or None, default None
+        Number of pseudo-points M, in [1, n_samples]; ``None`` means ``min(50, n_samples)``,
+        resolved at fit time (the stored parameter stays ``None``), so the default fits any data
+        set. An explicit value above n_samples is refused with a ``ValueError``. Ignored when
+        ``inducing_points`` is given; the M used is ``inducing_points_.shape[0]``.
     alpha : float in (0, 1]
         Power EP power: 1 is EP (FITC-EP), smaller values move toward the variational solution.
         Ignored by ``method="qp"`` (which replaces the alpha = 1 projection).
@@ -992,7 +1008,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, _SparseBase):
 
     def __init__(
         self,
-        n_inducing: int = 50,
+        n_inducing: int | None = None,
         alpha: float = 0.5,
         *,
         kernel: Any = None,
