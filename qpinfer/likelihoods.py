@@ -286,21 +286,31 @@ class PoissonSquare(Likelihood):
     With N(f | mu, sigma^2) exp(-f^2) = N(f | beta, v) exp(-mu^2/(1+2 sigma^2)) / sqrt(1+2 sigma^2),
     ``beta = mu / (1 + 2 sigma^2)``, ``v = sigma^2 / (1 + 2 sigma^2)``, the tilted density is
     proportional to f^(2y) N(f | beta, v). Writing f = beta + sqrt(v) t, b = beta/sqrt(v), its
-    moments follow from P_n(b) = E[(b + t)^n], t ~ N(0, 1), which obeys the positive recurrence
-    P_{n+1} = b P_n + n P_{n-1}; Stein's identity gives the mean and variance without
-    cancellation (see :meth:`tilted_moments`).
+    moments follow from P_n(b) = E[(b + t)^n], t ~ N(0, 1): for counts up to 64 by the positive
+    recurrence P_{n+1} = b P_n + n P_{n-1} and Stein's identity, above by a quadrature of each
+    of the two lobes about its mode whose cost does not grow with y
+    (:mod:`qpinfer.poisson_moments`). Counts up to ``MAX_COUNT`` = 1e8 are accepted; larger
+    ones are refused by :meth:`check_y` (``ValueError`` naming y and the range).
     """
 
     name = "poisson_square"
     _n_nodes = 16  # lobes are Gaussian times |f|^2y: smooth on every panel
 
     def check_y(self, y) -> np.ndarray:
+        from qpinfer.poisson_moments import MAX_COUNT, MAX_COUNT_TEXT
+
         y = np.asarray(y)
         yf = _finite("y", y)
         bad = (yf < 0) | (yf != np.floor(yf))
         if bad.any():
             raise ValueError(
                 f"y must be a non-negative integer count for poisson_square; got {y[bad].flat[0]!r}"
+            )
+        bad = yf > MAX_COUNT
+        if bad.any():
+            raise ValueError(
+                f"y must be a count in 0..{MAX_COUNT_TEXT} for poisson_square (the range where "
+                f"sigma* holds 1e-12 accuracy); got {yf[bad].flat[0]!r}"
             )
         return yf
 
@@ -316,51 +326,21 @@ class PoissonSquare(Likelihood):
         a = 1.0 + 2.0 * sigma * sigma
         return mu / a, sigma * sigma / a, a
 
-    @staticmethod
-    def _hermite_moments(b, y):
-        """log P_{2y}(b) and the ratios P_{2y-1}/P_{2y}, P_{2y-2}/P_{2y} (zero where y = 0)."""
-        b, y = np.broadcast_arrays(np.abs(b), y)
-        n_target = (2 * y).astype(np.int64)
-        p_prev = np.zeros(b.shape)  # P_{n-1}
-        p = np.ones(b.shape)  # P_n, n = 0
-        log_scale = np.zeros(b.shape)
-        out_log = np.zeros(b.shape)
-        r1 = np.zeros(b.shape)
-        r2 = np.zeros(b.shape)
-        p_prev2 = np.zeros(b.shape)
-        nmax = int(n_target.max()) if n_target.size else 0
-        for n in range(nmax + 1):
-            hit = n_target == n
-            if hit.any():
-                out_log[hit] = np.log(p[hit]) + log_scale[hit]
-                r1[hit] = p_prev[hit] / p[hit]
-                r2[hit] = p_prev2[hit] / p[hit]
-            p_next = b * p + n * p_prev
-            p_prev2, p_prev, p = p_prev, p, p_next
-            big = p > 1e200
-            if big.any():
-                p[big] *= 1e-200
-                p_prev[big] *= 1e-200
-                p_prev2[big] *= 1e-200
-                log_scale[big] += 200.0 * np.log(10.0)
-        return out_log, r1, r2
-
     def log_z(self, mu, sigma, y) -> np.ndarray:
-        """eq. (53)-(54) in the form log E[f^2y] under N(beta, v) (positive terms only)."""
-        beta, v, a = self._beta_v(mu, sigma)
-        log_p, _, _ = self._hermite_moments(beta / np.sqrt(v), y)
-        return -0.5 * np.log(a) - mu * mu / a + y * np.log(v) + log_p - gammaln(y + 1.0)
+        """eq. (53)-(54): for counts up to 64 as log E[f^2y] under N(beta, v) (positive terms
+        only); above, Loader's saddle-point form at the main mode (no terms of size y log y
+        cancel; see :mod:`qpinfer.poisson_moments`)."""
+        from qpinfer.poisson_moments import log_z
+
+        return log_z(mu, sigma, y)
 
     def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and std via Stein's identity: E[t] = 2y P_{2y-1}/P_{2y},
-        E[t^2] = 1 + 2y(2y-1) P_{2y-2}/P_{2y} (equivalent to eq. (56)-(60))."""
-        beta, v, _ = self._beta_v(mu, sigma)
-        sv = np.sqrt(v)
-        _, r1, r2 = self._hermite_moments(beta / sv, y)
-        n = 2.0 * y
-        mean_t = n * r1 * np.sign(beta)
-        var_t = 1.0 + n * (n - 1.0) * r2 - (n * r1) ** 2
-        return beta + sv * mean_t, sv * np.sqrt(var_t)
+        """Mean and std of |f|^(2y) N(f | beta, v) (:mod:`qpinfer.poisson_moments`): for
+        y <= 64 Stein's identity, E[t] = 2y P_{2y-1}/P_{2y}, E[t^2] = 1 + 2y(2y-1) P_{2y-2}/P_{2y}
+        (equivalent to eq. (56)-(60)); above, the two lobes' moments about their modes."""
+        from qpinfer.poisson_moments import tilted_moments
+
+        return tilted_moments(mu, sigma, y)
 
     def canonical(self, mu, y):
         """Symmetry f -> -f: sigma*(mu) == sigma*(-mu) exactly."""
@@ -372,19 +352,23 @@ class PoissonSquare(Likelihood):
         return y == 0, np.sqrt(v)
 
     def _log_tilted(self, f, mu, sigma, y, derivative=True):
-        d = (f - mu) / sigma
-        with np.errstate(divide="ignore"):
-            log_q = y * np.log(f * f) - f * f - 0.5 * d * d
-        return log_q, (2.0 * y / f - 2.0 * f - d / sigma) if derivative else None
+        """2y log|f| - (f - beta)^2 / (2v) up to a per-point constant, written about the mode of
+        f's own lobe so that no terms of size y cancel (see
+        :func:`qpinfer.poisson_moments.log_tilted`)."""
+        from qpinfer.poisson_moments import log_tilted
+
+        beta, v, _ = self._beta_v(mu, sigma)
+        return log_tilted(f, beta, v, y, derivative)
 
     def _lobes(self, mu, sigma, y):
         # q ~ |f|^{2y} N(f | beta, v): for y >= 1 one log-concave lobe on each side of f = 0 with
         # modes solving f^2 - beta f - 2 y v = 0 (y = 0 is closed form, never reaches here).
+        from qpinfer.poisson_moments import lobe_modes
+
         beta, v, _ = self._beta_v(mu, sigma)
-        root = np.sqrt(beta * beta + 8.0 * y * v)
+        near, far, _ = lobe_modes(beta, v, y)
         lobes = []
-        for side in (-1.0, 1.0):
-            mode = 0.5 * (beta + side * root)
+        for side, mode in ((-1.0, np.minimum(near, far)), (1.0, np.maximum(near, far))):
             with np.errstate(divide="ignore", invalid="ignore"):
                 curv = np.where(y > 0, 2.0 * y / (mode * mode), 0.0) + 1.0 / v
             width = 1.0 / np.sqrt(curv)

@@ -32,6 +32,7 @@ from scipy.special import gammaln, poch, xlogy
 
 from qpinfer.estimator import DataConversionWarning, GPEstimatorBase, check_X
 from qpinfer.likelihoods import PoissonSquare
+from qpinfer.poisson_moments import MAX_COUNT, MAX_COUNT_TEXT
 
 __all__ = [
     "GPPoissonRegressor",
@@ -99,7 +100,8 @@ def negative_binomial_mode(k: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 def _check_counts(counts: Any, n_samples: int | None, name: str = "counts") -> np.ndarray:
-    """Counts as float64: finite, non-negative integers; ``ValueError`` naming the problem."""
+    """Counts as float64: finite, non-negative integers up to ``MAX_COUNT`` (1e8, see
+    :mod:`qpinfer.poisson_moments`); ``ValueError`` naming the problem."""
     if counts is None:
         raise ValueError(f"GPPoissonRegressor requires {name} (y) to be passed, but it is None")
     arr = np.asarray(counts)
@@ -142,6 +144,13 @@ def _check_counts(counts: Any, n_samples: int | None, name: str = "counts") -> n
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(f"{name} must be integers (counts); got {flat[i]!r} at index {i}")
+    bad = flat > MAX_COUNT
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"{name} must be at most {MAX_COUNT_TEXT} (the largest count the poisson_square "
+            f"likelihood supports); got {flat[i]!r} at index {i}"
+        )
     return values
 
 
