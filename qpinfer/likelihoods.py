@@ -49,18 +49,19 @@ def _ratio_phi_over_Phi(z: np.ndarray) -> np.ndarray:
 def _probit_moment_terms(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(r, z + r, 1 - r (z + r))`` with r = phi(z)/Phi(z), each without cancellation.
 
-    For z < -5 the Mills-ratio continued fraction 1/M(w) = w + C1, C_k = 1/(w + (k+1) C_{k+1}),
-    w = -z, gives z + r = C1 and 1 - r (z + r) = C1 (2 C2 - C1) directly (the direct formulas
-    lose ~log10(z^2) digits there).
+    For z < -1.5 the Mills-ratio continued fraction 1/M(w) = w + C1, C_k = 1/(w + (k+1) C_{k+1}),
+    w = -z, gives z + r = C1 and 1 - r (z + r) = C1 (2 C2 - C1) directly: the direct formulas
+    lose digits there (1 - r (z + r): 1.8e-14 relative at z = -2, 1.5e-12 at -5), and 200 terms
+    of the fraction are exact to 4e-16 from z = -1.5 on (80 terms were 9e-10 off at -1.5).
     """
     r = _ratio_phi_over_Phi(z)
     z_plus_r = z + r
     var_factor = 1.0 - r * z_plus_r
-    tail = z < -5.0
+    tail = z < -1.5
     if tail.any():
         w = -z[tail]
         c_next = np.zeros_like(w)
-        for k in range(80, 2, -1):  # C_{k-1} = 1 / (w + k C_k); stops at C2
+        for k in range(200, 2, -1):  # C_{k-1} = 1 / (w + k C_k); stops at C2
             c_next = 1.0 / (w + k * c_next)
         c2 = c_next
         c1 = 1.0 / (w + 2.0 * c2)

@@ -217,3 +217,22 @@ def test_step_noise_every_finite_query_is_answered_or_refused(mu, sigma, y, eps)
     if float(ep) > 0:  # the EP std itself underflows for eps = 0 at |mu| ~ 1e308
         assert got <= float(ep) * (1 + 1e-13)  # Theorem 2 (a step is not log-concave: EP's
         # std may exceed the cavity's)
+
+
+def test_probit_moment_terms_match_mpmath():
+    """r = phi/Phi, z + r and 1 - r (z + r) (EP's probit moments): the direct formulas lost
+    1.5e-12 of the variance factor at z = -5 before the continued fraction took over."""
+    from qpinfer.likelihoods import _probit_moment_terms
+
+    z = np.concatenate([np.linspace(-40.0, 5.0, 181), [-5.0000001, -4.9999999, -1.5000001]])
+    r, z_plus_r, var_factor = _probit_moment_terms(z)
+    with mpmath.workdps(40):
+        for i, zi in enumerate(z):
+            zm = mpmath.mpf(float(zi))
+            rm = mpmath.npdf(zm) / mpmath.ncdf(zm)
+            for got, want in (
+                (r[i], rm),
+                (z_plus_r[i], zm + rm),
+                (var_factor[i], 1 - rm * (zm + rm)),
+            ):
+                assert abs(float(got / want - 1)) <= 5e-14, zi
