@@ -1,0 +1,46 @@
+"""Piecewise Chebyshev cells (qpinfer.cheb_cells): exact for polynomials, spectral otherwise."""
+
+import numpy as np
+import pytest
+
+from qpinfer.cheb_cells import CellAxis, coefficients, evaluate, tail_size
+
+
+def test_tail_size_sees_unresolved_cells():
+    ax = CellAxis("x", 0.0, 1.0, 2, 6)
+    coef = coefficients(np.where(ax.nodes() < 1, 1.0, np.exp(8 * ax.nodes())), (ax,))
+    tails = tail_size(coef, (ax,))
+    assert tails[0] < 1e-14 and tails[1] > 1e-3  # constant cell resolved, exp(8x) is not
+
+
+def test_reproduces_polynomials_of_the_cell_degree_exactly():
+    a = CellAxis("a", -1.0, 0.5, 4, 6)
+    b = CellAxis("b", 0.0, 0.25, 8, 5)
+    f = lambda x, y: 1 + x**5 - 3 * x**2 * y**4 + y  # degree 5 in x, 4 in y
+    g0, g1 = np.meshgrid(a.nodes(), b.nodes(), indexing="ij")
+    coef = coefficients(f(g0, g1), (a, b))
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(-1, 1, 1000), rng.uniform(0, 2, 1000)
+    np.testing.assert_allclose(evaluate(coef, (a, b), (x, y)), f(x, y), rtol=0, atol=1e-13)
+
+
+def test_one_axis_converges_spectrally():
+    for n, tol in ((8, 3e-5), (14, 3e-10), (22, 5e-14)):
+        ax = CellAxis("x", 0.0, 0.5, 6, n)
+        coef = coefficients(np.exp(np.sin(3 * ax.nodes())), (ax,))
+        x = np.linspace(0, 3, 2001)
+        assert np.abs(evaluate(coef, (ax,), (x,)) - np.exp(np.sin(3 * x))).max() < tol
+
+
+def test_nodes_never_touch_cell_ends():
+    ax = CellAxis("u", 0.0, 0.25, 4, 12)
+    x = ax.nodes().reshape(4, 12)
+    left = 0.25 * np.arange(4)[:, None]
+    assert np.all((x > left) & (x < left + 0.25)) and np.all(np.diff(ax.nodes()) > 0)
+
+
+@pytest.mark.parametrize("bad", [{"width": 0.0}, {"width": np.nan}, {"n_cells": 0}, {"n": 1}])
+def test_invalid_axes_are_refused(bad):
+    kwargs = {"name": "x", "start": 0.0, "width": 1.0, "n_cells": 2, "n": 4} | bad
+    with pytest.raises(ValueError, match="axis 'x'"):
+        CellAxis(**kwargs)
