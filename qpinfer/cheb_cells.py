@@ -114,13 +114,16 @@ def coefficients(values: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
 
 
 def _chebyshev_basis(x: np.ndarray, n: int) -> np.ndarray:
-    """T_0(x) .. T_{n-1}(x) for 1-D x, shape (len(x), n)."""
-    t = np.empty((x.size, n))
-    t[:, 0] = 1.0
-    t[:, 1] = x
+    """T_0(x) .. T_{n-1}(x) for 1-D x, shape (len(x), n) (a transposed view: rows built
+    contiguously)."""
+    t = np.empty((n, x.size))
+    t[0] = 1.0
+    t[1] = x
+    x2 = 2.0 * x
     for k in range(2, n):
-        t[:, k] = 2.0 * x * t[:, k - 1] - t[:, k - 2]
-    return t
+        np.multiply(x2, t[k - 1], out=t[k])
+        t[k] -= t[k - 2]
+    return t.T
 
 
 def evaluate(coef: np.ndarray, axes: tuple[CellAxis, ...], points: tuple[np.ndarray, ...]):

@@ -56,6 +56,7 @@ from qpinfer.ep import (
 )
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.laplace import laplace_log_evidence_gradient, laplace_mode, positive_branch_start
+from qpinfer.shipped import open_shipped
 from qpinfer.tables import TableError, installed_table_path, open_table
 from qpinfer.vb import LBFGS_OPTIONS, elbo, vb_fixed_point
 
@@ -259,6 +260,9 @@ class GPEstimatorBase(ParamsMixin):
         if table is None:
             path = installed_table_path(likelihood)
             if not path.exists():
+                shipped = open_shipped(likelihood.name)  # the v2 table inside qpinfer
+                if shipped is not None:
+                    return shipped
                 self._warn_exact(f"no installed sigma* table for {likelihood.name!r} at {path}")
                 return None
             try:

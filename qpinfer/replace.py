@@ -86,7 +86,10 @@ def _store_problem(path: Path) -> str | None:
         names = sorted(os.listdir(path))
     except OSError as exc:
         return f"a directory that cannot be listed ({exc.strerror})"
-    foreign = [n for n in names if n not in _STORE_ENTRIES and not _ZARR_TEMP.match(n)]
+    allowed = _STORE_ENTRIES
+    if isinstance(attrs.get("arrays"), list):  # a v2 store lists its arrays (qpinfer.tables_v2)
+        allowed = allowed | {a for a in attrs["arrays"] if isinstance(a, str)}
+    foreign = [n for n in names if n not in allowed and not _ZARR_TEMP.match(n)]
     if foreign:
         shown = ", ".join(repr(n) for n in foreign[:5]) + (" ..." if len(foreign) > 5 else "")
         return f"a table store with foreign entries in it ({shown})"

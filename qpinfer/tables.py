@@ -666,6 +666,10 @@ def open_table(path: str | os.PathLike, *, verify_checksums: bool | str = "lazy"
     if meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
         raise TableError(f"{what}: expected a zarr v3 group, found {meta.get('zarr_format')!r}")
     attrs = meta.get("attributes") or {}
+    if attrs.get("qp_schema_version") == 2:  # reduced coordinates (qpinfer.tables_v2)
+        from qpinfer.tables_v2 import open_reduced
+
+        return open_reduced(root)
     missing = [a for a in REQUIRED_ATTRS if a not in attrs]
     if missing:
         raise TableError(f"{what}: missing root attributes {missing}")

@@ -93,9 +93,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--grid",
         default="paper",
-        choices=["paper"],
+        choices=["paper", "v2"],
         help="preset grid the other grid flags modify (paper: mu -10..10, log10 sigma -1..1, "
-        "steps 0.001; y = -1,+1 (probit) or 0..--y-max (poisson_square))",
+        "steps 0.001; y = -1,+1 (probit) or 0..--y-max (poisson_square)); v2: the reduced-"
+        "coordinate Chebyshev-cell table of docs/tables-v2.md (no grid flags)",
     )
     b.add_argument(
         "--mu",
@@ -206,6 +207,17 @@ def parser() -> argparse.ArgumentParser:
     )
     v.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    sh = sub.add_parser(
+        "ship",
+        help="(re)build the v2 tables shipped inside qpinfer",
+        description="Build every v2 table that ships with qpinfer (qpinfer.shipped.SHIPPED) "
+        "into DIR (default: qpinfer/tables_data of this checkout), replacing the stores there; "
+        "the result is bit for bit the same on every run.",
+    )
+    sh.add_argument("--out", metavar="DIR", default=None, help="destination directory")
+    sh.add_argument("--workers", type=int, default=None, help="LocalCluster worker processes")
+    sh.add_argument("--scheduler", default=None, help="address of a running dask scheduler")
+    sh.add_argument("--no-progress", action="store_true", help="no progress bars")
     i = sub.add_parser("info", help="describe a store: grid, sizes, verification")
     i.add_argument("out", metavar="OUT")
     i.add_argument("--json", action="store_true", help="print the attributes as JSON")
@@ -283,6 +295,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
             raise _Refused(f"--eps: {exc}") from None
     elif args.likelihood == "step_noise":
         args.likelihood = qpinfer.get_likelihood("step_noise").name
+    if args.grid == "v2":
+        return _build_v2(args)
     grid = _grid_from_args(args)
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     if not (math.isfinite(tol) and tol > 0):
@@ -514,6 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "info": _cmd_info,
         "plot": _cmd_plot,
         "publish": _cmd_publish,
+        "ship": _ship,
     }[args.command]
     try:
         return run_command("qptables", args.command, handler, args)
@@ -524,6 +539,55 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+
+
+def _build_v2(args: argparse.Namespace) -> int:
+    """``qptables build LIK OUT --grid v2``: :func:`qptables.build_v2.build_v2`."""
+    from qptables.build import BuildError, BuildInputError
+    from qptables.build_v2 import build_v2
+
+    flags = [f for f in ("mu", "log10_sigma", "y", "y_max", "tile_mu") if getattr(args, f, None)]
+    if flags:
+        raise _Refused(f"--grid v2 takes no grid flags; got --{flags[0].replace('_', '-')}")
+    try:
+        build_v2(
+            args.likelihood,
+            args.out,
+            scheduler=args.scheduler,
+            workers=args.workers,
+            force=args.force,
+            progress=not args.no_progress,
+        )
+    except (BuildInputError, ValueError) as exc:
+        raise _Refused(str(exc)) from None
+    except BuildError as exc:
+        print(f"qptables build: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _ship(args: argparse.Namespace) -> int:
+    """``qptables ship``: every shipped v2 table, rebuilt into ``--out``."""
+    from qpinfer.shipped import DATA_DIR, SHIPPED
+    from qptables.build import BuildError
+    from qptables.build_v2 import build_v2
+
+    out = Path(args.out) if args.out else DATA_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    for likelihood, name in SHIPPED.items():
+        try:
+            build_v2(
+                likelihood,
+                out / name,
+                scheduler=args.scheduler,
+                workers=args.workers,
+                force=True,
+                progress=not args.no_progress,
+            )
+        except BuildError as exc:
+            print(f"qptables ship: error: {likelihood}: {exc}", file=sys.stderr)
+            return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+"""The v2 tables shipped inside qpinfer: bit-reproducible, near-exact, used by default, guarded."""
+
+import hashlib
+import json
+import math
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+from _helpers import load_ionosphere
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import qpinfer
+from qpinfer.reduced import box_from_attrs
+from qpinfer.shipped import SHIPPED, open_shipped, shipped_path
+from qpinfer.tables import TableError
+from qpinfer.tables_v2 import open_reduced
+from qptables.build_v2 import TILE_CELLS, _chunk_file, _tiles, tile_rho
+
+LIKELIHOODS = sorted(SHIPPED)
+
+
+@pytest.mark.parametrize("likelihood", LIKELIHOODS)
+def test_a_random_sample_of_tiles_rebuilds_bit_for_bit(likelihood):
+    """`qptables ship` re-creates the shipped files: recompute 3 random tiles, compare bytes."""
+    path = shipped_path(likelihood)
+    attrs = json.loads((path / "zarr.json").read_text())["attributes"]
+    boxes = tuple(box_from_attrs(b) for b in attrs["boxes"])
+    tiles = _tiles(boxes)
+    rng = np.random.default_rng()
+    for i in rng.choice(len(tiles), size=min(3, len(tiles)), replace=False):
+        k, label, first = tiles[i]
+        rho = tile_rho(likelihood, boxes[k], label, first)
+        rows = TILE_CELLS * boxes[k].axes[0].n
+        full = np.full((rows, *rho.shape[1:]), np.nan)  # zarr pads a short last chunk
+        full[: rho.shape[0]] = rho
+        shipped = _chunk_file(path, boxes[k], label, first).read_bytes()
+        assert (
+            hashlib.sha256(full.astype("<f8").tobytes()).hexdigest()
+            == hashlib.sha256(shipped).hexdigest()
+        ), (likelihood, k, label, first)
+
+
+def _random_cavities(n, seed):
+    rng = np.random.default_rng(seed)
+    mu = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-3, 4, n)  # |mu| up to 1e4
+    sigma = 10.0 ** rng.uniform(-4, 4, n)  # 1e-4 .. 1e4
+    y = rng.choice([-1.0, 1.0], n)
+    return mu, sigma, y
+
+
+def test_probit_lookups_match_the_exact_kernel_everywhere():
+    table = open_reduced(shipped_path("probit"))
+    mu, sigma, y = _random_cavities(100_000, seed=1)
+    got = table.sigma_qp(mu, sigma, y)
+    exact = qpinfer.sigma_qp("probit", mu, sigma, y)
+    assert np.max(np.abs(got / exact - 1.0)) <= 1e-12
+    assert table.fallback_count == 0
+
+
+@pytest.mark.slow
+def test_probit_lookups_match_the_exact_kernel_on_a_million_points():
+    table = open_reduced(shipped_path("probit"))
+    mu, sigma, y = _random_cavities(1_000_000, seed=2)
+    got = table.sigma_qp(mu, sigma, y)
+    exact = qpinfer.sigma_qp("probit", mu, sigma, y)
+    assert np.max(np.abs(got / exact - 1.0)) <= 1e-12
+    assert table.fallback_count == 0
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+positive = st.floats(min_value=5e-324, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mu=finite, sigma=positive, y=st.sampled_from([-1.0, 1.0]))
+def test_every_finite_query_is_answered_by_the_table(mu, sigma, y):
+    table = open_shipped("probit")
+    got = float(table.sigma_qp(mu, sigma, y))
+    _, ep = qpinfer.tilted_moments("probit", mu, sigma, y)
+    assert math.isfinite(got) and got > 0 and got <= float(ep) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((np.nan, 1.0, 1), "mu must be finite"),
+        ((0.0, 0.0, 1), "sigma must be > 0"),
+        ((0.0, 1.0, 2), "y must be -1 or \\+1"),
+    ],
+)
+def test_bad_queries_are_refused(args, match):
+    with pytest.raises(ValueError, match=match):
+        open_shipped("probit").sigma_qp(*args)
+
+
+def test_opens_with_xarray():
+    xr = pytest.importorskip("xarray")
+    ds = xr.open_zarr(shipped_path("probit"), consolidated=False)
+    assert set(ds.data_vars) == {"rho_core", "rho_tail"}
+    assert float(ds.rho_core.max()) <= 1.0 + 1e-12 and float(ds.rho_core.min()) > 0.5
+
+
+@pytest.fixture
+def shipped_copy(tmp_path):
+    dst = tmp_path / "probit.zarr"
+    shutil.copytree(shipped_path("probit"), dst)
+    return dst
+
+
+def test_a_flipped_byte_in_a_shipped_chunk_is_refused_naming_the_file(shipped_copy):
+    chunk = next(
+        p for p in (shipped_copy / "rho_core").rglob("*") if p.is_file() and "c" in p.parts
+    )
+    data = bytearray(chunk.read_bytes())
+    data[1000] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    rel = chunk.relative_to(shipped_copy).as_posix()
+    with pytest.raises(TableError, match=f"file '{rel}' changed"):
+        open_reduced(shipped_copy)
+
+
+def test_an_edited_likelihood_is_refused_naming_the_attribute(shipped_copy):
+    meta = json.loads((shipped_copy / "zarr.json").read_text())
+    meta["attributes"]["likelihood"] = "step_noise(eps=0.2)"
+    (shipped_copy / "zarr.json").write_text(json.dumps(meta))
+    with pytest.raises(TableError, match="attribute 'likelihood' changed"):
+        qpinfer.open_table(shipped_copy)
+
+
+def test_classifier_uses_the_shipped_table_and_matches_exact_qp():
+    """table=None: no warning, no download; the fit equals exact-kernel QP to 1e-9."""
+    X, y = load_ionosphere()
+    X, y = X[:120], y[:120]
+    kw = {"method": "qp", "optimizer": None, "variance": 4.0, "length_scale": 3.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "no installed sigma* table" would raise here
+        tab = qpinfer.GPClassifier(**kw).fit(X, y)
+    exact = qpinfer.GPClassifier(table="exact", **kw).fit(X, y)
+    assert type(tab.table_).__name__ == "ReducedTable"
+    assert abs(tab.log_marginal_likelihood_ - exact.log_marginal_likelihood_) <= 1e-9
+    np.testing.assert_allclose(tab.predict_proba(X), exact.predict_proba(X), rtol=0, atol=1e-9)
