@@ -163,7 +163,11 @@ class QuantileMatching:
     ) -> tuple[np.ndarray, np.ndarray]:
         mean, std_ep = self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
         if self.table is not None:
-            std = self.table.sigma_ratio(cavity_mean, cavity_std, y) * std_ep
+            if getattr(self.table, "accepts_moments", False):  # v2: no second EP computation
+                ratio = self.table.sigma_ratio(cavity_mean, cavity_std, y, moments=(mean, std_ep))
+            else:
+                ratio = self.table.sigma_ratio(cavity_mean, cavity_std, y)
+            std = ratio * std_ep
         else:
             from qpinfer import sigma_qp  # late import: qpinfer/__init__ imports this module
 

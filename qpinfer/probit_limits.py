@@ -51,10 +51,11 @@ def rescale_wide(mu, sigma):
     return mask, mu_r, sigma_r, sigma / sigma_r
 
 
-def sigma_qp_limits(probit, mu, sigma):
-    """``(mask, sigma*)`` for regimes 1 and 2 (canonical label +1)."""
+def sigma_qp_limits(probit, mu, sigma, moments=None):
+    """``(mask, sigma*)`` for regimes 1 and 2 (canonical label +1); ``moments``: the tilted
+    ``(mean, std)`` if the caller has them already."""
     flat = mu - _FLAT_EDGE > _FLAT_SIGMAS * sigma
-    mean, std = probit.tilted_moments(mu, sigma, np.ones_like(mu))
+    mean, std = probit.tilted_moments(mu, sigma, np.ones_like(mu)) if moments is None else moments
     gaussian = np.maximum(1.0, np.abs(mean)) >= _GAUSSIAN_R * std
     return flat | gaussian, np.where(flat, sigma, std)
 

@@ -155,7 +155,15 @@ class ReducedTable:
         inner = np.matmul(block.reshape(-1, n0, n1), bases[1][:, :, None])[:, :, 0]
         return np.einsum("pi,pi->p", inner, bases[0])
 
-    def _sigma_qp_flat(self, mu, sigma, y) -> tuple[np.ndarray, tuple[int, ...]]:
+    accepts_moments = True  # QuantileMatching passes the EP moments it computed already
+
+    def _ratio_flat(
+        self, mu, sigma, y, moments=None
+    ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+        """``(sigma* / sigma_EP, sigma_EP, shape)`` over the flattened broadcast queries.
+
+        The EP moments are computed once; a cavity in a box that needed no rescaling gets its
+        ratio straight from the cells (rho is that ratio)."""
         lik = self._lik
         mu, sigma = check_cavity(mu, sigma)
         y = lik.check_y(y)
@@ -169,24 +177,32 @@ class ReducedTable:
         shape = mu.shape
         m, yy = lik.canonical(mu.ravel(), y.ravel())
         s = sigma.ravel().astype(np.float64)
-        out = np.empty(m.shape)
+        ratio = np.empty(m.shape)
         todo = np.ones(m.shape, dtype=bool)
         with np.errstate(all="ignore"):
-            closed = lik._sigma_closed_form(m, s, yy)
+            if moments is None:
+                moments = lik.tilted_moments(m, s, yy)
+            else:  # the caller's, at the original cavities: the std is the canonical one's, and
+                # the closed forms use |mean| only
+                moments = tuple(
+                    np.broadcast_to(np.asarray(a, dtype=np.float64), shape).ravel() for a in moments
+                )
+            ep = np.asarray(moments[1], dtype=np.float64).ravel()
+            if getattr(lik, "_closed_form_takes_moments", False):
+                closed = lik._sigma_closed_form(m, s, yy, moments=moments)
+            else:
+                closed = lik._sigma_closed_form(m, s, yy)
             if closed is not None:
                 mask, values = closed
-                out[mask] = values[mask]
+                ratio[mask] = values[mask] / ep[mask]
                 todo &= ~mask
-            scale = np.ones(m.shape)
             rescaled = lik._rescale(m, s, yy)
+            moved = np.zeros(m.shape, dtype=bool)
+            scale = None
             if rescaled is not None:
-                mask, m_r, s_r, scale_r = rescaled
-                mask = mask & todo
-                m, s, scale = (
-                    np.where(mask, m_r, m),
-                    np.where(mask, s_r, s),
-                    np.where(mask, scale_r, 1.0),
-                )
+                moved, m_r, s_r, scale = rescaled
+                moved = moved & todo
+                m, s = np.where(moved, m_r, m), np.where(moved, s_r, s)
             for k, box in enumerate(self._boxes):
                 idx = np.flatnonzero(todo)
                 if idx.size == 0:
@@ -196,27 +212,32 @@ class ReducedTable:
                     continue
                 sel = idx[inside]
                 rho = self._box_rho(k, label_index[inside], tuple(c[inside] for c in coords))
-                _, ep = lik.tilted_moments(m[sel], s[sel], yy[sel])
-                out[sel] = rho * ep * scale[sel]
+                mv = moved[sel]
+                if mv.any():  # rescaled: rho * sigma_EP(mu', sigma') * scale / sigma_EP
+                    sm = sel[mv]
+                    _, ep_r = lik.tilted_moments(m[sm], s[sm], yy[sm])
+                    rho[mv] *= np.ravel(ep_r) * scale[sm] / ep[sm]
+                ratio[sel] = rho
                 todo[sel] = False
         rest = np.flatnonzero(todo)
         if rest.size:
             from qpinfer.sigma import sigma_qp  # the exact kernel, for cavities in no box
 
             self.fallback_count += rest.size
-            out[rest] = sigma_qp(lik, mu.ravel()[rest], sigma.ravel()[rest], y.ravel()[rest])
-        return out, shape
+            exact = sigma_qp(lik, mu.ravel()[rest], sigma.ravel()[rest], y.ravel()[rest])
+            ratio[rest] = exact / ep[rest]
+        return ratio, ep, shape
 
     def sigma_qp(self, mu, sigma, y) -> np.ndarray:
         """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast)."""
-        out, shape = self._sigma_qp_flat(mu, sigma, y)
-        return out.reshape(shape)
+        ratio, ep, shape = self._ratio_flat(mu, sigma, y)
+        return (ratio * ep).reshape(shape)
 
-    def sigma_ratio(self, mu, sigma, y) -> np.ndarray:
-        """sigma* / sigma_EP (what :class:`qpinfer.ep.QuantileMatching` multiplies by EP's std)."""
-        out, shape = self._sigma_qp_flat(mu, sigma, y)
-        _, ep = self._lik.tilted_moments(*np.broadcast_arrays(mu, sigma, y))
-        return (out / np.ravel(ep)).reshape(shape)
+    def sigma_ratio(self, mu, sigma, y, moments=None) -> np.ndarray:
+        """sigma* / sigma_EP (what :class:`qpinfer.ep.QuantileMatching` multiplies by EP's std);
+        ``moments``: EP's ``(mean, std)`` at these cavities if the caller has them."""
+        ratio, _, shape = self._ratio_flat(mu, sigma, y, moments)
+        return ratio.reshape(shape)
 
     def contains(self, mu, sigma, y) -> np.ndarray:
         """True everywhere a lookup needs no exact fallback."""
@@ -227,7 +248,7 @@ class ReducedTable:
             zip(*(np.ravel(a) for a in np.broadcast_arrays(mu, sigma, y)))
         ):
             n = self.fallback_count
-            self._sigma_qp_flat(m, s, yy)
+            self._ratio_flat(m, s, yy)
             flat[i] = self.fallback_count == n
         self.fallback_count = before
         return out
