@@ -180,8 +180,9 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         ``method="rep"`` only (validated always).
     table : None, "exact", path or table object
         Where QP gets sigma* from. ``None``: the installed table for the likelihood
-        (:func:`qpinfer.tables.installed_table_path`) if there is one, else exact computation
-        (with a one-time warning). ``"exact"``: always exact. A path: :func:`qpinfer.open_table`
+        (:func:`qpinfer.tables.installed_table_path`) if there is one, else the v2 table shipped
+        inside qpinfer (:mod:`qpinfer.shipped`: near-exact, every cavity), else exact
+        computation (with a one-time warning). ``"exact"``: always exact. A path: :func:`qpinfer.open_table`
         of it. A table object (from ``open_table``) is used as is; one for another likelihood is a
         ``ValueError``. Ignored by EP.
     kernel : kernel object or None

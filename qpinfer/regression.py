@@ -165,8 +165,9 @@ class GPPoissonRegressor(GPEstimatorBase):
         positive branch ``f > 0``, see :mod:`qpinfer.laplace`).
     table : None, "exact", path or table object
         Where QP gets sigma* from (a ``poisson_square`` table). ``None``: the installed table
-        (:func:`qpinfer.tables.installed_table_path`) if there is one, else exact computation
-        (warned once); ``"exact"``: always exact; a path: :func:`qpinfer.open_table` of it.
+        (:func:`qpinfer.tables.installed_table_path`) if there is one, else the v2 table shipped
+        inside qpinfer if one ships for the likelihood (:mod:`qpinfer.shipped`), else exact
+        computation (warned once); ``"exact"``: always exact; a path: :func:`qpinfer.open_table` of it.
         Points outside a table are computed exactly. Ignored by the other methods.
     kernel, variance, length_scale, ard :
         As :class:`qpinfer.GPClassifier`: a :class:`qpinfer.kernels.Kernel`, or the initial (with
