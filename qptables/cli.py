@@ -438,6 +438,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         attrs["checksums"] = f"{len(attrs.get('checksums') or {})} chunks"
         print(json.dumps(attrs, indent=2, default=str))
         return 0
+    if attrs.get("qp_schema_version") == 2:
+        return _info_v2(path, attrs)
     try:
         grid = GridSpec.from_attrs(attrs["grid"], attrs["tile_mu"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -587,6 +589,35 @@ def _ship(args: argparse.Namespace) -> int:
         except BuildError as exc:
             print(f"qptables ship: error: {likelihood}: {exc}", file=sys.stderr)
             return 1
+    return 0
+
+
+def _info_v2(path: Path, attrs: dict) -> int:
+    """``qptables info`` of a v2 (reduced-coordinate) store."""
+    from qpinfer.tables_v2 import open_reduced
+
+    try:
+        open_reduced(path)  # schema, integrity, verification
+        status = "opens: integrity ok"
+    except ValueError as exc:
+        status = f"REFUSED by the reader: {exc}"
+    ver = attrs.get("verification") or {}
+    size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    print(f"{path}\n  likelihood: {attrs.get('likelihood')}   schema v2 (reduced coordinates)")
+    for box in attrs.get("boxes") or []:
+        axes = ", ".join(
+            f"{a['name']} [{a['start']:g}, {a['start'] + a['n_cells'] * a['width']:g}] "
+            f"{a['n_cells']} cells x {a['nodes_per_cell']} nodes"
+            for a in box["axes"]
+        )
+        print(f"  box {box['name']} ({box['kind']}): {axes}; {len(box['labels'])} label(s)")
+    print(f"  interpolation: {attrs.get('interpolation')}")
+    print(f"  size on disk: {size / 1e6:.2f} MB; {status}")
+    print(
+        f"  verification: passed={ver.get('passed')}; vs kernel {ver.get('kernel_max_rel_err')} "
+        f"on {ver.get('kernel_points')} points, vs mpmath {ver.get('mpmath_max_rel_err')} on "
+        f"{ver.get('mpmath_points')} (tolerance {ver.get('tolerance')})"
+    )
     return 0
 
 
