@@ -360,9 +360,19 @@ class PoissonSquare(Likelihood):
         return np.abs(mu), y
 
     def _sigma_closed_form(self, mu, sigma, y):
-        """y = 0: the tilted density N(f | beta, v) is Gaussian, so sigma* = sqrt(v) exactly."""
-        _, v, _ = self._beta_v(mu, sigma)
-        return y == 0, np.sqrt(v)
+        """y = 0 (the tilted density N(f | beta, v) is Gaussian, sigma* = sqrt(v) exactly), a
+        main lobe Gaussian to double precision (sigma* = the tilted std) and far single lobes
+        (quadrature about the mode): see :func:`qpinfer.poisson_moments.sigma_closed_form`."""
+        from qpinfer.poisson_moments import sigma_closed_form
+
+        return sigma_closed_form(mu, sigma, y)
+
+    def _rescale(self, mu, sigma, y):
+        """sigma outside [1e-100, 1e100]: sigma* = 2 sv sigma*(b, 1/sqrt(2), y), see
+        :func:`qpinfer.poisson_moments.rescale`."""
+        from qpinfer.poisson_moments import rescale
+
+        return rescale(mu, sigma, y)
 
     def _log_tilted(self, f, mu, sigma, y, derivative=True):
         """2y log|f| - (f - beta)^2 / (2v) up to a per-point constant, written about the mode of

@@ -161,28 +161,31 @@ def _half_line_lobe(c: np.ndarray, n: np.ndarray):
 
 
 def _lobes_x(b: np.ndarray, y: np.ndarray):
-    """``(log I, E[x], Var[x])`` by the two-lobe quadrature (1-D arrays, ``b >= 0``), ``I`` the
+    """``(log I, E[x] - b, Var[x])`` by the two-lobe quadrature (1-D arrays, ``b >= 0``), ``I`` the
     integral of ``exp(log q(x) - log q(x_+))`` over ``x``."""
     n = 2.0 * y
-    _, mass_p, mean_p, var_p = _half_line_lobe(b, n)
+    mode_p, mass_p, mean_p, var_p = _half_line_lobe(b, n)
     _, _, offset = lobe_modes(b, np.ones_like(b), y)
-    mode_p = 0.5 * (b + np.hypot(b, 2.0 * np.sqrt(n)))
-    mean, var, total = mode_p + mean_p, var_p, mass_p
+    # the main mode's offset from b, (r - b) / 2 = 2n / (r + b) for b >> sqrt(n) (no
+    # cancellation); near b = 0 as mode - b, the far lobe's own form (exact mirror at b = 0)
+    root_n = 2.0 * np.sqrt(n)
+    shift = np.where(b <= root_n, mode_p - b, 2.0 * n / (np.hypot(b, root_n) + b))
+    shift_mean, var, total = shift + mean_p, var_p, mass_p
     two = np.flatnonzero(offset > _FAR_LOBE_CUT)
     if two.size:  # the far lobe (the mirror image x -> -x of the lobe of u^n phi(u + b))
         mode_m, mass_m, mean_m, var_m = _half_line_lobe(-b[two], n[two])
         far = np.exp(offset[two]) * mass_m
         tot = mass_p[two] + far
         p_p, p_m = mass_p[two] / tot, far / tot
-        loc_p, loc_m = mean[two], mode_m + mean_m
-        mean[two] = p_p * loc_p - p_m * loc_m
+        loc_p, loc_m = b[two] + shift_mean[two], mode_m + mean_m
+        shift_mean[two] = p_p * shift_mean[two] - p_m * (loc_m + b[two])
         var[two] = p_p * var_p[two] + p_m * var_m + p_p * p_m * (loc_p + loc_m) ** 2
         total[two] = tot
-    return np.log(total), mean, var
+    return np.log(total), shift_mean, var
 
 
 def _recurrence_x(b: np.ndarray, y: np.ndarray):
-    """``(log P_n(b), E[x], Var[x])`` by the positive recurrence (1-D arrays, ``b >= 0``)."""
+    """``(log P_n(b), E[x] - b, Var[x])`` by the positive recurrence (1-D arrays, ``b >= 0``)."""
     n_target = (2 * y).astype(np.int64)
     p_prev2 = np.zeros(b.shape)  # P_{n-2}
     p_prev = np.zeros(b.shape)  # P_{n-1}
@@ -203,7 +206,7 @@ def _recurrence_x(b: np.ndarray, y: np.ndarray):
             p_prev2[big] *= 1e-200
             log_scale[big] += 200.0 * np.log(10.0)
     n = 2.0 * y
-    return log_p, b + n * r1, 1.0 + n * (n - 1.0) * r2 - (n * r1) ** 2
+    return log_p, n * r1, 1.0 + n * (n - 1.0) * r2 - (n * r1) ** 2
 
 
 def _stirlerr(y: np.ndarray) -> np.ndarray:
@@ -234,30 +237,60 @@ def _flat(*arrays):
 
 
 def _by_method(b: np.ndarray, y: np.ndarray):
-    """Per point ``(log_main, E[x], Var[x])`` and the lobe mask: ``log_main`` is ``log P_n(b)``
+    """Per point ``(log_main, E[x] - b, Var[x])`` and the lobe mask: ``log_main`` is ``log P_n(b)``
     where the recurrence was used and ``log I`` (see :func:`_lobes_x`) where the lobes were."""
     out = [np.empty(b.shape) for _ in range(3)]
     lobes = (y > 0) & ((y > _RECURRENCE_MAX_COUNT) | (b > _RECURRENCE_MAX_B))
-    idx = np.flatnonzero(~lobes)
-    if idx.size:
-        for o, val in zip(out, _recurrence_x(b[idx], y[idx])):
-            o[idx] = val
-    lobe_idx = np.flatnonzero(lobes)
-    for start in range(0, lobe_idx.size, _BATCH):
-        idx = lobe_idx[start : start + _BATCH]
-        for o, val in zip(out, _lobes_x(b[idx], y[idx])):
-            o[idx] = val
+    # b = inf (a cavity so far out that mu / sigma overflows) is the Gaussian limit: the
+    # recurrence (y = 0 only) and the lobes then give E[x] - b = 0, Var[x] = 1
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        idx = np.flatnonzero(~lobes)
+        if idx.size:
+            for o, val in zip(out, _recurrence_x(b[idx], y[idx])):
+                o[idx] = val
+        lobe_idx = np.flatnonzero(lobes)
+        for start in range(0, lobe_idx.size, _BATCH):
+            idx = lobe_idx[start : start + _BATCH]
+            for o, val in zip(out, _lobes_x(b[idx], y[idx])):
+                o[idx] = val
     return out, lobes
 
 
+def scaled_cavity(mu, sigma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(beta, sv, b)``: the tilted density's Gaussian factor ``N(f | beta, sv^2)`` and its
+    location in units of its width, ``beta = mu / (1 + 2 sigma^2)``,
+    ``sv = sigma / sqrt(1 + 2 sigma^2)``, ``b = beta / sv = mu / (sigma sqrt(1 + 2 sigma^2))``,
+    for every finite ``mu`` and ``sigma > 0`` without forming ``sigma^2`` (which underflows below
+    ~1e-154 and overflows above ~1e154): with ``A = sqrt(1 + 2 sigma^2)`` as
+    ``hypot(1, sqrt(2) sigma)`` for ``sigma < 1`` and ``sigma hypot(sqrt(2), 1/sigma)`` above, each
+    a few ulp. ``b`` overflows to ``inf`` only where its value exceeds the float range (the
+    Gaussian limit, which every user of ``b`` handles); ``beta`` and ``sv`` never overflow."""
+    mu, sigma = np.broadcast_arrays(np.asarray(mu, np.float64), np.asarray(sigma, np.float64))
+    small = sigma < 1.0
+    with np.errstate(over="ignore", under="ignore"):
+        s_lo = np.where(small, sigma, 0.5)  # each branch sees only its own range
+        s_hi = np.where(small, 1.0, sigma)
+        a_lo = np.hypot(1.0, np.sqrt(2.0) * s_lo)  # A
+        k_hi = np.hypot(np.sqrt(2.0), 1.0 / s_hi)  # A / sigma
+        sv = np.where(small, s_lo / a_lo, 1.0 / k_hi)
+        mu_a = mu / a_lo
+        mu_s = (mu / s_hi) / s_hi
+        beta = np.where(small, mu_a / a_lo, (mu_s / k_hi) / k_hi)
+        b = np.where(small, mu_a / s_lo, mu_s / k_hi)
+    return beta, sv, b
+
+
 def tilted_moments(mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation of ``q(f) ∝ f^(2y) exp(-f^2) N(f | mu, sigma^2)``."""
+    """Mean and standard deviation of ``q(f) ∝ f^(2y) exp(-f^2) N(f | mu, sigma^2)``: in the
+    scaled form ``mean = beta + sv (E[x] - b)``, ``std = sv sqrt(Var[x])`` (:func:`scaled_cavity`),
+    finite for every finite ``mu`` and ``sigma > 0``."""
     shape, (mu, sigma, y) = _flat(mu, sigma, y)
-    a = 1.0 + 2.0 * sigma * sigma
-    beta, sv = mu / a, sigma / np.sqrt(a)
-    (_, mean_x, var_x), _ = _by_method(np.abs(beta / sv), y)
-    mean = np.where(beta < 0, -sv, sv) * mean_x
-    return mean.reshape(shape), (sv * np.sqrt(var_x)).reshape(shape)
+    beta, sv, b = scaled_cavity(mu, sigma)
+    (_, shift, var_x), _ = _by_method(np.abs(b), y)
+    with np.errstate(over="ignore", under="ignore"):
+        mean = beta + np.where(mu < 0, -sv, sv) * shift
+        std = sv * np.sqrt(var_x)
+    return mean.reshape(shape), std.reshape(shape)
 
 
 def log_z(mu, sigma, y) -> np.ndarray:
@@ -275,3 +308,97 @@ def log_z(mu, sigma, y) -> np.ndarray:
         log_gauss = -0.5 * d * d - np.log(s) - 0.5 * _LOG_2PI
         out[lobes] = log_pois + log_gauss + 0.5 * np.log(v[lobes]) + log_main[lobes]
     return out.reshape(shape)
+
+
+#: sigma* = the tilted std to double precision where the main lobe's skewness
+#: gamma = (2n / u^3) / (1 + n / u^2)^(3/2) (n = 2y, u its mode in units of sv) is below this:
+#: sigma* / std - 1 = -gamma^2 / 36 against mpmath (gamma = 1.5e-4: -6.07e-10; 4e-6: -4.44e-13;
+#: 1.5e-7: -5.6e-16), so <= 3e-20 here.
+GAUSSIAN_SKEW = 1e-9
+#: single-lobe cavities whose mode lies further than this (in units of sv) from f = 0 take the
+#: mode-relative quadrature (the kernel's absolute node positions cost ~ulp(u) / width)
+MODE_RELATIVE_MIN = 1e3
+_SINGLE_LOBE_CUT = -70.0  # far lobe's peak this many nats below the main one's: dropped
+
+
+class _ModeRelative:
+    """The main lobe of ``|x|^n phi(x - b)`` as seen from its mode ``u`` (``h = x - u``):
+    ``log q = n log1pmx(h / u) - h^2 / 2``, a likelihood-like object for
+    :func:`qpinfer.sigma._sigma_qp_quadrature` (its ``mu`` slot carries ``u``). Node positions
+    are O(width) numbers, exact to an ulp of the width however far ``u`` is from 0."""
+
+    _n_nodes = 16
+
+    @staticmethod
+    def _log_tilted(h, u, _unused, y, derivative=True):
+        n = 2.0 * y
+        z = h / u
+        log_q = n * log1pmx(z) - 0.5 * h * h
+        if not derivative:
+            return log_q, None
+        return log_q, -h * (n / (u * (u + h)) + 1.0)
+
+
+def _sigma_mode_relative(u, y) -> np.ndarray:
+    """sigma* (in units of sv) of the lobe about ``u`` (1-D arrays), by the kernel's panel
+    quadrature in mode-relative coordinates."""
+    from qpinfer.sigma import _sigma_qp_quadrature  # late: sigma builds on the likelihoods
+
+    out = np.empty(u.shape)
+    for start in range(0, u.size, _BATCH):
+        sl = slice(start, start + _BATCH)
+        uu, yy = u[sl], y[sl]
+        width = 1.0 / np.sqrt(1.0 + (2.0 * yy / uu) / uu)
+        lobe = (np.zeros_like(uu), width, -uu, np.full_like(uu, np.inf))
+        out[sl] = _sigma_qp_quadrature(_ModeRelative(), uu, np.ones_like(uu), yy, [lobe])
+    return out
+
+
+def sigma_closed_form(mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask, sigma*)`` for :meth:`PoissonSquare._sigma_closed_form` (canonical ``mu >= 0``):
+
+    * ``y = 0``: the tilted density is ``N(beta, sv^2)``, sigma* = sv exactly;
+    * the main lobe Gaussian to double precision (skewness <= ``GAUSSIAN_SKEW``, which includes
+      ``b = inf``): sigma* = the tilted std;
+    * one lobe (the far one > 70 nats down) whose mode lies > ``MODE_RELATIVE_MIN`` widths from
+      0: the kernel's quadrature in mode-relative coordinates, times sv (capped at the tilted
+      std, Theorem 2, which only acts within rounding of the Gaussian threshold).
+
+    Everything in the scaled form of :func:`scaled_cavity`, so no sigma^2 or mu / sigma
+    over- or underflows."""
+    mu, sigma, y = (np.asarray(a, dtype=np.float64) for a in np.broadcast_arrays(mu, sigma, y))
+    _, sv, b = scaled_cavity(mu, sigma)
+    b = np.abs(b)
+    n = 2.0 * y
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        root = np.hypot(b, 2.0 * np.sqrt(n))
+        u = 0.5 * b + 0.5 * root  # halves first: b + root overflows for b near the float max
+        far = n * np.log1p(-b / u) - root * (b / 2.0)
+        kappa = (n / u) / u
+        gamma = ((n / u) / u) / u * 2.0 / (1.0 + kappa) ** 1.5
+    one_lobe = (y > 0) & ((b == np.inf) | (far < _SINGLE_LOBE_CUT))
+    gaussian = one_lobe & (gamma <= GAUSSIAN_SKEW)
+    relative = one_lobe & ~gaussian & (u > MODE_RELATIVE_MIN)
+    values = np.where(y == 0, sv, np.nan)
+    idx = np.flatnonzero(gaussian | relative)
+    if idx.size:
+        (_, _, var_x), _ = _by_method(b[idx], y[idx])
+        std_x = np.sqrt(var_x)
+        rel = relative[idx]
+        if rel.any():
+            std_x[rel] = np.minimum(std_x[rel], _sigma_mode_relative(u[idx][rel], y[idx][rel]))
+        with np.errstate(under="ignore"):
+            values[idx] = sv[idx] * std_x
+    return (y == 0) | gaussian | relative, values
+
+
+def rescale(mu, sigma, y):
+    """``(mask, mu', sigma', scale)`` for :meth:`PoissonSquare._rescale`: sigma* scales with
+    f -> lambda f, and ``|f|^(2y) N(f | beta, sv^2)`` depends on the cavity only through
+    ``b = beta / sv`` up to that scale, so sigma*(mu, sigma, y) = 2 sv sigma*(b, 1/sqrt(2), y)
+    (at sigma' = 1/sqrt(2): sv' = 1/2, b' = mu'). Used for ``sigma`` outside [1e-100, 1e100],
+    where the kernel's ``sigma^2``, ``v`` would under- or overflow; elsewhere the kernel sees
+    the cavity as given (bit-identical to before)."""
+    _, sv, b = scaled_cavity(mu, sigma)
+    mask = (sigma < 1e-100) | (sigma > 1e100)
+    return mask, np.abs(b), np.full(np.shape(b), np.sqrt(0.5)), 2.0 * sv
