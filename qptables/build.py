@@ -74,6 +74,7 @@ import numpy as np
 
 from qpinfer.replace import ReplaceRefusedError, check_replaceable, remove_store, replace_store
 from qpinfer.schema import DATA_VARS
+from qptables.estimate import CONCURRENCY_FACTOR, calibrate_workers, estimate_build
 from qptables.grid import GridError, GridSpec, paper_grid, validate_y
 from qptables.store import (
     StoreError,
@@ -380,12 +381,6 @@ def compute_tile(
         "seconds": time.perf_counter() - t0,
         "pid": os.getpid(),
     }
-
-
-def _warm_up() -> int:
-    """Import the kernel and run it once on a worker (so tile timings exclude start-up)."""
-    evaluate_rows("probit", np.zeros(1), np.ones(2), 1)
-    return os.getpid()
 
 
 # ----------------------------------------------------------------------------- probe
@@ -810,7 +805,12 @@ def _build_locked(
 
     if dry_run:
         n_workers = workers or os.cpu_count() or 1
-        say(f"  estimate: {_estimate(grid, samples, est_points, rate, n_workers)}")
+        est = estimate_build(
+            grid, points=est_points, tiles=len(todo), n_verify=len(grid.y) * 8 + samples,
+            n_workers=n_workers, rate=rate * CONCURRENCY_FACTOR,
+            source=f"(probed here x{CONCURRENCY_FACTOR}: all cores busy)",
+        )  # fmt: skip
+        say(f"  estimate: {est.describe()}")
         say("  dry run: nothing was created")
         return BuildResult(
             path=out,
@@ -873,9 +873,17 @@ def _build_locked(
                 f"--scheduler: workers {bad} cannot see {partial}; OUT must be on a file system "
                 f"shared by the client and all workers"
             )
-        say(f"  estimate: {_estimate(grid, samples, est_points, rate, n_workers)}")
-        if todo:
-            client.run(_warm_up)
+        # calibrated on all workers at once (also warms them up); see qptables.estimate
+        n_verify = len(grid.y) * 8 + samples
+        rate, mp_s = calibrate_workers(
+            client, likelihood, grid, rate, points=est_points, n_verify=n_verify, dps=verify_dps
+        )
+        est = estimate_build(
+            grid, points=est_points, tiles=len(todo), n_verify=n_verify, n_workers=n_workers,
+            rate=rate, mpmath_seconds=mp_s,
+        )  # fmt: skip
+        elapsed = time.perf_counter() - t_start
+        say(f"  estimate: {_human_seconds(elapsed + est.total)} in all, {est.describe()}")
         t_compute = time.perf_counter()
         reports = _run_tiles(client, partial, likelihood, grid, todo, mirror_pairs, progress)
         compute_seconds = time.perf_counter() - t_compute
@@ -899,6 +907,7 @@ def _build_locked(
             seed=seed,
             dps=verify_dps,
             client=client,
+            progress=progress,
         )
         report = dict(ref)
         report["reference_passed"] = ref["passed"]
@@ -946,19 +955,11 @@ def _build_locked(
     shutil.rmtree(partial, ignore_errors=True)
     result.published = True
     result.seconds = time.perf_counter() - t_start
-    say(f"  published {out} in {_human_seconds(result.seconds)}")
-    return result
-
-
-def _estimate(grid: GridSpec, samples: int, points: int, rate: float, n_workers: int) -> str:
-    """Human-readable time estimate: kernel points at the probe's rate on ``n_workers``, plus
-    ~1 s per mpmath verification point."""
-    n_verify = len(grid.y) * 8 + samples
-    est = points / (rate * n_workers) + n_verify * 1.0 / n_workers
-    return (
-        f"{_human_seconds(est)} on {n_workers} workers ({points:,} kernel points at "
-        f"~{rate:,.0f} points/s/worker measured on a probe, + {n_verify} mpmath checks)"
+    say(
+        f"  published {out} in {_human_seconds(result.seconds)} (estimated "
+        f"{_human_seconds(elapsed + est.total)}; tiles {_human_seconds(compute_seconds)})"
     )
+    return result
 
 
 def _run_tiles(

@@ -17,17 +17,18 @@ Before any of them, :func:`verify` refuses (``ValueError``, nothing written) a s
 metadata no longer matches its integrity digest (:mod:`qpinfer.integrity`), naming what
 changed; a store without a digest (built before digests existed) is checked as before.
 
-The mpmath points are evaluated in parallel: on a dask client's workers if one is given (as
-``qptables build`` does), else in a local process pool.
+The mpmath points are evaluated in parallel (:mod:`qptables.fanout`): on a dask client's
+workers if one is given (as ``qptables build`` does, and ``qptables verify --scheduler``), else
+in a local process pool; the report records how many points each worker computed.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
-import multiprocessing
 import os
+import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.integrity import metadata_changes
+from qptables.fanout import fan_out
 from qptables.grid import GridSpec
 from qptables.store import chunk_keys, read_attrs, update_attrs
 
@@ -62,8 +64,12 @@ RATIO_SLACK = 1e-12
 def sample_indices(grid: GridSpec, samples: int, seed: int = 0) -> list[tuple[int, int, int]]:
     """Stratified grid indices ``(iy, i_mu, i_log10_sigma)`` to check against mpmath.
 
-    For every ``y`` slice: the 4 corners and the 4 edge midpoints; then ``samples`` points
-    drawn uniformly (seeded by ``seed``) over the whole grid. Duplicates are dropped.
+    For every ``y`` slice: the 4 corners and the 4 edge midpoints; then ``samples`` points,
+    stratified (seeded by ``seed``): dealt to the ``y`` slices in turn, and within a slice a
+    Latin hypercube over ``(mu, log10_sigma)`` -- with ``m`` points in a slice, each of the
+    ``m`` equal bands of ``mu`` and each of the ``m`` bands of ``log10_sigma`` holds exactly one
+    point, so thousands of checks cover the grid evenly (no clusters, no holes). Duplicates are
+    dropped.
     """
     if samples < 0:
         raise ValueError(f"--samples: must be >= 0, got {samples!r}")
@@ -83,9 +89,25 @@ def sample_indices(grid: GridSpec, samples: int, seed: int = 0) -> list[tuple[in
     for iy in range(n_y):
         points.extend((iy, i, j) for i, j in edge)
     rng = np.random.default_rng(seed)
-    for _ in range(samples):
-        points.append((int(rng.integers(n_y)), int(rng.integers(n_mu)), int(rng.integers(n_ls))))
+    for iy in range(n_y):
+        m = samples // n_y + (iy < samples % n_y)
+        if m == 0:
+            continue
+        i = _latin_axis(rng, m, n_mu)
+        j = _latin_axis(rng, m, n_ls)
+        points.extend((iy, int(a), int(b)) for a, b in zip(i, j, strict=True))
     return list(dict.fromkeys(points))
+
+
+def _latin_axis(rng: np.random.Generator, m: int, n: int) -> np.ndarray:
+    """``m`` indices into an axis of ``n`` values, one in each of ``m`` equal bands (bands of
+    whole indices ``[ceil(b n / m), ceil((b + 1) n / m))``), in random band order."""
+    band = rng.permutation(m)
+    if m > n:  # more points than values: bands narrower than one value
+        return np.minimum(((band + rng.random(m)) * n / m).astype(int), n - 1)
+    lo = -((-band * n) // m)
+    hi = -((-(band + 1) * n) // m)
+    return lo + (rng.random(m) * (hi - lo)).astype(int)
 
 
 def reference_error(
@@ -104,17 +126,7 @@ def reference_error(
 
 def _map(func: Callable, arg_lists: list[list], client: Any | None, workers: int | None) -> list:
     """Apply ``func`` over zipped ``arg_lists`` on a dask client, a process pool or inline."""
-    if not arg_lists or not arg_lists[0]:
-        return []
-    if client is not None:
-        futs = client.map(func, *arg_lists, pure=False)
-        return client.gather(futs)
-    n = workers if workers is not None else (os.cpu_count() or 1)
-    if n <= 1:
-        return [func(*args) for args in zip(*arg_lists, strict=True)]
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-        return list(pool.map(func, *arg_lists))
+    return fan_out(func, arg_lists, client=client, workers=workers)[0]
 
 
 def reference_sample(
@@ -126,8 +138,15 @@ def reference_sample(
     dps: int = DEFAULT_DPS,
     client: Any | None = None,
     workers: int | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """Check 1 of the module docstring: stored sigma_qp vs mpmath on a stratified sample."""
+    """Check 1 of the module docstring: stored sigma_qp vs mpmath on a stratified sample.
+
+    The points run on the dask ``client``'s workers (else ``workers`` local processes), with
+    a tqdm bar if ``progress``. Besides the errors, the report says how many points were
+    checked and where: per label (``by_y``), the ``mu``/``log10_sigma`` ranges covered, the
+    stratification, and how many points each worker (``host:pid``) computed, at what rate.
+    """
     import zarr
     from zarr.storage import LocalStore
 
@@ -140,7 +159,7 @@ def reference_sample(
     sig = grid.sigma_values()
     table = [float(arr[iy, i, j]) for iy, i, j in idx]
     t0 = time.perf_counter()
-    results = _map(
+    results, where = fan_out(
         reference_error,
         [
             [likelihood] * len(idx),
@@ -150,8 +169,10 @@ def reference_sample(
             table,
             [dps] * len(idx),
         ],
-        client,
-        workers,
+        client=client,
+        workers=workers,
+        progress=progress,
+        desc="mpmath checks",
     )
     seconds = time.perf_counter() - t0
     errs = np.array([e for _, e in results]) if results else np.zeros(0)
@@ -168,6 +189,22 @@ def reference_sample(
         "tolerance": float(tolerance),
         "seconds": round(seconds, 3),
         "passed": bool(max_err <= tolerance),
+        "where": {
+            "sampling": "corners and edge midpoints of every y slice + random points dealt to "
+            "the y slices in turn, a Latin hypercube over (mu, log10_sigma) within each",
+            "by_y": {str(int(ys[iy])): n for iy, n in Counter(p[0] for p in idx).items()},
+            "mu_range": [float(mu[min(p[1] for p in idx)]), float(mu[max(p[1] for p in idx)])]
+            if idx
+            else [],
+            "log10_sigma_range": [
+                float(ls[min(p[2] for p in idx)]),
+                float(ls[max(p[2] for p in idx)]),
+            ]
+            if idx
+            else [],
+            "workers": where,
+            "points_per_second": round(len(idx) / seconds, 3) if seconds > 0 else None,
+        },
     }
     if worst is not None:
         iy, i, j = idx[worst]
@@ -285,14 +322,18 @@ def verify(
     client: Any | None = None,
     workers: int | None = None,
     write: bool = True,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Verify the store at ``path``; return the report and (``write=True``) store it in
     ``attrs["verification"]``.
 
     The report holds ``points``, ``max_rel_error``, ``median_rel_error``, ``tolerance``,
     ``seconds`` and ``passed`` (all three checks of the module docstring), plus details
-    (``worst`` point, ``scan`` summary).
+    (``worst`` point, ``scan`` summary, ``where`` the points were and which workers ran them).
+    ``progress``: a progress bar of the mpmath points (default: when stderr is a terminal).
     """
+    if progress is None:
+        progress = sys.stderr.isatty()
     if not (isinstance(tolerance, float | int) and np.isfinite(tolerance) and tolerance > 0):
         raise ValueError(f"--tolerance: must be a positive number, got {tolerance!r}")
     if int(dps) < 15:
@@ -318,6 +359,7 @@ def verify(
         dps=dps,
         client=client,
         workers=workers,
+        progress=progress,
     )
     report["reference_passed"] = report["passed"]
     report["scan"] = scan
