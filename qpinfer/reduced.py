@@ -117,18 +117,31 @@ _KINDS = {"ProbitCore": ProbitCore, "ProbitTail": ProbitTail}
 
 
 def boxes_for(likelihood: str) -> tuple[Box, ...]:
-    """The default v2 boxes of a likelihood (``ValueError`` if it has none yet)."""
+    """The default v2 boxes of a likelihood name (``ValueError`` if it has none): probit,
+    poisson_square (counts 1..1000) and step_noise(eps=...) (one store per eps)."""
+    from qpinfer.reduced_boxes import KINDS, poisson_boxes, step_noise_boxes
+
+    _KINDS.update(KINDS)
+    if likelihood.startswith("step_noise"):
+        from qpinfer.step_noise import parse_name
+
+        return step_noise_boxes(parse_name(likelihood))
+    if likelihood == "poisson_square":
+        return poisson_boxes()
     try:
         return _BOXES[likelihood]()
     except KeyError:
         raise ValueError(
-            f"no v2 table layout for likelihood {likelihood!r}; available: {sorted(_BOXES)}"
+            f"no v2 table layout for likelihood {likelihood!r}; available: probit, "
+            "poisson_square, step_noise(eps=...)"
         ) from None
 
 
 def box_from_attrs(attrs: dict) -> Box:
     """A box from its stored description (``Box.to_attrs``); ``ValueError`` if unknown."""
-    kind = _KINDS.get(attrs.get("kind"))
+    from qpinfer.reduced_boxes import KINDS
+
+    kind = {**_KINDS, **KINDS}.get(attrs.get("kind"))
     if kind is None:
         raise ValueError(f"unknown v2 box kind {attrs.get('kind')!r}")
     axes = tuple(CellAxis.from_attrs(a) for a in attrs["axes"])

@@ -199,7 +199,7 @@ def build_v2(
     from qptables.build import BuildError, BuildInputError, BuildLock, _client, partial_path
 
     lik = qpinfer.get_likelihood(likelihood)
-    boxes = boxes_for(lik.name.split("(")[0] if lik.name.startswith("step_noise") else lik.name)
+    boxes = boxes_for(lik.name)
     out = Path(out)
     kind = check_replaceable(out)
     if kind != "absent" and not force:

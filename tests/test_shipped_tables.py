@@ -142,3 +142,13 @@ def test_classifier_uses_the_shipped_table_and_matches_exact_qp():
     assert type(tab.table_).__name__ == "ReducedTable"
     assert abs(tab.log_marginal_likelihood_ - exact.log_marginal_likelihood_) <= 1e-9
     np.testing.assert_allclose(tab.predict_proba(X), exact.predict_proba(X), rtol=0, atol=1e-9)
+
+
+def test_step_noise_lookups_match_the_exact_kernel_everywhere():
+    name = "step_noise(eps=0.2)"
+    table = open_reduced(shipped_path(name))
+    mu, sigma, y = _random_cavities(100_000, seed=3)
+    got = table.sigma_qp(mu, sigma, y)
+    exact = qpinfer.sigma_qp(name, mu, sigma, y)
+    assert np.max(np.abs(got / exact - 1.0)) <= 1e-12
+    assert table.fallback_count == 0
