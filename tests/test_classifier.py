@@ -159,15 +159,28 @@ def test_table_none_uses_the_installed_table(monkeypatch, probit_table_path):
     assert clf.table_.path == probit_table_path
 
 
-def test_table_none_without_an_installed_table_warns_once_and_computes_exactly(monkeypatch):
+def test_table_none_without_an_installed_table_uses_the_shipped_one(monkeypatch):
+    from qpinfer.shipped import open_shipped
+
+    X, y = _blobs(seed=8, n=30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "computes exactly" warning
+        clf = GPClassifier("qp", optimizer=None).fit(X, y)
+    assert clf.table_ is open_shipped("probit")
+
+
+def test_table_none_with_no_installed_or_shipped_table_warns_once_and_computes_exactly(
+    monkeypatch,
+):
     monkeypatch.setattr(estimator_module, "_warned_exact", set())
     X, y = _blobs(seed=8, n=30)
+    kw = {"likelihood": "step_noise", "eps": 0.1, "optimizer": None}  # only eps = 0.2 ships
     with pytest.warns(RuntimeWarning, match="exactly"):
-        clf = GPClassifier("qp", optimizer=None).fit(X, y)
+        clf = GPClassifier("qp", **kw).fit(X, y)
     assert clf.table_ is None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        GPClassifier("qp", optimizer=None).fit(X, y)
+        GPClassifier("qp", **kw).fit(X, y)
     assert not [w for w in caught if "exactly" in str(w.message)]
 
 
