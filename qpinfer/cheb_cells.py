@@ -95,22 +95,27 @@ class CellAxis:
 
 
 def coefficients(values: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
-    """Per-cell Chebyshev coefficients of node ``values`` (shape: the axes' node counts).
+    """Per-cell Chebyshev coefficients of node ``values`` (shape: the axes' node counts, with
+    any number of leading batch axes, e.g. one slice per label).
 
-    Returns an array of shape ``(cells_0 * cells_1 * ..., n_0 * n_1 * ...)``: row ``k`` is the
-    cell with flat index ``k`` (C order over the axes), its coefficients flattened C order.
+    Returns an array of shape ``(batch * cells_0 * cells_1 * ..., n_0 * n_1 * ...)``: row
+    ``b * n_cells + k`` is cell ``k`` (C order over the axes) of batch item ``b``, its
+    coefficients flattened C order.
     """
-    shape = []
+    v = np.asarray(values, dtype=np.float64)
+    lead = v.shape[: v.ndim - len(axes)]
+    b = int(np.prod(lead))
+    shape = [b]
     for ax in axes:
         shape += [ax.n_cells, ax.n]
-    v = np.asarray(values, dtype=np.float64).reshape(shape)
+    v = v.reshape(shape)
     for d, ax in enumerate(axes):
         v = np.moveaxis(
-            np.tensordot(_values_to_coefficients(ax.n), v, axes=(1, 2 * d + 1)), 0, 2 * d + 1
+            np.tensordot(_values_to_coefficients(ax.n), v, axes=(1, 2 * d + 2)), 0, 2 * d + 2
         )
-    order = [2 * d for d in range(len(axes))] + [2 * d + 1 for d in range(len(axes))]
+    order = [0] + [2 * d + 1 for d in range(len(axes))] + [2 * d + 2 for d in range(len(axes))]
     n_cells = int(np.prod([ax.n_cells for ax in axes]))
-    return np.ascontiguousarray(v.transpose(order).reshape(n_cells, -1))
+    return np.ascontiguousarray(v.transpose(order).reshape(b * n_cells, -1))
 
 
 def _chebyshev_basis(x: np.ndarray, n: int) -> np.ndarray:

@@ -16,7 +16,11 @@ from pathlib import Path
 __all__ = ["SHIPPED", "open_shipped", "shipped_path"]
 
 #: likelihood name -> store directory name under ``qpinfer/tables_data``
-SHIPPED = {"probit": "probit.zarr", "step_noise(eps=0.2)": "step_noise-eps0.2.zarr"}
+SHIPPED = {
+    "probit": "probit.zarr",
+    "poisson_square": "poisson_square.zarr",
+    "step_noise(eps=0.2)": "step_noise-eps0.2.zarr",
+}
 
 DATA_DIR = Path(__file__).with_name("tables_data")
 

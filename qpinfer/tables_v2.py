@@ -321,5 +321,5 @@ def open_reduced(path: str | os.PathLike) -> ReducedTable:
         want = (len(box.labels), *(ax.n_cells * ax.n for ax in box.axes))
         if values.shape != want or not np.all((values > 0) & (values <= 1 + 1e-12)):
             raise TableError(f"{what}: array rho_{box.name} is not {want} values in (0, 1]")
-        coefs.append(np.concatenate([coefficients(v, box.axes) for v in values], axis=0))
+        coefs.append(coefficients(values, box.axes))  # one slice per label
     return ReducedTable(root, attrs, boxes, coefs)

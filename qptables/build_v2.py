@@ -30,49 +30,65 @@ from qpinfer.reduced import Box, box_from_attrs, boxes_for
 from qpinfer.replace import check_replaceable, remove_store, replace_store
 from qpinfer.tables_v2 import SCHEMA_VERSION_V2, array_names, integrity_record, open_reduced
 
-__all__ = ["TILE_CELLS", "build_v2", "tile_rho"]
+__all__ = ["TILE_CELLS", "TILE_LABELS", "build_v2", "chunk_shape", "tile_rho"]
 
-TILE_CELLS = 4  # cells of a box's first axis per tile (one zarr chunk)
+TILE_CELLS = 4  # 2-D boxes: cells of the first axis per tile, one label (one zarr chunk)
+TILE_LABELS = 100  # 1-D boxes: labels per tile, the whole axis (one zarr chunk)
 TOLERANCE = 1e-12
 
 
+def tile_layout(box: Box) -> tuple[int, int]:
+    """``(labels, cells of the first axis)`` per tile (= zarr chunk) of a box."""
+    if len(box.axes) == 1:
+        return min(TILE_LABELS, len(box.labels)), box.axes[0].n_cells
+    return 1, TILE_CELLS
+
+
+def chunk_shape(box: Box) -> tuple[int, ...]:
+    labels, cells = tile_layout(box)
+    return (labels, cells * box.axes[0].n, *(ax.n_cells * ax.n for ax in box.axes[1:]))
+
+
 def _tiles(boxes: tuple[Box, ...]) -> list[tuple[int, int, int]]:
-    """``(box index, label index, first cell)`` of every tile."""
-    return [
-        (k, li, c)
-        for k, box in enumerate(boxes)
-        for li in range(len(box.labels))
-        for c in range(0, box.axes[0].n_cells, TILE_CELLS)
-    ]
+    """``(box index, first label, first cell)`` of every tile."""
+    out = []
+    for k, box in enumerate(boxes):
+        labels, cells = tile_layout(box)
+        for first_label in range(0, len(box.labels), labels):
+            for first_cell in range(0, box.axes[0].n_cells, cells):
+                out.append((k, first_label, first_cell))
+    return out
 
 
-def tile_rho(likelihood: str, box: Box, label_index: int, first_cell: int) -> np.ndarray:
-    """rho at the nodes of one tile: shape ``(rows, nodes of the other axes...)``."""
+def tile_rho(likelihood: str, box: Box, first_label: int, first_cell: int) -> np.ndarray:
+    """rho at the nodes of one tile: shape ``(labels, rows, nodes of the other axes...)``."""
+    n_labels, n_cells = tile_layout(box)
     ax0 = box.axes[0]
-    cells = min(TILE_CELLS, ax0.n_cells - first_cell)
+    cells = min(n_cells, ax0.n_cells - first_cell)
     x0 = ax0.nodes()[first_cell * ax0.n : (first_cell + cells) * ax0.n]
-    grids = np.meshgrid(x0, *(ax.nodes() for ax in box.axes[1:]), indexing="ij")
-    label = box.labels[label_index]
-    mu, sigma = box.cavity(label, *(g.ravel() for g in grids))
-    y = np.full(mu.shape, label)
+    labels = np.asarray(box.labels[first_label : first_label + n_labels], dtype=np.float64)
+    grids = np.meshgrid(labels, x0, *(ax.nodes() for ax in box.axes[1:]), indexing="ij")
+    y = grids[0].ravel()
+    mu, sigma = box.cavity(y, *(g.ravel() for g in grids[1:]))
     q = qpinfer.sigma_qp(likelihood, mu, sigma, y)
     _, ep = qpinfer.tilted_moments(likelihood, mu, sigma, y)
     return (q / ep).reshape(grids[0].shape)
 
 
-def _run_tile(path: str, likelihood: str, box_attrs: dict, label_index: int, first_cell: int):
+def _run_tile(path: str, likelihood: str, box_attrs: dict, first_label: int, first_cell: int):
     import zarr
 
     box = box_from_attrs(box_attrs)
-    rho = tile_rho(likelihood, box, label_index, first_cell)
+    rho = tile_rho(likelihood, box, first_label, first_cell)
     arr = zarr.open_array(f"{path}/rho_{box.name}", mode="r+")
     r0 = first_cell * box.axes[0].n
-    arr[label_index, r0 : r0 + rho.shape[0]] = rho
+    arr[first_label : first_label + rho.shape[0], r0 : r0 + rho.shape[1]] = rho
     return first_cell
 
 
-def _chunk_file(path: Path, box: Box, label_index: int, first_cell: int) -> Path:
-    parts = [str(label_index), str(first_cell // TILE_CELLS)] + ["0"] * (len(box.axes) - 1)
+def _chunk_file(path: Path, box: Box, first_label: int, first_cell: int) -> Path:
+    labels, cells = tile_layout(box)
+    parts = [str(first_label // labels), str(first_cell // cells)] + ["0"] * (len(box.axes) - 1)
     return path / f"rho_{box.name}" / "c" / Path(*parts)
 
 
@@ -84,7 +100,7 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
     for box in boxes:
         names = array_names(box)
         shape = (len(box.labels), *(ax.n_cells * ax.n for ax in box.axes))
-        chunks = (1, TILE_CELLS * box.axes[0].n, *shape[2:])
+        chunks = chunk_shape(box)
         data_name, dims = next(iter(names.items()))
         group.create_array(
             data_name,
@@ -172,12 +188,7 @@ def _open_unverified(path: Path):
 
     attrs = json.loads((path / "zarr.json").read_text())["attributes"]
     boxes = [box_from_attrs(b) for b in attrs["boxes"]]
-    coefs = [
-        np.concatenate(
-            [coefficients(v, b.axes) for v in _read_array(path, f"rho_{b.name}", str(path))]
-        )
-        for b in boxes
-    ]
+    coefs = [coefficients(_read_array(path, f"rho_{b.name}", str(path)), b.axes) for b in boxes]
     return ReducedTable(path, attrs, boxes, coefs)
 
 

@@ -17,7 +17,7 @@ from qpinfer.reduced import box_from_attrs
 from qpinfer.shipped import SHIPPED, open_shipped, shipped_path
 from qpinfer.tables import TableError
 from qpinfer.tables_v2 import open_reduced
-from qptables.build_v2 import TILE_CELLS, _chunk_file, _tiles, tile_rho
+from qptables.build_v2 import _chunk_file, _tiles, chunk_shape, tile_rho
 
 LIKELIHOODS = sorted(SHIPPED)
 
@@ -33,9 +33,8 @@ def test_a_random_sample_of_tiles_rebuilds_bit_for_bit(likelihood):
     for i in rng.choice(len(tiles), size=min(3, len(tiles)), replace=False):
         k, label, first = tiles[i]
         rho = tile_rho(likelihood, boxes[k], label, first)
-        rows = TILE_CELLS * boxes[k].axes[0].n
-        full = np.full((rows, *rho.shape[1:]), np.nan)  # zarr pads a short last chunk
-        full[: rho.shape[0]] = rho
+        full = np.full(chunk_shape(boxes[k]), np.nan)  # zarr pads a short last chunk
+        full[tuple(slice(0, n) for n in rho.shape)] = rho
         shipped = _chunk_file(path, boxes[k], label, first).read_bytes()
         assert (
             hashlib.sha256(full.astype("<f8").tobytes()).hexdigest()
@@ -152,3 +151,34 @@ def test_step_noise_lookups_match_the_exact_kernel_everywhere():
     exact = qpinfer.sigma_qp(name, mu, sigma, y)
     assert np.max(np.abs(got / exact - 1.0)) <= 1e-12
     assert table.fallback_count == 0
+
+
+def test_poisson_lookups_match_the_exact_kernel_for_counts_to_1000():
+    table = open_reduced(shipped_path("poisson_square"))
+    rng = np.random.default_rng(4)
+    n = 20_000
+    mu = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-3, 4, n)
+    sigma = 10.0 ** rng.uniform(-4, 4, n)
+    y = np.floor(10.0 ** rng.uniform(0, 3, n))  # counts 1..1000, log-uniform
+    y[:50] = rng.integers(0, 3, 50)  # 0 is closed form, 1, 2
+    y[50:60] = 1000
+    got = table.sigma_qp(mu, sigma, y)
+    exact = qpinfer.sigma_qp("poisson_square", mu, sigma, y)
+    assert np.max(np.abs(got / exact - 1.0)) <= 1e-12
+    assert table.fallback_count == 0
+    table.sigma_qp(1.0, 1.0, 1001)  # above the table's counts: the exact kernel, counted
+    assert table.fallback_count == 1
+
+
+def test_poisson_regressor_uses_the_shipped_table_and_matches_exact_qp():
+    from _helpers import coal
+
+    X, y = coal()
+    kw = {"method": "qp", "optimizer": None, "variance": 1.0, "length_scale": 1.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tab = qpinfer.GPPoissonRegressor(**kw).fit(X, y)
+    exact = qpinfer.GPPoissonRegressor(table="exact", **kw).fit(X, y)
+    assert type(tab.table_).__name__ == "ReducedTable"
+    assert abs(tab.log_marginal_likelihood_ - exact.log_marginal_likelihood_) <= 1e-9
+    np.testing.assert_allclose(tab.predict(X), exact.predict(X), rtol=1e-9)
