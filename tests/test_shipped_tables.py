@@ -182,3 +182,21 @@ def test_poisson_regressor_uses_the_shipped_table_and_matches_exact_qp():
     assert type(tab.table_).__name__ == "ReducedTable"
     assert abs(tab.log_marginal_likelihood_ - exact.log_marginal_likelihood_) <= 1e-9
     np.testing.assert_allclose(tab.predict(X), exact.predict(X), rtol=1e-9)
+
+
+@pytest.mark.parametrize("likelihood", LIKELIHOODS)
+def test_no_cavity_anywhere_in_float64_falls_back_to_the_kernel(likelihood):
+    """The regimes and boxes cover every finite cavity (Poisson: every count up to 1000), so no
+    fit with these likelihoods ever takes the exact fallback."""
+    table = open_reduced(shipped_path(likelihood))
+    rng = np.random.default_rng(6)
+    n = 200_000
+    mu = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-300, 300, n)
+    sigma = 10.0 ** rng.uniform(-300, 300, n)
+    if likelihood == "poisson_square":
+        y = np.floor(10.0 ** rng.uniform(0, 3, n))
+    else:
+        y = rng.choice([-1.0, 1.0], n)
+    out = table.sigma_qp(mu, sigma, y)
+    assert np.all(np.isfinite(out) & (out > 0))
+    assert table.fallback_count == 0
