@@ -158,7 +158,9 @@ def _calibrate(
     """Runs on a worker: warm up, then time the row blocks ``rows`` of the kernel (one call per
     block, as a tile does) and the mpmath reference ``mpmath_points``."""
     from qptables.build import evaluate_rows
+    from qptables.malloc import tune_malloc
 
+    tune_malloc()  # as the tiles do
     grid = GridSpec.from_attrs(grid_attrs, tile_mu)
     mu, sigma = grid.mu_values(), grid.sigma_values()
     evaluate_rows(likelihood, mu[:1], sigma[:2], int(grid.y[0]))  # imports, caches
