@@ -33,8 +33,9 @@ from typing import Any, Self
 import numpy as np
 
 from qpinfer.cheb_cells import _chebyshev_basis, coefficients
-from qpinfer.likelihoods import check_cavity, get_likelihood
+from qpinfer.likelihoods import get_likelihood
 from qpinfer.reduced import Box, box_from_attrs
+from qpinfer.sigma import _prepare
 
 __all__ = ["SCHEMA_VERSION_V2", "ReducedTable", "integrity_record", "open_reduced"]
 
@@ -164,16 +165,7 @@ class ReducedTable:
 
         The EP moments are computed once; a cavity in a box that needed no rescaling gets its
         ratio straight from the cells (rho is that ratio)."""
-        lik = self._lik
-        mu, sigma = check_cavity(mu, sigma)
-        y = lik.check_y(y)
-        try:
-            mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
-        except ValueError:
-            raise ValueError(
-                f"mu, sigma and y must broadcast together; got shapes {np.shape(mu)}, "
-                f"{np.shape(sigma)}, {np.shape(y)}"
-            ) from None
+        lik, mu, sigma, y = _prepare(self._lik, mu, sigma, y)  # the kernel's input checks
         shape = mu.shape
         m, yy = lik.canonical(mu.ravel(), y.ravel())
         s = sigma.ravel().astype(np.float64)
