@@ -11,7 +11,7 @@ Goal: >= 1.7x with 2 workers on a 2-core machine.
 
 Usage::
 
-    python benchmarks/bench_verify.py                    # 400 points (~2 min on 2 cores)
+    python benchmarks/bench_verify.py                    # 200 points (~2.5 min on 2 cores)
     python benchmarks/bench_verify.py --samples 2000     # the size of a cluster build's check
     python benchmarks/bench_verify.py --quick            # 40 points: checks the script works
 
@@ -66,13 +66,13 @@ def bench(store: Path, workdir: Path, n_workers: int, samples: int, dps: int) ->
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--samples", type=int, default=None, help="random points (default 400)")
+    p.add_argument("--samples", type=int, default=None, help="random points (default 200)")
     p.add_argument("--quick", action="store_true", help="40 points")
     p.add_argument("--dps", type=int, default=40, help="mpmath digits (default 40)")
     p.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args(argv)
-    samples = args.samples if args.samples is not None else (40 if args.quick else 400)
+    samples = args.samples if args.samples is not None else (40 if args.quick else 200)
     if samples < 1:
         p.error(f"--samples: must be >= 1, got {samples}")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-verify-"))
