@@ -21,7 +21,7 @@ set -euo pipefail
 MARK="# written by quantile-propagation cluster/hpc/local-slurm.sh"
 CONF=/etc/slurm/slurm.conf
 
-die() { echo "local-slurm.sh: error: $*" >&2; exit "${2:-1}"; }
+die() { echo "local-slurm.sh: error: $1" >&2; exit "${2:-1}"; }
 say() { echo "local-slurm.sh: $*" >&2; }
 
 node_state() { sinfo -h -N -o '%T' 2>/dev/null | head -n1; }
