@@ -131,20 +131,28 @@ def _chebyshev_basis(x: np.ndarray, n: int) -> np.ndarray:
     return t.T
 
 
-def evaluate(coef: np.ndarray, axes: tuple[CellAxis, ...], points: tuple[np.ndarray, ...]):
-    """Interpolant at ``points`` (one 1-D array per axis, all inside the axes' ranges)."""
+def evaluate(
+    coef: np.ndarray,
+    axes: tuple[CellAxis, ...],
+    points: tuple[np.ndarray, ...],
+    first_row: np.ndarray | int = 0,
+) -> np.ndarray:
+    """Interpolant at ``points`` (one 1-D array per axis, all inside the axes' ranges).
+
+    ``first_row``: per query, the row of ``coef`` where its batch item's cells start (e.g.
+    ``label_index * n_cells`` for one slice per label, see :func:`coefficients`)."""
     flat = np.zeros(points[0].shape, dtype=np.intp)
     bases = []
     for ax, x in zip(axes, points, strict=True):
         cell, local = ax.locate(x)
         flat = flat * ax.n_cells + cell
         bases.append(_chebyshev_basis(local, ax.n))
-    block = coef[flat]  # one contiguous row per query
+    block = coef[first_row + flat]  # one contiguous row per query
     if len(axes) == 1:
         return np.einsum("pi,pi->p", block, bases[0])
     a, b = axes
-    block = block.reshape(-1, a.n, b.n)
-    return np.einsum("pj,pj->p", np.einsum("pij,pi->pj", block, bases[0]), bases[1])
+    inner = np.matmul(block.reshape(-1, a.n, b.n), bases[1][:, :, None])[:, :, 0]
+    return np.einsum("pi,pi->p", inner, bases[0])
 
 
 def tail_size(coef: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:

@@ -32,7 +32,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from qpinfer.cheb_cells import _chebyshev_basis, coefficients
+from qpinfer.cheb_cells import coefficients, evaluate
 from qpinfer.likelihoods import get_likelihood
 from qpinfer.reduced import Box, box_from_attrs
 from qpinfer.sigma import _prepare
@@ -136,32 +136,17 @@ class ReducedTable:
         out = np.empty(label_index.shape)
         for i in range(0, out.size, _BATCH):
             sl = slice(i, i + _BATCH)
-            out[sl] = self._box_rho_batch(k, label_index[sl], tuple(c[sl] for c in coords))
+            box = self._boxes[k]
+            n_cells = int(np.prod([ax.n_cells for ax in box.axes]))
+            points = tuple(c[sl] for c in coords)
+            out[sl] = evaluate(self._coefs[k], box.axes, points, label_index[sl] * n_cells)
         return out
-
-    def _box_rho_batch(self, k: int, label_index, coords) -> np.ndarray:
-        box, coef = self._boxes[k], self._coefs[k]
-        n_cells = 1
-        flat = np.zeros(label_index.shape, dtype=np.intp)
-        bases = []
-        for ax, x in zip(box.axes, coords, strict=True):
-            cell, local = ax.locate(x)
-            flat = flat * ax.n_cells + cell
-            n_cells *= ax.n_cells
-            bases.append(_chebyshev_basis(local, ax.n))
-        block = coef[label_index * n_cells + flat]
-        if len(bases) == 1:
-            return np.einsum("pi,pi->p", block, bases[0])
-        n0, n1 = box.axes[0].n, box.axes[1].n
-        inner = np.matmul(block.reshape(-1, n0, n1), bases[1][:, :, None])[:, :, 0]
-        return np.einsum("pi,pi->p", inner, bases[0])
 
     accepts_moments = True  # QuantileMatching passes the EP moments it computed already
 
-    def _ratio_flat(
-        self, mu, sigma, y, moments=None
-    ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-        """``(sigma* / sigma_EP, sigma_EP, shape)`` over the flattened broadcast queries.
+    def _ratio_flat(self, mu, sigma, y, moments=None, return_rest=False):
+        """``(sigma* / sigma_EP, sigma_EP, shape)`` over the flattened broadcast queries (and,
+        with ``return_rest``, the flat indices that needed the exact kernel).
 
         The EP moments are computed once; a cavity in a box that needed no rescaling gets its
         ratio straight from the cells (rho is that ratio)."""
@@ -218,7 +203,7 @@ class ReducedTable:
             self.fallback_count += rest.size
             exact = sigma_qp(lik, mu.ravel()[rest], sigma.ravel()[rest], y.ravel()[rest])
             ratio[rest] = exact / ep[rest]
-        return ratio, ep, shape
+        return (ratio, ep, shape, rest) if return_rest else (ratio, ep, shape)
 
     def sigma_qp(self, mu, sigma, y) -> np.ndarray:
         """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast)."""
@@ -234,16 +219,11 @@ class ReducedTable:
     def contains(self, mu, sigma, y) -> np.ndarray:
         """True everywhere a lookup needs no exact fallback."""
         before = self.fallback_count
-        out = np.ones(np.broadcast_shapes(np.shape(mu), np.shape(sigma), np.shape(y)), bool)
-        flat = out.ravel()
-        for i, (m, s, yy) in enumerate(
-            zip(*(np.ravel(a) for a in np.broadcast_arrays(mu, sigma, y)))
-        ):
-            n = self.fallback_count
-            self._ratio_flat(m, s, yy)
-            flat[i] = self.fallback_count == n
+        _, _, shape, rest = self._ratio_flat(mu, sigma, y, return_rest=True)
         self.fallback_count = before
-        return out
+        out = np.ones(int(np.prod(shape)), dtype=bool)
+        out[rest] = False
+        return out.reshape(shape)
 
 
 def _read_array(root: Path, name: str, what: str) -> np.ndarray:
@@ -281,8 +261,11 @@ def _read_array(root: Path, name: str, what: str) -> np.ndarray:
     return out
 
 
-def open_reduced(path: str | os.PathLike) -> ReducedTable:
-    """Open and validate a v2 store (schema, completeness, verification, integrity, arrays)."""
+def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTable:
+    """Open and validate a v2 store (schema, completeness, verification, integrity, arrays).
+
+    ``finished=False`` (the builder, verifying its own partial store): skip the checks of what
+    only a finished store has -- integrity record, completeness, passed verification."""
     from qpinfer.tables import TableError, _read_json
 
     root = Path(path)
@@ -291,16 +274,16 @@ def open_reduced(path: str | os.PathLike) -> ReducedTable:
     attrs = meta.get("attributes") or {}
     if attrs.get("qp_schema_version") != SCHEMA_VERSION_V2:
         raise TableError(f"{what}: schema version {attrs.get('qp_schema_version')!r}, expected 2")
-    changes = _integrity_changes(root, attrs)
+    changes = _integrity_changes(root, attrs) if finished else []
     if changes:
         raise TableError(
             f"{what}: does not match its integrity record ({'; '.join(changes)}); its numbers "
             "may not mean what it says -- rebuild it (or reinstall the package)"
         )
-    if attrs.get("complete") is not True:
+    if finished and attrs.get("complete") is not True:
         raise TableError(f"{what}: incomplete (attrs['complete'] is {attrs.get('complete')!r})")
     ver = attrs.get("verification")
-    if not isinstance(ver, dict) or ver.get("passed") is not True:
+    if finished and (not isinstance(ver, dict) or ver.get("passed") is not True):
         raise TableError(f"{what}: verification did not pass (attrs['verification'] = {ver!r})")
     try:
         boxes = [box_from_attrs(b) for b in attrs["boxes"]]

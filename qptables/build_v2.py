@@ -139,7 +139,7 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
 
 def _verify(path: Path, likelihood: str, client: Any, kernel_points: int, samples: int, seed: int):
     """Interpolant vs exact kernel at random box points; vs mpmath at a stratified sample."""
-    table = _open_unverified(path)
+    table = open_reduced(path, finished=False)
     rng = np.random.default_rng(seed)
     worst_kernel, n_kernel = 0.0, 0
     strata = []
@@ -177,19 +177,6 @@ def _verify(path: Path, likelihood: str, client: Any, kernel_points: int, sample
         "mpmath_boxes": sorted({p[0] for p in strata}),
         "seed": seed,
     }
-
-
-def _open_unverified(path: Path):
-    """The partial store as a table, before its verification and integrity exist."""
-    import json
-
-    from qpinfer.cheb_cells import coefficients
-    from qpinfer.tables_v2 import ReducedTable, _read_array
-
-    attrs = json.loads((path / "zarr.json").read_text())["attributes"]
-    boxes = [box_from_attrs(b) for b in attrs["boxes"]]
-    coefs = [coefficients(_read_array(path, f"rho_{b.name}", str(path)), b.axes) for b in boxes]
-    return ReducedTable(path, attrs, boxes, coefs)
 
 
 def build_v2(

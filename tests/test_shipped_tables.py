@@ -50,23 +50,25 @@ def _random_cavities(n, seed):
     return mu, sigma, y
 
 
-def test_probit_lookups_match_the_exact_kernel_everywhere():
-    table = open_reduced(shipped_path("probit"))
-    mu, sigma, y = _random_cavities(100_000, seed=1)
+def _assert_matches_the_kernel(likelihood, n, seed):
+    """The shipped table against the exact kernel on n random cavities: <= 1e-12, no
+    fallbacks."""
+    table = open_reduced(shipped_path(likelihood))
+    mu, sigma, y = _random_cavities(n, seed=seed)
     got = table.sigma_qp(mu, sigma, y)
-    exact = qpinfer.sigma_qp("probit", mu, sigma, y)
+    exact = qpinfer.sigma_qp(likelihood, mu, sigma, y)
     assert np.max(np.abs(got / exact - 1.0)) <= 1e-12
     assert table.fallback_count == 0
+
+
+@pytest.mark.parametrize(("likelihood", "seed"), [("probit", 1), ("step_noise(eps=0.2)", 3)])
+def test_lookups_match_the_exact_kernel_everywhere(likelihood, seed):
+    _assert_matches_the_kernel(likelihood, 100_000, seed)
 
 
 @pytest.mark.slow
 def test_probit_lookups_match_the_exact_kernel_on_a_million_points():
-    table = open_reduced(shipped_path("probit"))
-    mu, sigma, y = _random_cavities(1_000_000, seed=2)
-    got = table.sigma_qp(mu, sigma, y)
-    exact = qpinfer.sigma_qp("probit", mu, sigma, y)
-    assert np.max(np.abs(got / exact - 1.0)) <= 1e-12
-    assert table.fallback_count == 0
+    _assert_matches_the_kernel("probit", 1_000_000, seed=2)
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
@@ -143,16 +145,6 @@ def test_classifier_uses_the_shipped_table_and_matches_exact_qp():
     np.testing.assert_allclose(tab.predict_proba(X), exact.predict_proba(X), rtol=0, atol=1e-9)
 
 
-def test_step_noise_lookups_match_the_exact_kernel_everywhere():
-    name = "step_noise(eps=0.2)"
-    table = open_reduced(shipped_path(name))
-    mu, sigma, y = _random_cavities(100_000, seed=3)
-    got = table.sigma_qp(mu, sigma, y)
-    exact = qpinfer.sigma_qp(name, mu, sigma, y)
-    assert np.max(np.abs(got / exact - 1.0)) <= 1e-12
-    assert table.fallback_count == 0
-
-
 def test_poisson_lookups_match_the_exact_kernel_for_counts_to_1000():
     table = open_reduced(shipped_path("poisson_square"))
     rng = np.random.default_rng(4)
@@ -168,6 +160,8 @@ def test_poisson_lookups_match_the_exact_kernel_for_counts_to_1000():
     assert table.fallback_count == 0
     table.sigma_qp(1.0, 1.0, 1001)  # above the table's counts: the exact kernel, counted
     assert table.fallback_count == 1
+    assert table.contains(1.0, 1.0, [5, 1001]).tolist() == [True, False]
+    assert table.fallback_count == 1  # contains() only asks
 
 
 def test_poisson_regressor_uses_the_shipped_table_and_matches_exact_qp():
