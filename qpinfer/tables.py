@@ -47,6 +47,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from qpinfer.grid_cubic import interp_cubic
 from qpinfer.integrity import metadata_changes
 from qpinfer.schema import DATA_VARS, DIMS, REQUIRED_ATTRS, SCHEMA_VERSION, grid_axis
 
@@ -178,14 +179,6 @@ class _Axis:
         self.n = round((stop - start) / step) + 1
         self.stop = self.start + self.step * (self.n - 1)
         self.inv_step = 1.0 / self.step
-
-
-def _lagrange4(x: np.ndarray) -> np.ndarray:
-    """Cubic Lagrange weights of the nodes 0, 1, 2, 3 at x, shape (len(x), 4)."""
-    x1, x2, x3 = x - 1.0, x - 2.0, x - 3.0
-    return np.stack(
-        [-x1 * x2 * x3 / 6.0, x * x2 * x3 / 2.0, -x * x1 * x3 / 2.0, x * x1 * x2 / 6.0], axis=1
-    )
 
 
 class SigmaTable:
@@ -410,33 +403,10 @@ class SigmaTable:
         return out
 
     def _interpolate(self, var: str, iy, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        if self.interpolation == "cubic":
-            return self._interp_cubic(var, iy, u, v)
+        if self.interpolation == "cubic":  # one chunk per label (checked by open_table)
+            slices = lambda k: self._chunk(var, k * self._n_chunks)
+            return interp_cubic(slices, self._mu.n, self._ls.n, iy, u, v)
         return self._interp(var, iy, u, v)
-
-    def _interp_cubic(self, var: str, iy, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """Bicubic Lagrange interpolation (4 x 4 grid values about the query, shifted inwards
-        at the grid's edges): error O(h^4) instead of bilinear's O(h^2). Needs one chunk per
-        label (the published layout), checked by :func:`open_table`."""
-        n_mu, n_ls = self._mu.n, self._ls.n
-        bu = np.clip(u.astype(np.intp) - 1, 0, n_mu - 4)
-        bv = np.clip(v.astype(np.intp) - 1, 0, n_ls - 4)
-        wu, wv = _lagrange4(u - bu), _lagrange4(v - bv)
-        base = bu * n_ls + bv
-        keys = np.zeros(u.size, dtype=np.intp) if iy is None else iy
-        out = np.empty(u.size)
-        for k in np.unique(keys):
-            sel = np.flatnonzero(keys == k)
-            data = self._chunk(var, int(k) * self._n_chunks)
-            b = base[sel]
-            acc = np.zeros(sel.size)
-            for a in range(4):
-                row = np.zeros(sel.size)
-                for c in range(4):
-                    row += wv[sel, c] * data.take(b + (a * n_ls + c))
-                acc += wu[sel, a] * row
-            out[sel] = acc
-        return out
 
     def _locate(self, mu: np.ndarray, sigma: np.ndarray, y: np.ndarray):
         """Fractional grid indices and the mask of queries the table covers."""

@@ -296,7 +296,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     elif args.likelihood == "step_noise":
         args.likelihood = qpinfer.get_likelihood("step_noise").name
     if args.grid == "v2":
-        return _build_v2(args)
+        from qptables.cli_v2 import build_v2_command
+
+        return build_v2_command(args)
     grid = _grid_from_args(args)
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     if not (math.isfinite(tol) and tol > 0):
@@ -439,7 +441,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(json.dumps(attrs, indent=2, default=str))
         return 0
     if attrs.get("qp_schema_version") == 2:
-        return _info_v2(path, attrs)
+        from qptables.cli_v2 import info_v2
+
+        return info_v2(path, attrs)
     try:
         grid = GridSpec.from_attrs(attrs["grid"], attrs["tile_mu"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -520,6 +524,12 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ship(args: argparse.Namespace) -> int:
+    from qptables.cli_v2 import ship
+
+    return ship(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``qptables`` command; returns the exit status."""
     p = parser()
@@ -541,84 +551,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-
-
-def _build_v2(args: argparse.Namespace) -> int:
-    """``qptables build LIK OUT --grid v2``: :func:`qptables.build_v2.build_v2`."""
-    from qptables.build import BuildError, BuildInputError
-    from qptables.build_v2 import build_v2
-
-    flags = [f for f in ("mu", "log10_sigma", "y", "y_max", "tile_mu") if getattr(args, f, None)]
-    if flags:
-        raise _Refused(f"--grid v2 takes no grid flags; got --{flags[0].replace('_', '-')}")
-    try:
-        build_v2(
-            args.likelihood,
-            args.out,
-            scheduler=args.scheduler,
-            workers=args.workers,
-            force=args.force,
-            progress=not args.no_progress,
-        )
-    except (BuildInputError, ValueError) as exc:
-        raise _Refused(str(exc)) from None
-    except BuildError as exc:
-        print(f"qptables build: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _ship(args: argparse.Namespace) -> int:
-    """``qptables ship``: every shipped v2 table, rebuilt into ``--out``."""
-    from qpinfer.shipped import DATA_DIR, SHIPPED
-    from qptables.build import BuildError
-    from qptables.build_v2 import build_v2
-
-    out = Path(args.out) if args.out else DATA_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    for likelihood, name in SHIPPED.items():
-        try:
-            build_v2(
-                likelihood,
-                out / name,
-                scheduler=args.scheduler,
-                workers=args.workers,
-                force=True,
-                progress=not args.no_progress,
-            )
-        except BuildError as exc:
-            print(f"qptables ship: error: {likelihood}: {exc}", file=sys.stderr)
-            return 1
-    return 0
-
-
-def _info_v2(path: Path, attrs: dict) -> int:
-    """``qptables info`` of a v2 (reduced-coordinate) store."""
-    from qpinfer.tables_v2 import open_reduced
-
-    try:
-        open_reduced(path)  # schema, integrity, verification
-        status = "opens: integrity ok"
-    except ValueError as exc:
-        status = f"REFUSED by the reader: {exc}"
-    ver = attrs.get("verification") or {}
-    size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-    print(f"{path}\n  likelihood: {attrs.get('likelihood')}   schema v2 (reduced coordinates)")
-    for box in attrs.get("boxes") or []:
-        axes = ", ".join(
-            f"{a['name']} [{a['start']:g}, {a['start'] + a['n_cells'] * a['width']:g}] "
-            f"{a['n_cells']} cells x {a['nodes_per_cell']} nodes"
-            for a in box["axes"]
-        )
-        print(f"  box {box['name']} ({box['kind']}): {axes}; {len(box['labels'])} label(s)")
-    print(f"  interpolation: {attrs.get('interpolation')}")
-    print(f"  size on disk: {size / 1e6:.2f} MB; {status}")
-    print(
-        f"  verification: passed={ver.get('passed')}; vs kernel {ver.get('kernel_max_rel_err')} "
-        f"on {ver.get('kernel_points')} points, vs mpmath {ver.get('mpmath_max_rel_err')} on "
-        f"{ver.get('mpmath_points')} (tolerance {ver.get('tolerance')})"
-    )
-    return 0
 
 
 if __name__ == "__main__":
