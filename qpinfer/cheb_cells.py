@@ -7,7 +7,8 @@ which never touch a cell's ends, so a function is never evaluated on a boundary 
 product of the axes' nodes (what the kernel computed, what mpmath verifies, what is checksummed);
 the reader turns each cell's ``n x n`` block of values into Chebyshev coefficients once, at open
 (``coefficients``), and evaluates a query as ``sum_ij c_ij T_i(x) T_j(y)`` of its cell
-(``evaluate``): one contiguous gather of the cell's block per query and ``n^2`` multiply-adds.
+(``evaluate``): ``n^2`` multiply-adds against the cell's block, gathered per query or, for large
+batches, read once per cell.
 
 The interpolant's error on a cell is bounded by the sum of the discarded Chebyshev coefficients
 of the function there; :func:`tail_size` reports the size of the last ones, which the build
@@ -110,25 +111,76 @@ def coefficients(values: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
         shape += [ax.n_cells, ax.n]
     v = v.reshape(shape)
     for d, ax in enumerate(axes):
-        v = np.moveaxis(
-            np.tensordot(_values_to_coefficients(ax.n), v, axes=(1, 2 * d + 2)), 0, 2 * d + 2
-        )
+        m = _values_to_coefficients(ax.n)
+        v = np.moveaxis(np.tensordot(m, v, axes=(1, 2 * d + 2)), 0, 2 * d + 2)
     order = [0] + [2 * d + 1 for d in range(len(axes))] + [2 * d + 2 for d in range(len(axes))]
     n_cells = int(np.prod([ax.n_cells for ax in axes]))
     return np.ascontiguousarray(v.transpose(order).reshape(b * n_cells, -1))
 
 
 def _chebyshev_basis(x: np.ndarray, n: int) -> np.ndarray:
-    """T_0(x) .. T_{n-1}(x) for 1-D x, shape (len(x), n) (a transposed view: rows built
-    contiguously)."""
-    t = np.empty((n, x.size))
+    """T_0(x) .. T_{n-1}(x) for x of any shape, stacked on a new first axis: ``(n, *x.shape)``.
+
+    By blocks of the product formula T_(p+m) = 2 T_p T_m - T_(p-m) (m = 1 .. p): from T_0..T_p
+    it gives T_(p+1)..T_(2p) in three array operations, so n = 12 takes 4 blocks instead of
+    10 steps of the three-term recurrence (EP's batches are small; the call count is the cost).
+    """
+    t = np.empty((n, *x.shape))
     t[0] = 1.0
     t[1] = x
-    x2 = 2.0 * x
-    for k in range(2, n):
-        np.multiply(x2, t[k - 1], out=t[k])
-        t[k] -= t[k - 2]
-    return t.T
+    p = 1
+    while p + 1 < n:
+        k = min(p, n - 1 - p)  # T_(p+1) .. T_(p+k)
+        block = t[p + 1 : p + k + 1]
+        np.multiply(2.0 * t[p], t[1 : k + 1], out=block)
+        block -= t[p - k : p][::-1]
+        p += k
+    return t
+
+
+def _locate(axes: tuple[CellAxis, ...], points: tuple[np.ndarray, ...], first_row, check=False):
+    """``(rows, local, inside)``: row of ``coef`` (cell, C order over the axes, plus
+    ``first_row``) and local coordinates in [-1, 1], shape ``(n_axes, n)``, of the points;
+    with ``check``, only of those inside the axes' ranges (``inside``: their mask, ``None``
+    when all are), else ``inside`` is ``None`` and every point is taken as inside."""
+    start, inv_width, last = _axis_constants(axes)
+    u = np.empty((len(points), np.size(points[0])))
+    for d, x in enumerate(points):  # (cheaper than np.stack on EP-sized batches)
+        u[d] = x
+    u -= start
+    u *= inv_width
+    inside = None
+    if check:
+        ok = (u >= 0.0) & (u <= last + 1.0)
+        ok = ok.all(axis=0) if len(axes) > 1 else ok[0]
+        if not ok.all():
+            inside, u = ok, u[:, ok]
+            if np.ndim(first_row):
+                first_row = first_row[ok]
+    cell = np.floor(u)
+    np.maximum(cell, 0.0, out=cell)  # (np.clip costs more than both on small batches)
+    np.minimum(cell, last, out=cell)
+    u -= cell
+    u *= 2.0
+    u -= 1.0
+    cell = cell.astype(np.intp)
+    rows = cell[0]
+    for d in range(1, len(axes)):
+        rows = rows * axes[d].n_cells + cell[d]
+    return rows + first_row, u, inside
+
+
+@functools.cache
+def _axis_constants(axes: tuple[CellAxis, ...]):
+    start = np.array([[ax.start] for ax in axes])
+    inv_width = np.array([[1.0 / ax.width] for ax in axes])
+    last = np.array([[ax.n_cells - 1.0] for ax in axes])
+    return start, inv_width, last
+
+
+_BATCH = 4096  # queries per gathered block of coefficients (~4.7 MB at 12 x 12 nodes)
+_GROUPED_MIN = 4096  # queries from which sorting them by cell beats one gather per query
+_GROUPED_FILL = 16  # ... if the touched cells hold this many queries each on average
 
 
 def evaluate(
@@ -140,19 +192,90 @@ def evaluate(
     """Interpolant at ``points`` (one 1-D array per axis, all inside the axes' ranges).
 
     ``first_row``: per query, the row of ``coef`` where its batch item's cells start (e.g.
-    ``label_index * n_cells`` for one slice per label, see :func:`coefficients`)."""
-    flat = np.zeros(points[0].shape, dtype=np.intp)
-    bases = []
-    for ax, x in zip(axes, points, strict=True):
-        cell, local = ax.locate(x)
-        flat = flat * ax.n_cells + cell
-        bases.append(_chebyshev_basis(local, ax.n))
-    block = coef[first_row + flat]  # one contiguous row per query
+    ``label_index * n_cells`` for one slice per label, see :func:`coefficients`).
+
+    Two evaluation orders, chosen per call (the same sums, equal to round-off): few queries per
+    touched cell -- EP's sweeps -- gather each query's block (``n^2`` values per query); many
+    queries per cell -- a large batch on a 2-D table -- sort the queries by cell (a radix sort
+    of the row numbers) and evaluate each touched cell's queries with one matrix product against
+    its block, which reads each block once instead of once per query."""
+    return _evaluate_located(coef, axes, *_locate(axes, points, first_row)[:2])
+
+
+def evaluate_inside(
+    coef: np.ndarray,
+    axes: tuple[CellAxis, ...],
+    points: tuple[np.ndarray, ...],
+    first_row: np.ndarray | int = 0,
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(inside, values)``: which points lie inside the axes' ranges (``None``: all) and the
+    interpolant at those (see :func:`evaluate`) -- one pass over the coordinates for both."""
+    rows, local, inside = _locate(axes, points, first_row, check=True)
+    return inside, _evaluate_located(coef, axes, rows, local)
+
+
+def _evaluate_located(coef, axes, rows, local) -> np.ndarray:
+    if len(axes) == 2 and rows.size >= _GROUPED_MIN and coef.shape[0] < 2**16:
+        counts = np.bincount(rows, minlength=coef.shape[0])
+        touched = np.flatnonzero(counts)
+        if rows.size >= _GROUPED_FILL * touched.size:
+            return _evaluate_grouped(coef, axes, rows, local, counts, touched)
+    if rows.size <= _BATCH:
+        return _evaluate_gathered(coef, axes, rows, local)
+    out = np.empty(rows.size)
+    for i in range(0, rows.size, _BATCH):  # keeps the gathered blocks in cache
+        sl = slice(i, i + _BATCH)
+        out[sl] = _evaluate_gathered(coef, axes, rows[sl], local[:, sl])
+    return out
+
+
+def _bases(axes, local) -> list[np.ndarray]:
+    """Per axis, the ``(n_points, n)`` Chebyshev basis at the local coordinates, C-contiguous."""
+    n = {ax.n for ax in axes}
+    if len(n) == 1:  # one pass for all axes, then one copy into (axis, point, degree)
+        return list(np.ascontiguousarray(_chebyshev_basis(local, n.pop()).transpose(1, 2, 0)))
+    return [np.ascontiguousarray(_chebyshev_basis(local[d], ax.n).T) for d, ax in enumerate(axes)]
+
+
+def _evaluate_gathered(coef, axes, rows, local) -> np.ndarray:
+    """The interpolant with one gathered block of coefficients per query (see :func:`evaluate`)."""
+    bases = _bases(axes, local)
+    block = coef[rows]  # one contiguous row per query
     if len(axes) == 1:
         return np.einsum("pi,pi->p", block, bases[0])
     a, b = axes
     inner = np.matmul(block.reshape(-1, a.n, b.n), bases[1][:, :, None])[:, :, 0]
     return np.einsum("pi,pi->p", inner, bases[0])
+
+
+def _evaluate_grouped(coef, axes, rows, local, counts, touched) -> np.ndarray:
+    """2-D interpolant with the queries sorted by cell (see :func:`evaluate`)."""
+    a, b = axes
+    order = np.argsort(rows.astype(np.uint16), kind="stable")  # radix sort
+    local = local[:, order]
+    blocks = coef.reshape(-1, a.n, b.n)
+    out = np.empty(rows.size)
+    ends = np.cumsum(counts[touched])
+    starts = ends - counts[touched]
+    # bases in cache-sized runs of whole cells: (run, n) rows, contiguous for the products
+    run_start = 0
+    while run_start < touched.size:
+        lo = starts[run_start]
+        run_end = int(np.searchsorted(ends, lo + _BATCH * 4, side="right"))
+        run_end = max(run_end, run_start + 1)
+        hi = ends[run_end - 1]
+        ta, tb = _bases(axes, local[:, lo:hi])
+        for row, s0, s1 in zip(
+            touched[run_start:run_end].tolist(),
+            (starts[run_start:run_end] - lo).tolist(),
+            (ends[run_start:run_end] - lo).tolist(),
+            strict=True,
+        ):
+            out[lo + s0 : lo + s1] = np.einsum("pj,pj->p", ta[s0:s1] @ blocks[row], tb[s0:s1])
+        run_start = run_end
+    result = np.empty(rows.size)
+    result[order] = out
+    return result
 
 
 def tail_size(coef: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:

@@ -153,6 +153,8 @@ class Probit(Likelihood):
     name = "probit"
 
     def check_y(self, y) -> np.ndarray:
+        if type(y) is np.ndarray and y.dtype == np.float64 and (np.abs(y) == 1.0).all():
+            return y  # the common case, in two array operations
         y = np.asarray(y)
         yf = _finite("y", y)
         bad = (yf != 1) & (yf != -1)

@@ -34,6 +34,11 @@ class Box:
     name: str
     axes: tuple[CellAxis, ...]
     labels: tuple[float, ...]
+    #: what the box stores: ``"sigma_ep"``, rho = sigma* / sigma_EP (looked up after the
+    #: closed-form regimes and the rescaling, needs EP's std), or ``"sigma"``, sigma* / sigma
+    #: (looked up first, on the canonical cavity as it is: its nodes hold what the kernel gives
+    #: in every regime, and a lookup needs no EP moments)
+    denominator: str = "sigma_ep"
 
     def cavity(self, label: float, *coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(mu, sigma)`` of the (canonical) cavity at box coordinates ``coords``."""
@@ -44,12 +49,19 @@ class Box:
         index of their label on the box's label axis, and their box coordinates."""
         raise NotImplementedError
 
+    def axis_coords(self, mu, sigma, y) -> tuple[np.ndarray, ...] | None:
+        """Box coordinates of canonical cavities if the box has one label and holds exactly
+        the cavities whose coordinates lie in its axes' ranges (the reader then checks both
+        in one pass, :func:`qpinfer.cheb_cells.evaluate_inside`); ``None`` otherwise."""
+        return None
+
     def to_attrs(self) -> dict:
         return {
             "name": self.name,
             "kind": type(self).__name__,
             "axes": [ax.to_attrs() for ax in self.axes],
             "labels": list(self.labels),
+            "denominator": self.denominator,
         }
 
     def _inside_axes(self, coords) -> np.ndarray:
@@ -71,10 +83,11 @@ class ProbitCore(Box):
         return tau * np.hypot(1.0, s), s
 
     def locate(self, mu, sigma, y):
-        tau = mu / np.hypot(1.0, sigma)
-        with np.errstate(divide="ignore"):
-            coords = (tau, np.log10(sigma))
+        coords = self.axis_coords(mu, sigma, y)
         return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
+
+    def axis_coords(self, mu, sigma, y):
+        return mu / np.hypot(1.0, sigma), np.log10(sigma)  # sigma > 0 (validated)
 
 
 @dataclass(frozen=True)
@@ -103,6 +116,7 @@ def _probit_boxes(nodes: int = 12) -> tuple[Box, ...]:
                 CellAxis("log10_sigma", -2.75, 0.25, 47, nodes),
             ),
             (1.0,),
+            "sigma",  # bounded below: sigma*/sigma >= 0.1 for tau >= -8 (docs/tables-v2.md)
         ),
         ProbitTail(
             "tail",
@@ -145,4 +159,7 @@ def box_from_attrs(attrs: dict) -> Box:
     if kind is None:
         raise ValueError(f"unknown v2 box kind {attrs.get('kind')!r}")
     axes = tuple(CellAxis.from_attrs(a) for a in attrs["axes"])
-    return kind(str(attrs["name"]), axes, tuple(float(v) for v in attrs["labels"]))
+    denominator = str(attrs.get("denominator", "sigma_ep"))
+    if denominator not in ("sigma_ep", "sigma"):
+        raise ValueError(f"unknown v2 box denominator {denominator!r}")
+    return kind(str(attrs["name"]), axes, tuple(float(v) for v in attrs["labels"]), denominator)

@@ -167,6 +167,15 @@ def _sigma_qp_quadrature(lik: Likelihood, mu, sigma, y, lobes, extra=None, n_lev
 
 def _prepare(likelihood, mu, sigma, y):
     lik = get_likelihood(likelihood)
+    if (  # the common case (a sweep's float arrays of one shape) in a few array operations
+        type(mu) is np.ndarray
+        and type(sigma) is np.ndarray
+        and mu.dtype == sigma.dtype == np.float64
+        and mu.shape == sigma.shape == np.shape(y)
+        and np.isfinite(mu).all()
+        and ((sigma > 0.0) & (sigma < np.inf)).all()
+    ):
+        return lik, mu, sigma, lik.check_y(y)
     mu, sigma = check_cavity(mu, sigma)
     y = lik.check_y(y)
     try:

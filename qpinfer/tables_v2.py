@@ -10,16 +10,19 @@ same, for tools that read v1's), ``coordinates`` / ``interpolation`` / ``claimed
 (prose), ``arrays`` (every array of the store), ``verification`` (the build's check against the
 exact kernel and mpmath), ``integrity`` and ``complete``.
 
-Integrity: a v2 store is small (a few MB), so :func:`open_reduced` hashes every file of it at
-open (~2 ms per MB) and compares with ``attrs["integrity"]``: one sha256 per file and per root
-attribute (except ``integrity``, ``verification`` and ``complete``), and a digest over all of
-them; any change -- a flipped byte in a chunk, an edited likelihood or box -- is refused with a
+Integrity: a v2 store is small (a few MB), so :func:`open_reduced` reads every file of it once
+at open, hashes it (~2 ms per MB), decodes the arrays from the same bytes and compares the hashes
+with ``attrs["integrity"]``: one sha256 per file and per root attribute (except ``integrity``,
+``verification`` and ``complete``), and a digest over all of them; any change -- a flipped byte in a chunk, an edited likelihood or box -- is refused with a
 :class:`~qpinfer.tables.TableError` naming the file or attribute.
 
-Lookups follow the exact kernel's path (:mod:`qpinfer.reduced`): closed-form regimes, the
-likelihood's rescaling, then the first box holding the cavity. A cavity in no box (a Poisson
-count above the table's labels) is computed by the exact kernel and counted in
-:attr:`ReducedTable.fallback_count`.
+Lookups: a box whose ``denominator`` is ``"sigma"`` (probit's core) stores sigma*/sigma and is
+tried first, on the canonical cavity as it is: its nodes hold the kernel's values in every regime,
+so such a lookup needs neither EP's moments nor the regime tests, and sigma* is the value times
+sigma. The other cavities follow the exact kernel's path (:mod:`qpinfer.reduced`): closed-form
+regimes, the likelihood's rescaling, then the first box holding the (rescaled) cavity. A cavity
+in no box (a Poisson count above the table's labels) is computed by the exact kernel and counted
+in :attr:`ReducedTable.fallback_count`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from qpinfer.cheb_cells import coefficients, evaluate
+from qpinfer.cheb_cells import coefficients, evaluate, evaluate_inside
 from qpinfer.likelihoods import get_likelihood
 from qpinfer.reduced import Box, box_from_attrs
 from qpinfer.sigma import _prepare
@@ -41,7 +44,6 @@ __all__ = ["SCHEMA_VERSION_V2", "ReducedTable", "integrity_record", "open_reduce
 
 SCHEMA_VERSION_V2 = 2
 UNSIGNED_ATTRS = ("integrity", "verification", "complete")
-_BATCH = 4096  # queries per gathered block of cells (~4.7 MB at 12 x 12 nodes)
 
 
 def array_names(box: Box) -> dict[str, tuple[str, ...]]:
@@ -54,20 +56,29 @@ def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
-def integrity_record(root: str | os.PathLike, attrs: dict) -> dict:
-    """The ``integrity`` attribute of the store at ``root`` as it is now (see module doc)."""
-    root = Path(root)
-    files = {}
+def _store_files(root: Path) -> dict[str, bytes]:
+    """Every file of the store but the root ``zarr.json``, read once: ``{relative path: bytes}``."""
+    out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and rel != "zarr.json":
-            files[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        if rel != "zarr.json" and path.is_file():
+            out[rel] = path.read_bytes()
+    return out
+
+
+def integrity_record(
+    root: str | os.PathLike, attrs: dict, files: dict[str, bytes] | None = None
+) -> dict:
+    """The ``integrity`` attribute of the store at ``root`` as it is now (see module doc);
+    ``files``: its contents if read already (:func:`_store_files`)."""
+    files = _store_files(Path(root)) if files is None else files
+    hashes = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
     attributes = {
         k: hashlib.sha256(_canonical(v)).hexdigest()
         for k, v in sorted(attrs.items())
         if k not in UNSIGNED_ATTRS
     }
-    fields = {"files": files, "attributes": attributes}
+    fields = {"files": hashes, "attributes": attributes}
     return {
         "algorithm": "sha256",
         "digest": hashlib.sha256(_canonical(fields)).hexdigest(),
@@ -75,11 +86,11 @@ def integrity_record(root: str | os.PathLike, attrs: dict) -> dict:
     }
 
 
-def _integrity_changes(root: Path, attrs: dict) -> list[str]:
+def _integrity_changes(attrs: dict, files: dict[str, bytes]) -> list[str]:
     want = attrs.get("integrity")
     if not isinstance(want, dict) or "digest" not in want:
         return ["the integrity record is missing"]
-    have = integrity_record(root, attrs)
+    have = integrity_record("", attrs, files)
     if have["digest"] == want["digest"]:
         return []
     out = []
@@ -113,6 +124,8 @@ class ReducedTable:
         self._lik = get_likelihood(self.likelihood)
         self._boxes = boxes
         self._coefs = coefs  # per box: (labels * cells, nodes...) rows
+        self._cells = [int(np.prod([ax.n_cells for ax in b.axes])) for b in boxes]
+        self._direct = [k for k, b in enumerate(boxes) if b.denominator == "sigma"]
         self.fallback_count = 0
 
     def __repr__(self) -> str:
@@ -132,130 +145,215 @@ class ReducedTable:
         """Nothing to release (the cells live in memory); kept for the v1 table's interface."""
 
     def _box_rho(self, k: int, label_index, coords) -> np.ndarray:
-        """rho from box ``k``'s cells, in batches that keep the gathered blocks in cache."""
-        out = np.empty(label_index.shape)
-        for i in range(0, out.size, _BATCH):
-            sl = slice(i, i + _BATCH)
-            box = self._boxes[k]
-            n_cells = int(np.prod([ax.n_cells for ax in box.axes]))
-            points = tuple(c[sl] for c in coords)
-            out[sl] = evaluate(self._coefs[k], box.axes, points, label_index[sl] * n_cells)
-        return out
+        """The stored ratio from box ``k``'s cells."""
+        return evaluate(self._coefs[k], self._boxes[k].axes, coords, label_index * self._cells[k])
 
     accepts_moments = True  # QuantileMatching passes the EP moments it computed already
 
-    def _ratio_flat(self, mu, sigma, y, moments=None, return_rest=False):
-        """``(sigma* / sigma_EP, sigma_EP, shape)`` over the flattened broadcast queries (and,
-        with ``return_rest``, the flat indices that needed the exact kernel).
+    def _lookup(self, mu, sigma, y, moments=None, need_ep=False):
+        """``(sigma*, sigma_EP, shape, rest)`` over the flattened broadcast queries; ``rest``:
+        the flat indices the exact kernel answered. ``sigma_EP`` (the caller's ``moments[1]``,
+        else computed if ``need_ep``) is ``None`` if neither.
 
-        The EP moments are computed once; a cavity in a box that needed no rescaling gets its
-        ratio straight from the cells (rho is that ratio)."""
+        First the boxes that store sigma*/sigma, on the canonical cavity as it is (no moments,
+        no regimes: their nodes hold the kernel's values in every regime); the rest follow the
+        kernel's path (:meth:`_ratio_path`). The common case -- every query in the first box,
+        EP's sweeps -- takes no index arrays."""
         lik, mu, sigma, y = _prepare(self._lik, mu, sigma, y)  # the kernel's input checks
         shape = mu.shape
         m, yy = lik.canonical(mu.ravel(), y.ravel())
-        s = sigma.ravel().astype(np.float64)
-        ratio = np.empty(m.shape)
-        todo = np.ones(m.shape, dtype=bool)
-        with np.errstate(all="ignore"):
-            if moments is None:
+        s = sigma.ravel()
+        if moments is not None:  # the caller's, at the original cavities: the std is the
+            # canonical one's, and the closed forms use |mean| only
+            moments = tuple(_flat(a, shape) for a in moments)
+        elif need_ep:
+            with np.errstate(all="ignore"):
                 moments = lik.tilted_moments(m, s, yy)
-            else:  # the caller's, at the original cavities: the std is the canonical one's, and
-                # the closed forms use |mean| only
-                moments = tuple(
-                    np.broadcast_to(np.asarray(a, dtype=np.float64), shape).ravel() for a in moments
-                )
-            ep = np.asarray(moments[1], dtype=np.float64).ravel()
-            if getattr(lik, "_closed_form_takes_moments", False):
-                closed = lik._sigma_closed_form(m, s, yy, moments=moments)
+        out = np.empty(m.size)
+        todo = _Todo(m.size)
+        for k in self._direct:  # finite coordinates, no warnings to silence
+            idx = todo.indices()
+            if idx is not None and idx.size == 0:
+                break
+            found = self._in_box(k, (m, s, yy) if idx is None else (m[idx], s[idx], yy[idx]), idx)
+            if found is not None:
+                sel, value = found
+                out[sel] = value * s[sel]
+                todo.done(sel)
+        idx = todo.indices()
+        rest = idx
+        if idx is None or idx.size:
+            sub = (m, s, yy) if idx is None else (m[idx], s[idx], yy[idx])
+            sub_moments = moments
+            if moments is not None and idx is not None:
+                sub_moments = tuple(a[idx] for a in moments)
+            with np.errstate(all="ignore"):
+                sig, rest = self._ratio_path(lik, *sub, sub_moments)
+            if idx is None:
+                out = sig
             else:
-                closed = lik._sigma_closed_form(m, s, yy)
-            if closed is not None:
-                mask, values = closed
-                ratio[mask] = values[mask] / ep[mask]
-                todo &= ~mask
-            rescaled = lik._rescale(m, s, yy)
-            moved = np.zeros(m.shape, dtype=bool)
-            scale = None
-            if rescaled is not None:
-                moved, m_r, s_r, scale = rescaled
-                moved = moved & todo
-                m, s = np.where(moved, m_r, m), np.where(moved, s_r, s)
-            for k, box in enumerate(self._boxes):
-                idx = np.flatnonzero(todo)
-                if idx.size == 0:
-                    break
-                inside, label_index, coords = box.locate(m[idx], s[idx], yy[idx])
-                if not inside.any():
-                    continue
-                sel = idx[inside]
-                rho = self._box_rho(k, label_index[inside], tuple(c[inside] for c in coords))
-                mv = moved[sel]
-                if mv.any():  # rescaled: rho * sigma_EP(mu', sigma') * scale / sigma_EP
-                    sm = sel[mv]
-                    _, ep_r = lik.tilted_moments(m[sm], s[sm], yy[sm])
-                    rho[mv] *= np.ravel(ep_r) * scale[sm] / ep[sm]
-                ratio[sel] = rho
-                todo[sel] = False
-        rest = np.flatnonzero(todo)
-        if rest.size:
-            from qpinfer.sigma import sigma_qp  # the exact kernel, for cavities in no box
+                out[idx] = sig
+                rest = idx[rest]
+            if rest.size:
+                from qpinfer.sigma import sigma_qp  # the exact kernel, in no box
 
-            self.fallback_count += rest.size
-            exact = sigma_qp(lik, mu.ravel()[rest], sigma.ravel()[rest], y.ravel()[rest])
-            ratio[rest] = exact / ep[rest]
-        return (ratio, ep, shape, rest) if return_rest else (ratio, ep, shape)
+                self.fallback_count += rest.size
+                out[rest] = sigma_qp(lik, mu.ravel()[rest], s[rest], y.ravel()[rest])
+        return out, None if moments is None else moments[1], shape, rest
+
+    def _in_box(self, k: int, sub, idx):
+        """``(selection, stored values)`` of the queries ``sub`` (at flat indices ``idx``, or
+        all) inside box ``k``; ``None`` if none is."""
+        box = self._boxes[k]
+        coords = box.axis_coords(*sub)
+        if coords is not None:  # one pass locates, checks and evaluates
+            inside, values = evaluate_inside(self._coefs[k], box.axes, coords)
+        else:
+            inside, label_index, coords = box.locate(*sub)
+            if inside.all():
+                inside = None
+            elif inside.any():
+                label_index, coords = label_index[inside], tuple(c[inside] for c in coords)
+            else:
+                return None
+            values = self._box_rho(k, label_index, coords)
+        if inside is None:
+            return (slice(None) if idx is None else idx), values
+        if not inside.any():
+            return None
+        return (np.flatnonzero(inside) if idx is None else idx[inside]), values
+
+    def _ratio_path(self, lik, m, s, yy, moments):
+        """``(sigma*, rest)`` of canonical queries along the kernel's path: closed forms,
+        rescaling, then every box; ``rest``: indices in none."""
+        if moments is None:
+            moments = lik.tilted_moments(m, s, yy)
+        ep = moments[1]
+        if getattr(lik, "_closed_form_takes_moments", False):
+            closed = lik._sigma_closed_form(m, s, yy, moments=moments)
+        else:
+            closed = lik._sigma_closed_form(m, s, yy)
+        out = np.empty(m.size)
+        todo = _Todo(m.size)
+        if closed is not None and closed[0].any():
+            mask, values = closed
+            out[mask] = values[mask]
+            todo.done(np.flatnonzero(mask))
+        rescaled = lik._rescale(m, s, yy)
+        moved = None
+        if rescaled is not None:
+            moved, m_r, s_r, scale = rescaled
+            moved = todo.restrict(moved)
+            if moved.any():
+                m, s = np.where(moved, m_r, m), np.where(moved, s_r, s)
+            else:
+                moved = None
+        for k, box in enumerate(self._boxes):  # a rescaled cavity may land in any box
+            idx = todo.indices()
+            if idx is not None and idx.size == 0:
+                break
+            sub = (m, s, yy) if idx is None else (m[idx], s[idx], yy[idx])
+            found = self._in_box(k, sub, idx)
+            if found is None:
+                continue
+            sel, value = found
+            mv = None if moved is None else moved[sel]
+            if box.denominator == "sigma":  # at the (rescaled) cavity's sigma
+                sig = value * s[sel]
+                if mv is not None and mv.any():
+                    sig[mv] *= scale[sel][mv]
+            else:
+                sig = value * ep[sel]
+                if mv is not None and mv.any():
+                    # rescaled: sigma* = rho * sigma_EP(mu', sigma') * scale
+                    sm = np.arange(m.size)[sel][mv]
+                    _, ep_r = lik.tilted_moments(m[sm], s[sm], yy[sm])
+                    sig[mv] = value[mv] * np.ravel(ep_r) * scale[sm]
+            out[sel] = sig
+            todo.done(sel)
+        idx = todo.indices()
+        return out, np.arange(m.size) if idx is None else idx
 
     def sigma_qp(self, mu, sigma, y) -> np.ndarray:
         """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast)."""
-        ratio, ep, shape = self._ratio_flat(mu, sigma, y)
-        return (ratio * ep).reshape(shape)
+        sig, _, shape, _ = self._lookup(mu, sigma, y)
+        return sig.reshape(shape)
 
     def sigma_ratio(self, mu, sigma, y, moments=None) -> np.ndarray:
         """sigma* / sigma_EP (what :class:`qpinfer.ep.QuantileMatching` multiplies by EP's std);
         ``moments``: EP's ``(mean, std)`` at these cavities if the caller has them."""
-        ratio, _, shape = self._ratio_flat(mu, sigma, y, moments)
-        return ratio.reshape(shape)
+        sig, ep, shape, _ = self._lookup(mu, sigma, y, moments, need_ep=True)
+        return (sig / ep).reshape(shape)
 
     def contains(self, mu, sigma, y) -> np.ndarray:
         """True everywhere a lookup needs no exact fallback."""
         before = self.fallback_count
-        _, _, shape, rest = self._ratio_flat(mu, sigma, y, return_rest=True)
+        _, _, shape, rest = self._lookup(mu, sigma, y)
         self.fallback_count = before
         out = np.ones(int(np.prod(shape)), dtype=bool)
         out[rest] = False
         return out.reshape(shape)
 
 
-def _read_array(root: Path, name: str, what: str) -> np.ndarray:
-    from qpinfer.tables import TableError, _chunk_path, _read_json
+def _flat(a, shape) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    return a.ravel() if a.shape == shape else np.broadcast_to(a, shape).ravel()
 
-    meta = _read_json(root / name / "zarr.json", what)
+
+class _Todo:
+    """Which of ``n`` queries are still unanswered, without an index array while all are."""
+
+    def __init__(self, n: int):
+        self.mask = None  # None: all
+        self.n = n
+
+    def indices(self):
+        """Flat indices still to answer, or ``None`` for all of them."""
+        return None if self.mask is None else np.flatnonzero(self.mask)
+
+    def done(self, sel) -> None:
+        if self.mask is None:
+            if isinstance(sel, slice) and sel == slice(None):
+                self.mask = np.zeros(self.n, dtype=bool)
+                return
+            self.mask = np.ones(self.n, dtype=bool)
+        self.mask[sel] = False
+
+    def restrict(self, mask: np.ndarray) -> np.ndarray:
+        return mask if self.mask is None else mask & self.mask
+
+
+def _read_array(root: Path, files: dict[str, bytes], name: str, what: str) -> np.ndarray:
+    """A float64 array of the store from its files' bytes (``files``: :func:`_store_files`)."""
+    from qpinfer.tables import TableError, _chunk_key
+
     try:
+        meta = json.loads(files[f"{name}/zarr.json"])
         shape = tuple(meta["shape"])
         chunks = tuple(meta["chunk_grid"]["configuration"]["chunk_shape"])
         enc = meta["chunk_key_encoding"]
         sep = enc.get("configuration", {}).get("separator", "/")
         codecs = meta["codecs"]
-    except (KeyError, TypeError) as exc:
+    except KeyError as exc:
+        raise TableError(f"{what}: array {name!r} or its metadata is missing ({exc})") from None
+    except (TypeError, ValueError) as exc:
         raise TableError(f"{what}: malformed metadata of array {name!r} ({exc})") from None
     if meta.get("data_type") != "float64" or [c.get("name") for c in codecs] != ["bytes"]:
         raise TableError(f"{what}: array {name!r} must be uncompressed float64")
     out = np.empty(shape)
     grid = [range(0, n, c) for n, c in zip(shape, chunks, strict=True)]
-    for starts in np.ndindex(*[len(g) for g in grid]):
-        idx = tuple(s for s in starts)
+    for idx in np.ndindex(*[len(g) for g in grid]):
         lo = [g[i] for g, i in zip(grid, idx, strict=True)]
-        path = _chunk_path(str(root), name, sep, idx, enc.get("name", "default"))
-        try:
-            block = np.fromfile(path, dtype="<f8")
-        except OSError as exc:
-            raise TableError(f"{what}: chunk {path} unreadable ({exc})") from None
-        if block.size != int(np.prod(chunks)):
+        rel = _chunk_key(name, sep, idx, enc.get("name", "default"))
+        data = files.get(rel)
+        if data is None:
+            raise TableError(f"{what}: chunk {str(root / rel)!r} is missing")
+        if len(data) != 8 * int(np.prod(chunks)):
             raise TableError(
-                f"{what}: chunk {path} has {block.size * 8} bytes, expected "
+                f"{what}: chunk {str(root / rel)!r} has {len(data)} bytes, expected "
                 f"{int(np.prod(chunks)) * 8}"
             )
-        block = block.reshape(chunks)
+        block = np.frombuffer(data, dtype="<f8").reshape(chunks)
         sl = tuple(slice(a, min(a + c, n)) for a, c, n in zip(lo, chunks, shape, strict=True))
         out[sl] = block[tuple(slice(0, s.stop - s.start) for s in sl)]
     return out
@@ -274,7 +372,11 @@ def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTa
     attrs = meta.get("attributes") or {}
     if attrs.get("qp_schema_version") != SCHEMA_VERSION_V2:
         raise TableError(f"{what}: schema version {attrs.get('qp_schema_version')!r}, expected 2")
-    changes = _integrity_changes(root, attrs) if finished else []
+    try:
+        files = _store_files(root)  # each file read once: hashed, then decoded
+    except OSError as exc:
+        raise TableError(f"{what}: unreadable ({exc})") from None
+    changes = _integrity_changes(attrs, files) if finished else []
     if changes:
         raise TableError(
             f"{what}: does not match its integrity record ({'; '.join(changes)}); its numbers "
@@ -292,7 +394,7 @@ def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTa
         raise TableError(f"{what}: malformed likelihood or boxes ({exc})") from None
     coefs = []
     for box in boxes:
-        values = _read_array(root, f"rho_{box.name}", what)
+        values = _read_array(root, files, f"rho_{box.name}", what)
         want = (len(box.labels), *(ax.n_cells * ax.n for ax in box.axes))
         if values.shape != want or not np.all((values > 0) & (values <= 1 + 1e-12)):
             raise TableError(f"{what}: array rho_{box.name} is not {want} values in (0, 1]")

@@ -3,8 +3,8 @@
 ``qptables build LIK OUT --grid v2`` (:func:`build_v2`): the boxes of
 :func:`qpinfer.reduced.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a box's first
 axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact kernel at the
-tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP``, written by the worker into its chunk of
-``OUT.partial`` (the client never gathers the table). Resuming: a tile whose chunk file exists with
+tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``, per box),
+written by the worker into its chunk of ``OUT.partial`` (the client never gathers the table). Resuming: a tile whose chunk file exists with
 its full size is not recomputed. Results are bit-reproducible however the tiles are scheduled (the
 kernel's result for a point never depends on its batch).
 
@@ -61,7 +61,8 @@ def _tiles(boxes: tuple[Box, ...]) -> list[tuple[int, int, int]]:
 
 
 def tile_rho(likelihood: str, box: Box, first_label: int, first_cell: int) -> np.ndarray:
-    """rho at the nodes of one tile: shape ``(labels, rows, nodes of the other axes...)``."""
+    """The box's stored ratio (sigma* over sigma_EP or over sigma, ``box.denominator``) at the
+    nodes of one tile: shape ``(labels, rows, nodes of the other axes...)``."""
     n_labels, n_cells = tile_layout(box)
     ax0 = box.axes[0]
     cells = min(n_cells, ax0.n_cells - first_cell)
@@ -71,6 +72,8 @@ def tile_rho(likelihood: str, box: Box, first_label: int, first_cell: int) -> np
     y = grids[0].ravel()
     mu, sigma = box.cavity(y, *(g.ravel() for g in grids[1:]))
     q = qpinfer.sigma_qp(likelihood, mu, sigma, y)
+    if box.denominator == "sigma":
+        return (q / sigma).reshape(grids[0].shape)
     _, ep = qpinfer.tilted_moments(likelihood, mu, sigma, y)
     return (q / ep).reshape(grids[0].shape)
 
@@ -123,8 +126,9 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
             "grid": {"kind": "chebyshev-cells", "boxes": [b.name for b in boxes]},
             "arrays": arrays,
             "coordinates": (
-                "reduced coordinates per box (qpinfer.reduced, docs/tables-v2.md); rho = "
-                "sigma*/sigma_EP at Chebyshev-Gauss nodes of equal cells"
+                "reduced coordinates per box (qpinfer.reduced, docs/tables-v2.md); rho_<box> = "
+                "sigma*/sigma_EP, or sigma*/sigma where the box's denominator is 'sigma', at "
+                "Chebyshev-Gauss nodes of equal cells"
             ),
             "interpolation": "piecewise Chebyshev (qpinfer.cheb_cells), tensor product per cell",
             "claimed_domain": (

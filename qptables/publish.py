@@ -77,8 +77,9 @@ def pack_store(store: Path, archive: Path, name: str, mtime: int) -> None:
     entries.sort(key=lambda e: e[0])
     with (
         open(archive, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
-                      compresslevel=COMPRESSLEVEL) as gz,
+        gzip.GzipFile(
+            filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=COMPRESSLEVEL
+        ) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
         for arcname, path in entries:
@@ -182,11 +183,16 @@ def publish(
         os.replace(tmp, archive)
     finally:
         tmp.unlink(missing_ok=True)
-    store_bytes = sum(
-        (Path(d) / f).stat().st_size for d, _, files in os.walk(store) for f in files
+    store_bytes = sum((Path(d) / f).stat().st_size for d, _, files in os.walk(store) for f in files)
+    keep = (
+        "passed",
+        "points",
+        "max_rel_error",
+        "median_rel_error",
+        "tolerance",
+        "reference",
+        "checked",
     )
-    keep = ("passed", "points", "max_rel_error", "median_rel_error", "tolerance", "reference",
-            "checked")
     entry = {
         "name": name,
         "file": file,

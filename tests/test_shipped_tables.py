@@ -101,7 +101,11 @@ def test_opens_with_xarray():
     xr = pytest.importorskip("xarray")
     ds = xr.open_zarr(shipped_path("probit"), consolidated=False)
     assert set(ds.data_vars) == {"rho_core", "rho_tail"}
-    assert float(ds.rho_core.max()) <= 1.0 + 1e-12 and float(ds.rho_core.min()) > 0.5
+    # core stores sigma*/sigma (>= 0.108 for tau >= -8), tail sigma*/sigma_EP (~0.9 .. 1)
+    assert float(ds.rho_core.max()) <= 1.0 + 1e-12 and float(ds.rho_core.min()) > 0.1
+    assert float(ds.rho_tail.max()) <= 1.0 + 1e-12 and float(ds.rho_tail.min()) > 0.5
+    boxes = {b["name"]: b["denominator"] for b in ds.attrs["boxes"]}
+    assert boxes == {"core": "sigma", "tail": "sigma_ep"}
 
 
 @pytest.fixture
