@@ -149,14 +149,32 @@ def test_classifier_uses_the_shipped_table_and_matches_exact_qp():
     np.testing.assert_allclose(tab.predict_proba(X), exact.predict_proba(X), rtol=0, atol=1e-9)
 
 
-def test_poisson_lookups_match_the_exact_kernel_for_counts_to_1000():
-    table = open_reduced(shipped_path("poisson_square"))
-    rng = np.random.default_rng(4)
-    n = 20_000
+def _poisson_cavities(n, seed):
+    rng = np.random.default_rng(seed)
     mu = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-3, 4, n)
     sigma = 10.0 ** rng.uniform(-4, 4, n)
     y = np.floor(10.0 ** rng.uniform(0, 3, n))  # counts 1..1000, log-uniform
-    y[:50] = rng.integers(0, 3, 50)  # 0 is closed form, 1, 2
+    return mu, sigma, y
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("likelihood", ["poisson_square", "step_noise(eps=0.2)"])
+def test_lookups_match_the_exact_kernel_on_a_million_points(likelihood):
+    """The issue's acceptance sample: 1e6 random cavities over the claimed domain (|mu| to 1e4,
+    sigma 1e-4 .. 1e4; Poisson counts 1 .. 1000), <= 1e-12 against the exact kernel."""
+    if likelihood == "poisson_square":
+        table = open_reduced(shipped_path(likelihood))
+        mu, sigma, y = _poisson_cavities(1_000_000, seed=7)
+        err = np.abs(table.sigma_qp(mu, sigma, y) / qpinfer.sigma_qp(likelihood, mu, sigma, y) - 1)
+        assert err.max() <= 1e-12 and table.fallback_count == 0
+    else:
+        _assert_matches_the_kernel(likelihood, 1_000_000, seed=8)
+
+
+def test_poisson_lookups_match_the_exact_kernel_for_counts_to_1000():
+    table = open_reduced(shipped_path("poisson_square"))
+    mu, sigma, y = _poisson_cavities(20_000, seed=4)
+    y[:50] = np.random.default_rng(5).integers(0, 3, 50)  # 0 is closed form, 1, 2
     y[50:60] = 1000
     got = table.sigma_qp(mu, sigma, y)
     exact = qpinfer.sigma_qp("poisson_square", mu, sigma, y)
