@@ -29,6 +29,7 @@ import pytest
 
 import qpinfer
 import qpinfer.download as dl
+import qpinfer.transfer
 from qpinfer.download import DownloadError, UnknownTableError
 from qpinfer.tables import TableError, open_table
 from qptables import GridSpec, build
@@ -62,7 +63,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     c = tmp_path / "cache"
     monkeypatch.setenv("QPINFER_TABLES", str(c))
     monkeypatch.delenv(dl.URL_ENV, raising=False)
-    monkeypatch.setattr(dl, "RETRY_BACKOFF", 0.01)
+    monkeypatch.setattr(qpinfer.transfer, "RETRY_BACKOFF", 0.01)
     return c
 
 
