@@ -104,7 +104,7 @@ def open_url(url: str, offset: int, timeout: float) -> _Response:
             raise urllib.error.HTTPError(url, 416, "Range Not Satisfiable", None, None)  # type: ignore[arg-type]
         f.seek(offset)
         return _Response(f, 206 if offset else 200, size - offset, size)
-    from qpinfer import __version__
+    from qpinfer.version import __version__
 
     headers = {"User-Agent": f"qpinfer/{__version__}", "Accept-Encoding": "identity"}
     if offset:
