@@ -145,6 +145,7 @@ def file_lock(path: Path):
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
+
 def _safe_members(tar: tarfile.TarFile, top: str) -> list[tarfile.TarInfo]:
     members = tar.getmembers()
     for m in members:

@@ -41,7 +41,6 @@ class GridAxis:
         self.inv_step = 1.0 / self.step
 
 
-
 class GridStore(NamedTuple):
     """What a validated v1 store holds and where: its axes and one ``(file, checksum key)`` per
     chunk of each data variable (``sigma_ratio`` first)."""
@@ -89,7 +88,6 @@ def store_likelihood(name: Any, y: np.ndarray, what: str):
     except (TypeError, ValueError) as exc:
         raise TableError(f"{what}: likelihood {name!r} with labels {y.tolist()}: {exc}") from None
     return lik
-
 
 
 def check_grid_store(root: Path, attrs: dict[str, Any], what: str) -> GridStore:

@@ -246,6 +246,7 @@ class SigmaTable:
 
     def _interpolate(self, var: str, iy, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         if self.interpolation == "cubic":  # one chunk per label (checked by open_table)
+
             def slices(k: int) -> np.ndarray:
                 return self._chunk(var, k * self._n_chunks)
 
@@ -394,7 +395,6 @@ class SigmaTable:
         """Boolean mask of the queries the table covers (no exact fallback needed)."""
         mu, sigma, y, shape = self._prepare(mu, sigma, y)
         return self._locate(mu, sigma, y)[3].reshape(shape)
-
 
 
 def open_grid_table(

@@ -50,7 +50,6 @@ def installed_table_path(likelihood: Any) -> Path:
     return tables_dir() / f"{name}.zarr"
 
 
-
 def installed_by_name(path: str | os.PathLike) -> Path | None:
     """``tables_dir()/<name>.zarr`` if ``path`` is a bare table name (no directory part, not an
     existing path) and such a table is installed."""

@@ -262,8 +262,6 @@ def build(
         lock.release()
 
 
-
-
 def _build_locked(
     likelihood: str,
     out: Path,

@@ -19,7 +19,13 @@ from qptables.errors import BuildError, BuildInputError
 from qptables.grid import GridSpec
 from qptables.tiles import compute_tile, mirror_rows
 
-__all__ = ["SINGLE_THREAD_ENV", "WORKER_WAIT_SECONDS", "connect_workers", "open_client", "run_tiles"]
+__all__ = [
+    "SINGLE_THREAD_ENV",
+    "WORKER_WAIT_SECONDS",
+    "connect_workers",
+    "open_client",
+    "run_tiles",
+]
 
 #: Environment for worker processes: single-threaded numerical libraries (one task per core).
 SINGLE_THREAD_ENV = {

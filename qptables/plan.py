@@ -101,9 +101,7 @@ def mirror_pairs(likelihood: str, grid: GridSpec) -> dict[int, int]:
     }
 
 
-def points_to_compute(
-    grid: GridSpec, todo: list[tuple[int, int]], pairs: dict[int, int]
-) -> int:
+def points_to_compute(grid: GridSpec, todo: list[tuple[int, int]], pairs: dict[int, int]) -> int:
     """Kernel points the tiles ``todo`` evaluate (mirrored rows are copied, not computed)."""
     n_ls = grid.log10_sigma.n
     points = 0

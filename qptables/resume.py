@@ -217,4 +217,3 @@ def resumable_tiles(
         say(f"discarding incompatible unfinished build {partial} ({reason})")
         remove_store(partial, what="OUT (its unfinished build)")
     return done
-

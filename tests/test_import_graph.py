@@ -160,9 +160,7 @@ def _describe(graph: dict[str, set[str]], comps: list[list[str]]) -> str:
     lines = []
     for comp in comps:
         members = set(comp)
-        lines.append(
-            "; ".join(f"{m} -> {', '.join(sorted(graph[m] & members))}" for m in comp)
-        )
+        lines.append("; ".join(f"{m} -> {', '.join(sorted(graph[m] & members))}" for m in comp))
     return "\n".join(lines)
 
 
@@ -185,9 +183,7 @@ def test_lazy_imports_hide_no_new_circle():
         assert dst in graph[src], f"{src} no longer imports {dst}: drop it from the list"
         graph[src] = graph[src] - {dst}
     comps = _cycles(graph)
-    assert not comps, "import circles closed by in-function imports:\n" + _describe(
-        graph, comps
-    )
+    assert not comps, "import circles closed by in-function imports:\n" + _describe(graph, comps)
     for src, dst in KNOWN_LAZY_BACK_EDGES:  # each entry still closes a circle
         with_edge = {m: set(e) for m, e in graph.items()}
         with_edge[src].add(dst)
