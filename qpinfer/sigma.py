@@ -133,14 +133,19 @@ def _prepare(likelihood, mu, sigma, y):
         return lik, mu, sigma, lik.check_y(y)
     mu, sigma = check_cavity(mu, sigma)
     y = lik.check_y(y)
+    mu, sigma, y = broadcast_query(mu, sigma, y)
+    return lik, mu, sigma, y
+
+
+def broadcast_query(mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``mu``, ``sigma`` and ``y`` broadcast together; ``ValueError`` naming the shapes if not."""
     try:
-        mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
+        return tuple(np.broadcast_arrays(mu, sigma, y))
     except ValueError:
         raise ValueError(
             f"mu, sigma and y must broadcast together; got shapes {np.shape(mu)}, "
             f"{np.shape(sigma)}, {np.shape(y)}"
         ) from None
-    return lik, mu, sigma, y
 
 
 def tilted_moments(likelihood, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:

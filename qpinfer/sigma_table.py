@@ -15,6 +15,7 @@ import numpy as np
 
 from qpinfer.grid_cubic import interp_cubic
 from qpinfer.grid_store import GridAxis, check_grid_store
+from qpinfer.sigma import broadcast_query, sigma_qp
 from qpinfer.table_store import TableError, read_json, sha256_file
 
 __all__ = ["SigmaTable", "open_grid_table"]
@@ -150,14 +151,7 @@ class SigmaTable:
         sigma = np.asarray(sigma, dtype=np.float64)
         if not (np.ndim(y) == 0 and isinstance(y, int | float) and float(y) in self._y_index):
             y = self._likelihood().check_y(y)
-        y = np.asarray(y, dtype=np.float64)
-        try:
-            mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
-        except ValueError:
-            raise ValueError(
-                f"mu, sigma and y must broadcast together; got shapes {np.shape(mu)}, "
-                f"{np.shape(sigma)}, {np.shape(y)}"
-            ) from None
+        mu, sigma, y = broadcast_query(mu, sigma, np.asarray(y, dtype=np.float64))
         shape = mu.shape
         mu, sigma, y = mu.ravel(), sigma.ravel(), y.ravel()
         if not (np.isfinite(mu).all() and np.isfinite(sigma).all()):
@@ -343,8 +337,6 @@ class SigmaTable:
 
     def _fallback(self, mu, sigma, y, outside: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact sigma* and sigma_ep at the queries the table does not cover."""
-        from qpinfer.sigma import sigma_qp
-
         lik = self._likelihood()
         m, s, yy = mu[outside], sigma[outside], y[outside]
         exact = sigma_qp(lik, m, s, yy)
