@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n-mu", type=int, default=20001)
     ap.add_argument("--n-log10-sigma", type=int, default=2001)
     ap.add_argument(
-        "--tile-mu", type=int, default=None,
+        "--tile-mu",
+        type=int,
+        default=None,
         help="rows per chunk of the synthetic store (default: n_mu, one chunk per y as "
         "qptables publishes; builds compute in 75-row tiles on the paper grid)",
     )

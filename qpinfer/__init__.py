@@ -14,8 +14,8 @@ from qpinfer.sigma import sigma_qp, tilted_moments
 from qpinfer.sparse import SparseGPClassifier, SparseGPRegressor
 from qpinfer.tables import SigmaTable, TableError, open_table
 from qpinfer.vb import VBResult, fit_vb
+from qpinfer.version import __version__
 
-__version__ = "0.1.0"
 __all__ = [
     "ARDSquaredExponential",
     "ConvergenceWarning",

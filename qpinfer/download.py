@@ -33,33 +33,38 @@ Nothing that looks like a table (a ``*.zarr`` directory in the cache) ever exist
 succeeds: interrupted or failed downloads leave at most the ``.part`` file under ``.downloads/``.
 Concurrent downloads of the same name are serialised with a lock file (``fcntl``, POSIX).
 
-HTTP is the standard library's :mod:`urllib` -- chosen over pooch/fsspec to keep qpinfer's
-dependencies at numpy, scipy and zarr; it covers http(s) and file URLs, ``Range`` resumes and
-retries, which is all a static table host needs.
+The transfer itself (steps 1 and 3: manifest, ``Range`` resumes, retries) is
+:mod:`qpinfer.transfer`; this module is the install side (cache, lock, unpack, validate, place).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.client
 import json
 import os
 import re
 import shutil
-import sys
 import tarfile
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from qpinfer.replace import ReplaceRefusedError, check_replaceable, replace_store
-from qpinfer.tables import TableError, open_table, sha256_file, tables_dir
+from qpinfer.table_open import open_table
+from qpinfer.table_store import TableError, sha256_file, tables_dir
+from qpinfer.transfer import MANIFEST_FORMAT as MANIFEST_FORMAT
+from qpinfer.transfer import MANIFEST_NAME as MANIFEST_NAME
+from qpinfer.transfer import RETRY_BACKOFF as RETRY_BACKOFF
+from qpinfer.transfer import URL_ENV as URL_ENV
+from qpinfer.transfer import (
+    DownloadError,
+    fetch_archive,
+    fetch_manifest,
+    join_url,
+    resolve_base_url,
+)
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -75,21 +80,8 @@ __all__ = [
     "validate_name",
 ]
 
-#: Environment variable holding the default base URL of a table host.
-URL_ENV = "QPINFER_TABLES_URL"
-#: File name of the manifest at the base URL.
-MANIFEST_NAME = "manifest.json"
-#: Version of the manifest format this module reads and ``qptables publish`` writes.
-MANIFEST_FORMAT = 1
 #: Valid table names (also the archive's top-level ``<name>.zarr`` directory).
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-#: Seconds before the first retry (doubled for each further one).
-RETRY_BACKOFF = 0.5
-_BLOCK = 1 << 20
-
-
-class DownloadError(RuntimeError):
-    """A table could not be downloaded or installed; nothing usable-looking was left behind."""
 
 
 class UnknownTableError(DownloadError):
@@ -117,136 +109,6 @@ def checksums_digest(checksums: dict[str, str]) -> str:
     """sha256 identifying a store's content: of its ``attrs["checksums"]`` as sorted JSON."""
     text = json.dumps(checksums, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def resolve_base_url(base_url: str | os.PathLike | None = None) -> str:
-    """The table host: ``base_url``, else ``$QPINFER_TABLES_URL``; a local directory path
-    becomes a ``file://`` URL. No trailing slash."""
-    url = os.fspath(base_url) if base_url is not None else os.environ.get(URL_ENV, "")
-    url = url.strip()
-    if not url:
-        raise DownloadError(
-            f"no table host: pass base_url=... (qpinfer download --url URL) or set {URL_ENV} to "
-            "the http(s):// or file:// URL of a directory holding manifest.json"
-        )
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
-    if scheme in ("http", "https", "file"):
-        return url.rstrip("/")
-    if scheme and len(scheme) > 1:
-        raise DownloadError(f"base URL {url!r}: only http(s):// and file:// URLs are supported")
-    return Path(url).expanduser().resolve().as_uri()  # a local directory
-
-
-def _join(base: str, file: str) -> str:
-    return f"{base}/{urllib.parse.quote(file)}"
-
-
-class _Response:
-    """What :func:`_open` returns: a readable body plus status and lengths."""
-
-    def __init__(self, body: Any, status: int, length: int | None, total: int | None) -> None:
-        self.body = body
-        self.status = status  # 200 whole file, 206 from the requested offset
-        self.length = length  # bytes this response will deliver, if known
-        self.total = total  # size of the whole remote file, if known
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.body.close()
-
-
-def _open(url: str, offset: int, timeout: float) -> _Response:
-    """GET ``url`` from byte ``offset`` (``file://``: seek; http: a ``Range`` request)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "file":
-        path = urllib.request.url2pathname(parts.path)
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - closed by _Response.close
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise urllib.error.HTTPError(url, 404, "Not Found", None, None) from None  # type: ignore[arg-type]
-        size = os.fstat(f.fileno()).st_size
-        if offset > size:
-            f.close()
-            raise urllib.error.HTTPError(url, 416, "Range Not Satisfiable", None, None)  # type: ignore[arg-type]
-        f.seek(offset)
-        return _Response(f, 206 if offset else 200, size - offset, size)
-    from qpinfer import __version__
-
-    headers = {"User-Agent": f"qpinfer/{__version__}", "Accept-Encoding": "identity"}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
-    resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
-    status = resp.status
-    length = resp.headers.get("Content-Length")
-    length = int(length) if length and length.isdigit() else None
-    total = None
-    if status == 206:
-        m = re.match(r"bytes (\d+)-(\d+)/(\d+|\*)", resp.headers.get("Content-Range", ""))
-        if not m or int(m.group(1)) != offset:
-            resp.close()
-            raise DownloadError(f"{url}: the server answered a resume request with a wrong range")
-        total = int(m.group(3)) if m.group(3) != "*" else None
-    elif status == 200:
-        total = length
-    return _Response(resp, status, length, total)
-
-
-def _retrying(what: str, retries: int, func: Callable[[], Any]) -> Any:
-    """Call ``func``; retry connection-level failures (and HTTP 5xx) ``retries`` times."""
-    attempt = 0
-    while True:
-        try:
-            return func()
-        except urllib.error.HTTPError as exc:
-            if exc.code < 500 or attempt >= retries:
-                raise
-            err: BaseException = exc
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            if attempt >= retries:
-                raise
-            err = exc
-        attempt += 1
-        print(f"qpinfer: {what}: {err}; retry {attempt}/{retries}", file=sys.stderr)
-        time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
-
-
-def fetch_manifest(
-    base_url: str | os.PathLike | None = None, *, timeout: float = 30.0, retries: int = 3
-) -> dict[str, Any]:
-    """Read and check ``BASE/manifest.json``; returns ``{"format": 1, "tables": {...}}``."""
-    base = resolve_base_url(base_url)
-    url = _join(base, MANIFEST_NAME)
-
-    def get() -> bytes:
-        resp = _open(url, 0, timeout)
-        try:
-            return resp.body.read()
-        finally:
-            resp.close()
-
-    try:
-        raw = _retrying(f"fetching {url}", retries, get)
-    except urllib.error.HTTPError as exc:
-        raise DownloadError(
-            f"cannot fetch the table manifest {url}: HTTP {exc.code} {exc.reason}"
-        ) from None
-    except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise DownloadError(
-            f"cannot reach the table host {base} (fetching {MANIFEST_NAME}): {reason}"
-        ) from None
-    try:
-        manifest = json.loads(raw)
-    except ValueError as exc:
-        raise DownloadError(f"{url} is not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("tables"), dict):
-        raise DownloadError(f"{url}: not a qpinfer table manifest (no 'tables' mapping)")
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise DownloadError(
-            f"{url}: manifest format {manifest.get('format')!r}, this qpinfer reads "
-            f"{MANIFEST_FORMAT} (upgrade qpinfer?)"
-        )
-    return manifest
 
 
 def _entry(manifest: dict[str, Any], name: str, base: str) -> dict[str, Any]:
@@ -282,108 +144,6 @@ def file_lock(path: Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _fetch_archive(
-    url: str,
-    part: Path,
-    size: int,
-    retries: int,
-    timeout: float,
-    progress: Callable[[int, int], None] | None,
-) -> None:
-    """Bring ``part`` to ``size`` bytes of ``url``, resuming; see the module docstring."""
-    failures = 0
-    while True:
-        have = part.stat().st_size if part.exists() else 0
-        if have > size:
-            part.unlink()
-            have = 0
-        if have == size:
-            return
-        try:
-            resp = _open(url, have, timeout)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 416:  # the remote file ends at or before `have`
-                part.unlink(missing_ok=True)
-                raise DownloadError(
-                    f"{url} is shorter than the manifest says ({size} bytes): the host's copy "
-                    "is truncated; the download was discarded"
-                ) from None
-            if exc.code < 500 or failures >= retries:
-                raise DownloadError(
-                    f"cannot download {url}: HTTP {exc.code} {exc.reason}"
-                ) from None
-            failures += 1
-            time.sleep(RETRY_BACKOFF * 2 ** (failures - 1))
-            continue
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            if failures >= retries:
-                reason = getattr(exc, "reason", exc)
-                raise DownloadError(
-                    f"cannot reach {url} ({reason}) after {failures + 1} attempts"
-                    + (
-                        f"; {have} of {size} bytes are kept in {part} and resumed next time"
-                        if have
-                        else ""
-                    )
-                ) from None
-            failures += 1
-            time.sleep(RETRY_BACKOFF * 2 ** (failures - 1))
-            continue
-        try:
-            if resp.total is not None and resp.total < size:
-                part.unlink(missing_ok=True)
-                raise DownloadError(
-                    f"{url} has {resp.total} bytes but the manifest says {size}: the host's copy "
-                    "is truncated (or the manifest is stale); the download was discarded"
-                )
-            if resp.status == 200:
-                have = 0  # whole file (a server that ignores Range): start over
-            with open(part, "ab" if have else "wb") as f:
-                while True:
-                    try:
-                        block = resp.body.read(_BLOCK)
-                    except (http.client.HTTPException, OSError) as exc:
-                        raise _Interrupted(exc) from None
-                    if not block:
-                        break
-                    f.write(block)
-                    have += len(block)
-                    if have > size:
-                        break
-                    if progress is not None:
-                        progress(have, size)
-                f.flush()
-                os.fsync(f.fileno())
-        except _Interrupted as exc:
-            if failures >= retries:
-                raise DownloadError(
-                    f"download of {url} was interrupted ({exc.args[0]!r}) after {failures + 1} "
-                    f"attempts; {have} of {size} bytes are kept in {part} and resumed next time"
-                ) from None
-            failures += 1
-            time.sleep(RETRY_BACKOFF * 2 ** (failures - 1))
-            continue
-        finally:
-            resp.close()
-        if have > size:
-            part.unlink(missing_ok=True)
-            raise DownloadError(
-                f"{url} is larger than the manifest says ({size} bytes); the download was "
-                "discarded (stale manifest?)"
-            )
-        if have < size:  # the body ended early without an error: resume (counts as a failure)
-            if failures >= retries:
-                raise DownloadError(
-                    f"download of {url} stopped at {have} of {size} bytes after {failures + 1} "
-                    f"attempts; kept in {part} and resumed next time"
-                )
-            failures += 1
-
-
-class _Interrupted(Exception):
-    pass
 
 
 def _safe_members(tar: tarfile.TarFile, top: str) -> list[tarfile.TarInfo]:
@@ -569,8 +329,8 @@ def download(
         for old in downloads.glob(f"{name}-*.tar.gz.part"):  # parts of other versions
             if old != part:
                 old.unlink(missing_ok=True)
-        url = _join(base, entry["file"])
-        _fetch_archive(url, part, entry["size"], int(retries), timeout, progress)
+        url = join_url(base, entry["file"])
+        fetch_archive(url, part, entry["size"], int(retries), timeout, progress)
         got = sha256_file(part)
         if got != entry["sha256"]:
             part.unlink(missing_ok=True)

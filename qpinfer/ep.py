@@ -169,7 +169,7 @@ class QuantileMatching:
                 ratio = self.table.sigma_ratio(cavity_mean, cavity_std, y)
             std = ratio * std_ep
         else:
-            from qpinfer import sigma_qp  # late import: qpinfer/__init__ imports this module
+            from qpinfer.sigma import sigma_qp  # the exact kernel, imported when first needed
 
             std = sigma_qp(self.likelihood, cavity_mean, cavity_std, y)
         return mean, std

@@ -10,7 +10,7 @@ on ``likelihood.name``) so that :mod:`qpinfer.likelihoods` keeps its small EP/QP
   and ``v`` (the data term of the ELBO, Opper & Archambeau 2009).
 
 Probit (paper 000 App. C.1), ``log Phi(y f)``: derivatives from ``r = phi(z)/Phi(z)``, ``z = y f``,
-in the cancellation-free form of :func:`qpinfer.likelihoods._probit_moment_terms`; expectations
+in the cancellation-free form of :func:`qpinfer.normal_ratios.probit_moment_terms`; expectations
 by composite Gauss-Legendre quadrature (3 panels x 40 nodes per site, edges at ``z = -+6``; relative
 error ~1e-14 for any variance), with ``dE/dm = E[d log p/df]`` and
 ``dE/dv = E[d^2 log p/df^2] / 2`` (Bonnet's and Price's theorems).
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from scipy.special import dawsn, gammaln, log_ndtr, psi
 
-from qpinfer.likelihoods import _probit_moment_terms
+from qpinfer.normal_ratios import probit_moment_terms
 
 __all__ = ["expected_log_f2", "expected_log_lik", "log_lik_derivatives"]
 
@@ -93,7 +93,7 @@ def log_lik_derivatives(
     y = np.asarray(y, dtype=np.float64)
     if _name(likelihood) == "probit":
         z = y * f
-        r, z_plus_r, var_factor = _probit_moment_terms(np.atleast_1d(z).astype(np.float64))
+        r, z_plus_r, var_factor = probit_moment_terms(np.atleast_1d(z).astype(np.float64))
         r, z_plus_r, var_factor = (a.reshape(np.shape(z)) for a in (r, z_plus_r, var_factor))
         lp = log_ndtr(z)
         d1 = y * r

@@ -88,7 +88,7 @@ def _probit_mode(
     ``r = phi/Phi``: ``g'`` is convex and decreasing, so Newton started at ``z = m`` (where
     ``g' > 0``, left of the root) increases monotonically to the root.
     """
-    from qpinfer.likelihoods import _probit_moment_terms  # stable r and r (z + r)
+    from qpinfer.normal_ratios import probit_moment_terms as _probit_moment_terms  # stable r, z + r
 
     s2 = sigma * sigma
     m = y * mu
@@ -150,7 +150,7 @@ def tilted_power_moments(
     Accurate to ~1e-9 relative against adaptive ``scipy.integrate.quad`` over mu in [-30, 30],
     sigma in [0.05, 40], power in [1e-3, 1] (``tests/test_power_ep.py``).
     """
-    from qpinfer.sigma import _level_edges  # the sigma* kernel's panel placement
+    from qpinfer.level_sets import level_edges as _level_edges  # the sigma* kernel's panels
 
     if getattr(likelihood, "name", None) != "probit":
         raise NotImplementedError(

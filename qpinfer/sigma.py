@@ -14,7 +14,7 @@ Method (one fixed-shape computation per point, no per-point Python):
    log q(mode) - log q(edge) = (k delta)^2 / 2, k = 1..K, found by Newton steps on
    sqrt(log q(mode) - log q(x)), which is linear in x for a Gaussian: panels are narrow where
    the density changes fast (a sharp probit edge, a narrow Poisson mode) and wide in slow
-   Gaussian tails. The last level, ``_TAIL`` nats below the mode, drops less than 1e-21 of the
+   Gaussian tails. The last level, ``qpinfer.level_sets.TAIL`` nats below the mode, drops less than 1e-21 of the
    mass. A likelihood may add fixed edges at its own features (``_breakpoints``: where Phi(f)
    climbs to 1 after a flat stretch of a wide probit cavity) and ask for finer levels.
 3. On every panel, Gauss-Legendre nodes carry the density; the CDF at each node is the sum of
@@ -46,12 +46,11 @@ import numpy as np
 from numpy.polynomial import legendre
 from scipy.special import ndtri
 
+from qpinfer.level_sets import level_edges
 from qpinfer.likelihoods import Likelihood, check_cavity, get_likelihood
 
 _N_LEVELS = 4  # panels on each side of a lobe's mode
 _N_LEVELS_FINE = 7  # ... for points whose likelihood asks for finer levels (very wide cavities)
-_TAIL = 50.0  # nats below the mode where a lobe is cut (e^-50 ~ 2e-22)
-_NEWTON_STEPS = 3
 
 
 @functools.cache
@@ -72,53 +71,9 @@ def _panel_rule(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, w, np.column_stack([w, a_left.T, a_right.T])
 
 
-def _level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
-    """Panel edges of one lobe on log-density level sets, shape (N, 2K+1), ascending."""
-    levels = (np.arange(1, n_levels + 1) * (np.sqrt(2.0 * _TAIL) / n_levels)) ** 2 / 2.0
-    log_peak, _ = lik._log_tilted(mode, mu, sigma, y, derivative=False)
-    snap = getattr(lik, "_snap_to_bounds", False)
-    guess = getattr(lik, "_level_guess", None)  # a likelihood's better first guesses
-    sides = []
-    for side, bound in ((-1.0, lower), (1.0, upper)):
-        edges = []
-        prev = mode
-        hit = np.zeros(mode.shape, dtype=bool)
-        for k, level in enumerate(levels):
-            # Newton on g(x) = sqrt(log q(mode) - log q(x)) - sqrt(level), which is linear in x
-            # for a Gaussian (so one step is exact there) and convex for log-concave lobes.
-            # First guess: the Gaussian one, scaled from the previous level.
-            if k == 0:
-                x = mode + side * width * np.sqrt(2.0 * level)
-            else:
-                x = mode + (prev - mode) * np.sqrt(level / levels[k - 1])
-            if guess is not None:
-                x = guess(side, level, mode, x, mu, sigma, y)
-            for _ in range(_NEWTON_STEPS):
-                lq, dlq = lik._log_tilted(x, mu, sigma, y)
-                drop = np.maximum(log_peak - lq, 1e-300)
-                x_new = x + 2.0 * drop * (1.0 - np.sqrt(level / drop)) / dlq
-                ok = np.isfinite(x_new) & (side * (x_new - prev) > 0)
-                x_new = np.where(ok, x_new, 0.5 * (x + prev))
-                # stay strictly inside the lobe's hard bound (e.g. f = 0 for Poisson)
-                inside = bound + 0.05 * (prev - bound)  # NaN where bound is infinite
-                out = side * (x_new - bound) >= 0
-                hit |= out
-                x = np.where(out, inside, x_new)
-            edges.append(x)
-            prev = x
-        if snap:
-            # a likelihood with a jump at its bound (step_noise): a lobe whose level sets reach
-            # past the bound ends exactly on it, so no mass is lost between the lobes
-            edges[-1] = np.where(hit, bound, edges[-1])
-        sides.append(edges)
-    left = np.stack(sides[0][::-1], axis=-1)
-    right = np.stack(sides[1], axis=-1)
-    return np.concatenate([left, mode[:, None], right], axis=-1)
-
-
 def _sigma_qp_quadrature(lik: Likelihood, mu, sigma, y, lobes, extra=None, n_levels=_N_LEVELS):
     """sigma* for 1-D arrays of canonical (mu, sigma, y) by lobe-adapted panel quadrature."""
-    edges = [_level_edges(lik, *lobe, mu, sigma, y, n_levels) for lobe in lobes]
+    edges = [level_edges(lik, *lobe, mu, sigma, y, n_levels) for lobe in lobes]
     if extra is not None:
         # features of the likelihood itself (a sharp step after a flat stretch of the cavity)
         # that log-density level sets alone can straddle; clipped into each lobe's range
@@ -178,14 +133,19 @@ def _prepare(likelihood, mu, sigma, y):
         return lik, mu, sigma, lik.check_y(y)
     mu, sigma = check_cavity(mu, sigma)
     y = lik.check_y(y)
+    mu, sigma, y = broadcast_query(mu, sigma, y)
+    return lik, mu, sigma, y
+
+
+def broadcast_query(mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``mu``, ``sigma`` and ``y`` broadcast together; ``ValueError`` naming the shapes if not."""
     try:
-        mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
+        return tuple(np.broadcast_arrays(mu, sigma, y))
     except ValueError:
         raise ValueError(
             f"mu, sigma and y must broadcast together; got shapes {np.shape(mu)}, "
             f"{np.shape(sigma)}, {np.shape(y)}"
         ) from None
-    return lik, mu, sigma, y
 
 
 def tilted_moments(likelihood, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:

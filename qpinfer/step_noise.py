@@ -14,7 +14,7 @@ standard normal pdf/cdf)::
     Var[t] = 1 - r (z + r)
 
 (the same form as the probit moments with a different ``r``; for ``eps = 0`` the probit
-Mills-ratio continued fraction of :func:`qpinfer.likelihoods._probit_moment_terms` is used in the
+Mills-ratio continued fraction of :func:`qpinfer.normal_ratios.probit_moment_terms` is used in the
 lower tail). For the exact QP kernel (:mod:`qpinfer.sigma`) the density is two lobes split at
 ``f = 0`` with hard bounds, each a truncated Gaussian whose mode is ``mu`` clipped into its side;
 ``eps = 0`` leaves one lobe (the other has zero mass and is dropped by the kernel).
@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 from scipy.special import log_ndtr
 
-from qpinfer.likelihoods import Likelihood, _finite, _probit_moment_terms
+from qpinfer.likelihoods import Likelihood, _finite
+from qpinfer.normal_ratios import probit_moment_terms
 
 __all__ = ["DEFAULT_EPS", "StepNoise", "StepNoisePowerMatching", "check_eps", "parse_name"]
 
@@ -139,7 +140,7 @@ class StepNoise(Likelihood):
         with np.errstate(over="ignore"):
             z = np.atleast_1d(y * mu / sigma)
         if self.eps == 0.0:
-            r, z_plus_r, var_factor = _probit_moment_terms(z)
+            r, z_plus_r, var_factor = probit_moment_terms(z)
         else:
             log_r = np.log1p(-2.0 * self.eps) - 0.5 * z * z - _LOG_SQRT_2PI - self._log_z_of(z)
             r = np.exp(log_r)

@@ -39,6 +39,7 @@ from qpinfer.cheb_cells import coefficients, evaluate, evaluate_inside
 from qpinfer.likelihoods import get_likelihood
 from qpinfer.reduced import Box, box_from_attrs
 from qpinfer.sigma import _prepare
+from qpinfer.table_store import TableError, chunk_key, read_json
 
 __all__ = ["SCHEMA_VERSION_V2", "ReducedTable", "integrity_record", "open_reduced"]
 
@@ -325,8 +326,6 @@ class _Todo:
 
 def _read_array(root: Path, files: dict[str, bytes], name: str, what: str) -> np.ndarray:
     """A float64 array of the store from its files' bytes (``files``: :func:`_store_files`)."""
-    from qpinfer.tables import TableError, _chunk_key
-
     try:
         meta = json.loads(files[f"{name}/zarr.json"])
         shape = tuple(meta["shape"])
@@ -344,7 +343,7 @@ def _read_array(root: Path, files: dict[str, bytes], name: str, what: str) -> np
     grid = [range(0, n, c) for n, c in zip(shape, chunks, strict=True)]
     for idx in np.ndindex(*[len(g) for g in grid]):
         lo = [g[i] for g, i in zip(grid, idx, strict=True)]
-        rel = _chunk_key(name, sep, idx, enc.get("name", "default"))
+        rel = chunk_key(name, sep, idx, enc.get("name", "default"))
         data = files.get(rel)
         if data is None:
             raise TableError(f"{what}: chunk {str(root / rel)!r} is missing")
@@ -364,11 +363,9 @@ def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTa
 
     ``finished=False`` (the builder, verifying its own partial store): skip the checks of what
     only a finished store has -- integrity record, completeness, passed verification."""
-    from qpinfer.tables import TableError, _read_json
-
     root = Path(path)
     what = f"table {str(root)!r}"
-    meta = _read_json(root / "zarr.json", what)
+    meta = read_json(root / "zarr.json", what)
     attrs = meta.get("attributes") or {}
     if attrs.get("qp_schema_version") != SCHEMA_VERSION_V2:
         raise TableError(f"{what}: schema version {attrs.get('qp_schema_version')!r}, expected 2")

@@ -29,6 +29,9 @@ import qpinfer
 from qpinfer.reduced import Box, box_from_attrs, boxes_for
 from qpinfer.replace import check_replaceable, remove_store, replace_store
 from qpinfer.tables_v2 import SCHEMA_VERSION_V2, array_names, integrity_record, open_reduced
+from qptables.dask_run import open_client
+from qptables.errors import BuildError, BuildInputError
+from qptables.resume import BuildLock, partial_path
 
 __all__ = ["TILE_CELLS", "TILE_LABELS", "build_v2", "chunk_shape", "tile_rho"]
 
@@ -198,8 +201,6 @@ def build_v2(
     """Build, verify and publish the v2 table of ``likelihood`` at ``out`` (see module doc)."""
     import zarr
 
-    from qptables.build import BuildError, BuildInputError, BuildLock, _client, partial_path
-
     lik = qpinfer.get_likelihood(likelihood)
     boxes = boxes_for(lik.name)
     out = Path(out)
@@ -223,7 +224,7 @@ def build_v2(
             _create(partial, lik.name, boxes)
         todo = [t for t in _tiles(boxes) if not _chunk_file(partial, boxes[t[0]], *t[1:]).is_file()]
         t0 = time.perf_counter()
-        with _client(scheduler, workers) as client:
+        with open_client(scheduler, workers) as client:
             futures = [
                 client.submit(_run_tile, str(partial), lik.name, layout[k], li, c, pure=False)
                 for k, li, c in todo

@@ -8,15 +8,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from qptables.cli import _Refused
+from qptables.cli_parser import Refused as _Refused
 
 __all__ = ["build_v2_command", "info_v2", "ship"]
 
 
 def build_v2_command(args: argparse.Namespace) -> int:
     """``qptables build LIK OUT --grid v2``: :func:`qptables.build_v2.build_v2`."""
-    from qptables.build import BuildError, BuildInputError
     from qptables.build_v2 import build_v2
+    from qptables.errors import BuildError, BuildInputError
 
     flags = [f for f in ("mu", "log10_sigma", "y", "y_max", "tile_mu") if getattr(args, f, None)]
     if flags:
@@ -41,8 +41,8 @@ def build_v2_command(args: argparse.Namespace) -> int:
 def ship(args: argparse.Namespace) -> int:
     """``qptables ship``: every shipped v2 table, rebuilt into ``--out``."""
     from qpinfer.shipped import DATA_DIR, SHIPPED
-    from qptables.build import BuildError
     from qptables.build_v2 import build_v2
+    from qptables.errors import BuildError
 
     out = Path(args.out) if args.out else DATA_DIR
     out.mkdir(parents=True, exist_ok=True)

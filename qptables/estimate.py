@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from qptables.grid import GridSpec
+from qptables.tiles import evaluate_rows
+from qptables.units import human_seconds
 
 __all__ = ["Estimate", "calibrate_workers", "estimate_build"]
 
@@ -76,14 +78,12 @@ class Estimate:
 
     def describe(self) -> str:
         """One line: the total, then the phases and the measured rates."""
-        from qptables.build import _human_seconds
-
         return (
-            f"{_human_seconds(self.total)} on {self.n_workers} workers (tiles "
-            f"{_human_seconds(self.tiles)}: {self.points:,} kernel points at ~{self.rate:,.0f} "
-            f"points/s/worker {self.source}; checksums {_human_seconds(self.scan)}; "
-            f"{self.n_verify} mpmath checks {_human_seconds(self.verify)} at "
-            f"{self.mpmath_seconds:.2f} s each; publish {_human_seconds(self.publish)})"
+            f"{human_seconds(self.total)} on {self.n_workers} workers (tiles "
+            f"{human_seconds(self.tiles)}: {self.points:,} kernel points at ~{self.rate:,.0f} "
+            f"points/s/worker {self.source}; checksums {human_seconds(self.scan)}; "
+            f"{self.n_verify} mpmath checks {human_seconds(self.verify)} at "
+            f"{self.mpmath_seconds:.2f} s each; publish {human_seconds(self.publish)})"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,7 +160,6 @@ def _calibrate(
 ) -> dict[str, float]:
     """Runs on a worker: warm up, then time the row blocks ``rows`` of the kernel (one call per
     block, as a tile does) and the mpmath reference ``mpmath_points``."""
-    from qptables.build import evaluate_rows
     from qptables.malloc import tune_malloc
 
     tune_malloc()  # as the tiles do

@@ -212,8 +212,12 @@ def test_force_replaces_an_existing_store_only_after_success(built, client, tmp_
     assert kept["complete"] is False and kept["verification"]["passed"] is False
 
     # a stale lock (dead process on this host) is taken over with a warning
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     lock_path(out).write_text(json.dumps({"pid": int(proc.stdout), "host": os.uname().nodename}))
     with pytest.warns(UserWarning, match="stale lock"):
         result = build("probit", out, GRID, client=client, force=True, **FAST)
@@ -225,8 +229,9 @@ def test_force_replaces_an_existing_store_only_after_success(built, client, tmp_
 
 def test_a_concurrent_build_is_refused(built, client, tmp_path):
     out = tmp_path / "probit.zarr"
-    lock_path(out).write_text(json.dumps({"pid": os.getppid(), "host": os.uname().nodename,
-                                          "started": "now"}))
+    lock_path(out).write_text(
+        json.dumps({"pid": os.getppid(), "host": os.uname().nodename, "started": "now"})
+    )
     with pytest.raises(LockError, match=f"pid {os.getppid()}"):
         build("probit", out, GRID, client=client, **FAST)
     assert not out.exists() and not partial_path(out).exists()
@@ -271,8 +276,11 @@ def test_a_lock_with_our_own_pid_from_an_earlier_run_is_stale(tmp_path):
     from qptables.build import BuildLock
 
     out = tmp_path / "probit.zarr"
-    lock_path(out).write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
-                                          "token": "from-a-killed-container"}))
+    lock_path(out).write_text(
+        json.dumps(
+            {"pid": os.getpid(), "host": os.uname().nodename, "token": "from-a-killed-container"}
+        )
+    )
     with (
         pytest.warns(UserWarning, match="stale lock"),
         BuildLock(out),

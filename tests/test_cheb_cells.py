@@ -16,7 +16,10 @@ def test_tail_size_sees_unresolved_cells():
 def test_reproduces_polynomials_of_the_cell_degree_exactly():
     a = CellAxis("a", -1.0, 0.5, 4, 6)
     b = CellAxis("b", 0.0, 0.25, 8, 5)
-    f = lambda x, y: 1 + x**5 - 3 * x**2 * y**4 + y  # degree 5 in x, 4 in y
+
+    def f(x, y):
+        return 1 + x**5 - 3 * x**2 * y**4 + y  # degree 5 in x, 4 in y
+
     g0, g1 = np.meshgrid(a.nodes(), b.nodes(), indexing="ij")
     coef = coefficients(f(g0, g1), (a, b))
     rng = np.random.default_rng(0)

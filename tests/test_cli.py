@@ -40,13 +40,18 @@ SMALL = ["--mu", "-1", "1", "0.5", "--log10-sigma", "-1", "1", "0.5"]
     [
         (["--mu", "-1", "1", "0"], "--mu START STOP STEP: step must be > 0"),
         (["--mu", "-1", "1", "-0.5"], "--mu START STOP STEP: step must be > 0"),
-        (["--log10-sigma", "1", "-1", "0.1"], "--log10-sigma START STOP STEP: start must be < stop"),
+        (
+            ["--log10-sigma", "1", "-1", "0.1"],
+            "--log10-sigma START STOP STEP: start must be < stop",
+        ),
         (["--log10-sigma", "0", "0", "0.1"], "start must be < stop"),
         (["--mu", "nan", "1", "0.1"], "--mu START STOP STEP: start must be finite"),
         (["--mu", "-1", "inf", "0.1"], "stop must be finite"),
         (["--mu", "-1", "1", "0.3"], "not a whole number of steps"),
-        (["--mu", "-1000", "1000", "0.0001", "--log10-sigma", "-1", "1", "0.0001"],
-         "only"),  # ~12.8 TB does not fit in the free disk space
+        (
+            ["--mu", "-1000", "1000", "0.0001", "--log10-sigma", "-1", "1", "0.0001"],
+            "only",
+        ),  # ~12.8 TB does not fit in the free disk space
         (["--y", "0"], "--y: probit labels must be -1 or +1"),
         (["--y", "1", "1"], "--y: duplicate"),
         (["--y", "1", "--y-max", "3"], "--y-max"),
@@ -65,16 +70,29 @@ def test_invalid_build_input_is_refused_with_exit_2(capsys, tmp_path, args, need
 
 
 def test_disk_space_error_names_the_grid_flags(capsys, tmp_path):
-    code, err = run(capsys, "build", "probit", str(tmp_path / "t.zarr"), "--mu", "-1000",
-                    "1000", "0.0001", "--log10-sigma", "-1", "1", "0.0001")
+    code, err = run(
+        capsys,
+        "build",
+        "probit",
+        str(tmp_path / "t.zarr"),
+        "--mu",
+        "-1000",
+        "1000",
+        "0.0001",
+        "--log10-sigma",
+        "-1",
+        "1",
+        "0.0001",
+    )
     assert code == 2 and "--mu/--log10-sigma/--y" in err and "free" in err
 
 
 def test_unknown_likelihood_and_invalid_labels(capsys, tmp_path):
     code, err = run(capsys, "build", "gaussian", str(tmp_path / "t.zarr"), *SMALL)
     assert code == 2 and "LIKELIHOOD: unknown likelihood 'gaussian'" in err
-    code, err = run(capsys, "build", "poisson_square", str(tmp_path / "t.zarr"), *SMALL,
-                    "--y", "-1", "2")
+    code, err = run(
+        capsys, "build", "poisson_square", str(tmp_path / "t.zarr"), *SMALL, "--y", "-1", "2"
+    )
     assert code == 2 and "--y: poisson_square labels are counts" in err
     code, err = run(capsys, "build", "probit", str(tmp_path / "t.zarr"), "--y", "0.5")
     assert code == 2 and "--y" in err  # argparse: invalid int value
@@ -161,7 +179,9 @@ def test_info_describes_grid_sizes_and_verification(capsys, store):
 def test_verify_passes_then_detects_a_corrupted_chunk(capsys, store, tmp_path, request):
     # a process pool on one layout, inline on the other (the pool's start-up is most of the time)
     workers = "2" if request.node.callspec.params["store"] == "tiled" else "1"
-    code = main(["verify", str(store), "--samples", "1", "--verify-dps", "20", "--workers", workers])
+    code = main(
+        ["verify", str(store), "--samples", "1", "--verify-dps", "20", "--workers", workers]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert "PASSED" in err
@@ -175,8 +195,19 @@ def test_verify_passes_then_detects_a_corrupted_chunk(capsys, store, tmp_path, r
     data = bytearray(chunk.read_bytes())
     data[8:16] = struct.pack("<d", 0.5)  # a plausible value: only the checksum can tell
     chunk.write_bytes(bytes(data))
-    code = main(["verify", str(bad), "--samples", "0", "--verify-dps", "20", "--workers", workers,
-                 "--no-write"])
+    code = main(
+        [
+            "verify",
+            str(bad),
+            "--samples",
+            "0",
+            "--verify-dps",
+            "20",
+            "--workers",
+            workers,
+            "--no-write",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "FAILED" in err and "checksums differ" in err
 

@@ -98,7 +98,11 @@ def dask_processes(tmp_path):
     def start(name: str, *args: str) -> subprocess.Popen:
         log = open(logs / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
         p = subprocess.Popen(
-            [DASK, *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [DASK, *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             cwd=tmp_path,
         )
         log.close()
@@ -108,11 +112,24 @@ def dask_processes(tmp_path):
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     try:
-        start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port),
-              "--no-dashboard")
+        start(
+            "scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"
+        )
         workers = [
-            start(f"worker{i}", "worker", address, "--host", "127.0.0.1", "--nthreads", "1",
-                  "--nworkers", "1", "--no-dashboard", "--death-timeout", "60")
+            start(
+                f"worker{i}",
+                "worker",
+                address,
+                "--host",
+                "127.0.0.1",
+                "--nthreads",
+                "1",
+                "--nworkers",
+                "1",
+                "--no-dashboard",
+                "--death-timeout",
+                "60",
+            )
             for i in range(2)
         ]
         from distributed import Client
@@ -183,8 +200,13 @@ def test_killing_a_localcluster_worker_mid_build_still_completes(tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", env=dict(SINGLE_THREAD_ENV))
+        cluster = LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            env=dict(SINGLE_THREAD_ENV),
+        )
     client = Client(cluster)
     try:
         pids = list(client.run(os.getpid).values())
@@ -208,9 +230,30 @@ def test_killing_a_localcluster_worker_mid_build_still_completes(tmp_path):
 
 def _cli(out: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "qptables.cli", "build", "probit", str(out),
-        "--mu", "-4", "4", "0.02", "--log10-sigma", "-1", "1", "0.01", "--tile-mu", "4",
-        "--workers", "2", "--samples", "2", "--verify-dps", "20", "--no-progress", *extra,
+        sys.executable,
+        "-m",
+        "qptables.cli",
+        "build",
+        "probit",
+        str(out),
+        "--mu",
+        "-4",
+        "4",
+        "0.02",
+        "--log10-sigma",
+        "-1",
+        "1",
+        "0.01",
+        "--tile-mu",
+        "4",
+        "--workers",
+        "2",
+        "--samples",
+        "2",
+        "--verify-dps",
+        "20",
+        "--no-progress",
+        *extra,
     ]
 
 
@@ -221,8 +264,11 @@ def test_sigkill_of_the_client_then_rerun_resumes_bit_identically(tmp_path):
     out.parent.mkdir()
     env = {**os.environ, "PYTHONWARNINGS": "default"}
     proc = subprocess.Popen(
-        _cli(out), env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        _cli(out),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         wait_for_chunks(partial_path(out), 20)
@@ -238,7 +284,9 @@ def test_sigkill_of_the_client_then_rerun_resumes_bit_identically(tmp_path):
     done = len(scan_tiles(partial_path(out), grid))
     assert 0 < done < grid.n_tiles
 
-    rerun = subprocess.run(_cli(out), check=False, env=env, capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run(
+        _cli(out), check=False, env=env, capture_output=True, text=True, timeout=600
+    )
     assert rerun.returncode == 0, rerun.stderr
     assert "stale lock" in rerun.stderr
     assert f"computed {grid.n_tiles - done} tiles, reused {done}" in rerun.stderr
@@ -247,7 +295,9 @@ def test_sigkill_of_the_client_then_rerun_resumes_bit_identically(tmp_path):
 
     clean = tmp_path / "clean" / "probit.zarr"
     clean.parent.mkdir()
-    fresh = subprocess.run(_cli(clean), check=False, env=env, capture_output=True, text=True, timeout=600)
+    fresh = subprocess.run(
+        _cli(clean), check=False, env=env, capture_output=True, text=True, timeout=600
+    )
     assert fresh.returncode == 0, fresh.stderr
     assert chunk_files(out) == chunk_files(clean)
     assert read_attrs(out)["checksums"] == read_attrs(clean)["checksums"]

@@ -109,8 +109,10 @@ def test_dockerfile_pins_the_base_runs_as_non_root_and_copies_what_exists():
     extras = re.findall(r'pip install "\.\[(\w+)\]"', runs)
     assert extras and all(e in PYPROJECT["project"]["optional-dependencies"] for e in extras)
     cmd = [r for i, r in ins if i == "CMD"][-1]
-    assert shlex.split(cmd.strip("[]").replace(",", " "))[0].strip('"') in PYPROJECT[
-        "project"]["scripts"]
+    assert (
+        shlex.split(cmd.strip("[]").replace(",", " "))[0].strip('"')
+        in PYPROJECT["project"]["scripts"]
+    )
 
 
 # ----------------------------------------------------------------------------- compose
@@ -131,10 +133,11 @@ def test_compose_file_wires_scheduler_workers_and_build_consistently():
     assert worker["nthreads"] == 1 and worker["scheduler"] == f"tcp://scheduler:{sched['port']}"
     assert build.command == "build" and build.scheduler == worker["scheduler"]
     # the build and the workers share the volume the store is written to
-    mounts = {s: dict(v.split(":")[::-1] for v in services[s]["volumes"]) for s in
-              ("worker", "build")}
+    mounts = {
+        s: dict(v.split(":")[::-1] for v in services[s]["volumes"]) for s in ("worker", "build")
+    }
     assert mounts["worker"] == mounts["build"]
-    (mount, volume), = mounts["build"].items()
+    ((mount, volume),) = mounts["build"].items()
     assert volume in c["volumes"] and build.out.startswith(mount + "/")
     assert services["build"]["hostname"]  # a re-run takes over the dead run's lock
     assert "service_healthy" in str(services["worker"]["depends_on"])
@@ -142,11 +145,20 @@ def test_compose_file_wires_scheduler_workers_and_build_consistently():
 
 def test_docker_compose_config_accepts_the_file():
     docker = shutil.which("docker")
-    if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True,
-                                        check=False).returncode != 0:
+    if (
+        docker is None
+        or subprocess.run(
+            [docker, "compose", "version"], capture_output=True, check=False
+        ).returncode
+        != 0
+    ):
         pytest.skip("docker compose is not installed here (the file is parsed by the other tests)")
-    p = subprocess.run([docker, "compose", "-f", str(CLUSTER / "docker-compose.yml"), "config",
-                        "--quiet"], capture_output=True, text=True, check=False)
+    p = subprocess.run(
+        [docker, "compose", "-f", str(CLUSTER / "docker-compose.yml"), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr
 
 
@@ -157,7 +169,9 @@ def test_kubernetes_manifests_are_consistent():
     m = manifests()
     assert set(m) == {"build-job.yaml", "daskcluster.yaml", "tables-pvc.yaml"}
     pvc, dc, job = m["tables-pvc.yaml"], m["daskcluster.yaml"], m["build-job.yaml"]
-    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["spec"]["accessModes"] == [
+        "ReadWriteMany"
+    ]
     assert dc["apiVersion"] == "kubernetes.dask.org/v1" and dc["kind"] == "DaskCluster"
     assert job["apiVersion"] == "batch/v1" and job["kind"] == "Job"
     name = dc["metadata"]["name"]
@@ -180,8 +194,10 @@ def test_kubernetes_manifests_are_consistent():
     build = parse_qptables(job_pod["containers"][0]["command"])
     assert build.command == "build" and build.scheduler == f"tcp://{name}-scheduler:{port}"
     claim = pvc["metadata"]["name"]
-    for pod, container in ((worker_pod, worker_pod["containers"][0]),
-                           (job_pod, job_pod["containers"][0])):
+    for pod, container in (
+        (worker_pod, worker_pod["containers"][0]),
+        (job_pod, job_pod["containers"][0]),
+    ):
         vols = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]}
         mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
         assert {mounts[k]: vols[k] for k in mounts} == {"/tables": claim}
@@ -198,10 +214,32 @@ def test_jobqueue_launcher_prints_single_threaded_workers_and_the_build_command(
     pytest.importorskip("dask_jobqueue")
     script = CLUSTER / "hpc" / "qptables_jobqueue.py"
     p = subprocess.run(
-        [sys.executable, str(script), "--system", system, "--jobs", "2", "--cores", "4",
-         "--memory", "8GB", "--queue", "q1", "--account", "acct", "--print-job-script",
-         "--", "probit", "/shared/t/probit.zarr", "--grid", "paper"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            str(script),
+            "--system",
+            system,
+            "--jobs",
+            "2",
+            "--cores",
+            "4",
+            "--memory",
+            "8GB",
+            "--queue",
+            "q1",
+            "--account",
+            "acct",
+            "--print-job-script",
+            "--",
+            "probit",
+            "/shared/t/probit.zarr",
+            "--grid",
+            "paper",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert p.returncode == 0, p.stderr
     out = p.stdout
@@ -243,8 +281,14 @@ def test_a_build_runs_through_scheduler_and_workers_started_like_cluster_recipes
     k8s_worker = manifests()["daskcluster.yaml"]["spec"]["worker"]["spec"]["containers"][0]
     port = str(_free_port())
     address = f"tcp://127.0.0.1:{port}"
-    replace = {"tcp://scheduler:8786": address, "0.0.0.0": "127.0.0.1", "8786": port,
-               ":8787": ":0", "/tables": str(tmp_path), "$(DASK_WORKER_NAME)": "k8s-worker"}
+    replace = {
+        "tcp://scheduler:8786": address,
+        "0.0.0.0": "127.0.0.1",
+        "8786": port,
+        ":8787": ":0",
+        "/tables": str(tmp_path),
+        "$(DASK_WORKER_NAME)": "k8s-worker",
+    }
     env = {**os.environ, **SINGLE_THREAD_ENV}
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -252,28 +296,47 @@ def test_a_build_runs_through_scheduler_and_workers_started_like_cluster_recipes
 
     def start(name: str, argv: list[str], extra_env: dict | None = None) -> None:
         with open(logs / f"{name}.log", "w") as log:
-            procs.append(subprocess.Popen(
-                argv, env={**env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, cwd=tmp_path,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    env={**env, **(extra_env or {})},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    cwd=tmp_path,
+                )
+            )
 
     try:
         start("scheduler", _localize(services["scheduler"]["command"], replace))
         start("worker-compose", _localize(services["worker"]["command"], replace))
-        start("worker-k8s", _localize(k8s_worker["args"], replace),
-              {"DASK_SCHEDULER_ADDRESS": address})
+        start(
+            "worker-k8s",
+            _localize(k8s_worker["args"], replace),
+            {"DASK_SCHEDULER_ADDRESS": address},
+        )
         from distributed import Client
 
         with Client(address, timeout="60s") as client:  # both workers up: a stable count below
             client.wait_for_workers(2, timeout=120)
         build = _localize(services["build"]["command"], replace) + [
-            "--mu", "-2", "2", "0.1", "--log10-sigma", "-1", "1", "0.1",  # smaller: last wins
-            "--samples", "2", "--verify-dps", "20",
+            "--mu",
+            "-2",
+            "2",
+            "0.1",
+            "--log10-sigma",
+            "-1",
+            "1",
+            "0.1",  # smaller: last wins
+            "--samples",
+            "2",
+            "--verify-dps",
+            "20",
         ]
-        p = subprocess.run(build, env=env, capture_output=True, text=True, timeout=600,
-                           check=False, cwd=tmp_path)
-        assert p.returncode == 0, p.stderr + "".join(
-            f.read_text() for f in sorted(logs.iterdir()))
+        p = subprocess.run(
+            build, env=env, capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path
+        )
+        assert p.returncode == 0, p.stderr + "".join(f.read_text() for f in sorted(logs.iterdir()))
         assert "workers: 2" in p.stderr, p.stderr  # both workers joined
         out = Path(parse_qptables(["qptables", *build[1:]]).out)
         table = open_table(out, verify_checksums=True)

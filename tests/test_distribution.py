@@ -29,6 +29,7 @@ import pytest
 
 import qpinfer
 import qpinfer.download as dl
+import qpinfer.transfer
 from qpinfer.download import DownloadError, UnknownTableError
 from qpinfer.tables import TableError, open_table
 from qptables import GridSpec, build
@@ -45,8 +46,16 @@ GRID = GridSpec((-6.0, 6.0, 0.05), (-1.0, 1.0, 0.05), (-1, 1))  # 241 x 41 per l
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("built") / f"{NAME}.zarr"
-    build("probit", out, GRID, workers=1, samples=2, verify_dps=20, progress=False,
-          stream=io.StringIO())
+    build(
+        "probit",
+        out,
+        GRID,
+        workers=1,
+        samples=2,
+        verify_dps=20,
+        progress=False,
+        stream=io.StringIO(),
+    )
     return out
 
 
@@ -62,7 +71,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     c = tmp_path / "cache"
     monkeypatch.setenv("QPINFER_TABLES", str(c))
     monkeypatch.delenv(dl.URL_ENV, raising=False)
-    monkeypatch.setattr(dl, "RETRY_BACKOFF", 0.01)
+    monkeypatch.setattr(qpinfer.transfer, "RETRY_BACKOFF", 0.01)
     return c
 
 
@@ -232,8 +241,11 @@ def test_download_over_http_installs_atomically_and_serves_inference(host, cache
         # the likelihood's default (what table=None finds) points at it
         default = qpinfer.tables.installed_table_path("probit")
         assert default.is_symlink() and default.resolve() == path.resolve()
-        assert sorted(p.name for p in cache.iterdir()) == [".downloads", f"{NAME}.zarr",
-                                                          "probit.zarr"]
+        assert sorted(p.name for p in cache.iterdir()) == [
+            ".downloads",
+            f"{NAME}.zarr",
+            "probit.zarr",
+        ]
         assert list((cache / ".downloads").glob("*.part")) == []
         # installed content already matches: a second call fetches the manifest only
         monkeypatch.setenv(dl.URL_ENV, srv.url)
@@ -350,8 +362,10 @@ def test_an_archive_with_the_right_sha256_but_a_corrupt_table_is_not_installed(
     data[8] ^= 0x40
     chunk.write_bytes(bytes(data))
     buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w") as tar:
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
         tar.add(unpacked / f"{NAME}.zarr", arcname=f"{NAME}.zarr")
     (d / entry["file"]).write_bytes(buf.getvalue())
     set_entry(d, size=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
@@ -361,7 +375,9 @@ def test_an_archive_with_the_right_sha256_but_a_corrupt_table_is_not_installed(
 
 
 def test_qpinfer_download_imports_no_dask():
-    code = ("import sys, qpinfer.cli, qpinfer.download, qpinfer.tables; "
-            "bad = [m for m in ('dask', 'distributed', 'mpmath') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, qpinfer.cli, qpinfer.download, qpinfer.tables; "
+        "bad = [m for m in ('dask', 'distributed', 'mpmath') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

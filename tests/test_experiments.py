@@ -17,8 +17,12 @@ from experiments import paper, report
 
 @pytest.mark.parametrize(
     ("name", "shape", "n_pos"),
-    [("ionosphere", (351, 33), 225), ("sonar", (208, 60), 111), ("pima", (768, 8), 268),
-     ("crabs", (200, 6), 100)],
+    [
+        ("ionosphere", (351, 33), 225),
+        ("sonar", (208, 60), 111),
+        ("pima", (768, 8), 268),
+        ("crabs", (200, 6), 100),
+    ],
 )
 def test_classification_loaders(name, shape, n_pos):
     X, y = ds.load_classification(name)
@@ -57,9 +61,27 @@ def test_fold_limits():
 
 
 def test_runner_end_to_end_with_resume(tmp_path, capsys):
-    argv = ["--datasets", "sonar", "--repeats", "1", "--folds", "2", "--lbfgs-maxiter", "2",
-            "--methods", "ep", "qp", "vb", "laplace", "--scheduler", "sync", "--table", "exact",
-            "--out", str(tmp_path)]
+    argv = [
+        "--datasets",
+        "sonar",
+        "--repeats",
+        "1",
+        "--folds",
+        "2",
+        "--lbfgs-maxiter",
+        "2",
+        "--methods",
+        "ep",
+        "qp",
+        "vb",
+        "laplace",
+        "--scheduler",
+        "sync",
+        "--table",
+        "exact",
+        "--out",
+        str(tmp_path),
+    ]
     assert paper.main(argv) == 0
     folds = sorted((tmp_path / "folds").glob("*.json"))
     assert [p.name for p in folds] == ["sonar_r000_f00.json", "sonar_r000_f01.json"]

@@ -25,7 +25,10 @@ def _mp_expect(g, m, v):
     s = mpmath.sqrt(v)
     pts = sorted({m - 40 * s, mpmath.mpf(0), m, m + 40 * s})
     pts = [p for p in pts if m - 40 * s <= p <= m + 40 * s]
-    dens = lambda f: mpmath.exp(-((f - m) ** 2) / (2 * v)) / mpmath.sqrt(2 * mpmath.pi * v)
+
+    def dens(f):
+        return mpmath.exp(-((f - m) ** 2) / (2 * v)) / mpmath.sqrt(2 * mpmath.pi * v)
+
     return mpmath.quad(lambda f: g(f) * dens(f), pts)
 
 
@@ -99,9 +102,14 @@ def _dense_elbo(K, alpha, beta, y, name):
     expect = 0.0
     for i in range(n):
         if name == "probit":
-            g = lambda f, i=i: mpmath.log(mpmath.ncdf(y[i] * f))
+
+            def g(f, i=i):
+                return mpmath.log(mpmath.ncdf(y[i] * f))
         else:
-            g = lambda f, i=i: y[i] * mpmath.log(f * f) - f * f - mpmath.loggamma(y[i] + 1)
+
+            def g(f, i=i):
+                return y[i] * mpmath.log(f * f) - f * f - mpmath.loggamma(y[i] + 1)
+
         expect += float(_mp_expect(g, m[i], S[i, i]))
     return expect - kl
 

@@ -1,0 +1,190 @@
+"""The dask run of a build: a ``distributed`` client (a new ``LocalCluster`` or an existing
+scheduler), its workers, and one pure task per tile (:func:`qptables.tiles.compute_tile`),
+written in place by the workers; the client only ever holds tiny per-tile reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from qptables.errors import BuildError, BuildInputError
+from qptables.grid import GridSpec
+from qptables.tiles import compute_tile, mirror_rows
+
+__all__ = [
+    "SINGLE_THREAD_ENV",
+    "WORKER_WAIT_SECONDS",
+    "connect_workers",
+    "open_client",
+    "run_tiles",
+]
+
+#: Environment for worker processes: single-threaded numerical libraries (one task per core).
+SINGLE_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+}
+#: How long a build on an external scheduler waits for its first worker.
+WORKER_WAIT_SECONDS = 600
+
+
+@contextlib.contextmanager
+def open_client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
+    """A dask.distributed client: on ``scheduler`` or on a new LocalCluster of ``workers``."""
+    from distributed import Client, LocalCluster
+
+    cluster = None
+    if scheduler is None:
+        n = workers or os.cpu_count() or 1
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            # task errors reach the user once, summarised by the build (BuildError), not as the
+            # workers' and scheduler's logged tracebacks
+            silence_logs=logging.CRITICAL,
+            env=dict(SINGLE_THREAD_ENV),
+        )
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except OSError as exc:
+            raise BuildInputError(f"--scheduler: cannot connect to {scheduler!r} ({exc})") from None
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def dashboard(client: Any) -> str | None:
+    try:
+        link = client.dashboard_link
+    except Exception:  # noqa: BLE001 - no dashboard service is not an error
+        return None
+    info = client.scheduler_info()
+    services = info.get("services", {}) if isinstance(info, dict) else {}
+    if "dashboard" not in services or not link:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is None:
+        link += " (the status pages need bokeh installed where the scheduler runs)"
+    return link
+
+
+def connect_workers(client: Any, partial: Path, say: Callable[[str], None]) -> int:
+    """Wait for the first worker (an external scheduler may have none yet), say what runs
+    where, and check every worker sees ``partial``; returns the number of worker threads."""
+    nthreads = client.nthreads()
+    if not nthreads:
+        say(f"  waiting up to {WORKER_WAIT_SECONDS} s for workers to connect ...")
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+        except (TimeoutError, OSError) as exc:
+            raise BuildError(
+                f"--scheduler: no dask worker connected within {WORKER_WAIT_SECONDS} s "
+                f"({exc!r}); start workers (dask worker ADDRESS --nthreads 1) and re-run"
+            ) from None
+        time.sleep(1.0)  # let the other workers of a starting cluster join too
+        nthreads = client.nthreads()
+    n_workers = max(1, sum(nthreads.values()))
+    say(f"  workers: {n_workers} ({'scheduler ' + client.scheduler.address})")
+    if any(n > 1 for n in nthreads.values()):
+        say(
+            "  note: some workers run several threads; one single-threaded worker process "
+            "per core (dask worker --nthreads 1, OMP_NUM_THREADS=1) is faster for this kernel"
+        )
+    link = dashboard(client)
+    if link:
+        say(f"  dashboard: {link}")
+    visible = client.run(os.path.isdir, str(partial))
+    if not all(visible.values()):
+        bad = [w for w, ok in visible.items() if not ok]
+        raise BuildInputError(
+            f"--scheduler: workers {bad} cannot see {partial}; OUT must be on a file system "
+            f"shared by the client and all workers"
+        )
+    return n_workers
+
+
+def run_tiles(
+    client: Any,
+    partial: Path,
+    likelihood: str,
+    grid: GridSpec,
+    todo: list[tuple[int, int]],
+    mirror_pairs: dict[int, int],
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Submit one task per tile (mirror tiles after their sources); wait with a progress bar."""
+    from distributed import as_completed
+
+    token = uuid.uuid4().hex[:8]
+    grid_attrs = grid.to_attrs()
+    todo_set = set(todo)
+    futures: dict[tuple[int, int], Any] = {}
+    ordered = sorted(todo, key=lambda t: (t[0] in mirror_pairs, t))
+    for iy, k in ordered:
+        deps = []
+        src = mirror_pairs.get(iy)
+        if src is not None:
+            (lo, hi), _exact = mirror_rows(grid, k)
+            for kk in range(lo // grid.tile_mu, (hi - 1) // grid.tile_mu + 1):
+                if (src, kk) in todo_set:
+                    deps.append(futures[(src, kk)])
+        futures[(iy, k)] = client.submit(
+            compute_tile,
+            str(partial),
+            likelihood,
+            grid_attrs,
+            grid.tile_mu,
+            iy,
+            k,
+            src,
+            *deps,
+            key=f"qptile-{token}-{iy}-{k}",
+            pure=False,
+            retries=2,
+            priority=0 if src is not None else 1,
+        )
+    if not futures:
+        return []
+    reports = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(futures), unit="tile", desc="tiles", file=sys.stderr)
+    try:
+        for fut in as_completed(list(futures.values())):
+            if fut.status == "error":
+                exc = fut.exception()
+                iy, k = (int(p) for p in str(fut.key).rsplit("-", 2)[1:])
+                raise BuildError(
+                    f"the task of tile {k + 1}/{grid.tiles_per_y} of y={grid.y[iy]} failed: "
+                    f"{type(exc).__name__}: {exc}; the other tiles are kept, re-run to resume"
+                ) from exc
+            reports.append(fut.result())
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        for fut in futures.values():
+            fut.cancel()
+    return reports
