@@ -130,7 +130,6 @@ def _posterior_indefinite(
     return post
 
 
-
 class PosteriorMoments:
     """``mean`` and ``var`` of a result's ``posterior`` (EP, Laplace and VB results)."""
 
@@ -141,7 +140,6 @@ class PosteriorMoments:
     @property
     def var(self) -> np.ndarray:
         return self.posterior.var
-
 
 
 def predict_latent(

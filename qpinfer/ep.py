@@ -55,6 +55,7 @@ Evidence: eq. (4), evaluated in the numerically stable form of R&W eq. (3.65)/(3
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from qpinfer.dense_posterior import (

@@ -138,4 +138,3 @@ def site_constant(result: Any) -> float:
     return float(
         result.log_marginal_likelihood + post.half_logdet_B() - 0.5 * result.nu @ post.mean
     )
-

@@ -110,4 +110,3 @@ class QuantileMatching:
     def __repr__(self) -> str:
         src = "exact" if self.table is None else "table"
         return f"QuantileMatching({getattr(self.likelihood, 'name', self.likelihood)!r}, {src})"
-
