@@ -76,8 +76,7 @@ from qpinfer.site_loop import (
     MIN_SITE_PRECISION,
     ConvergenceWarning,
     SiteResult,
-    check_loop_arguments,
-    initial_sites,
+    SweepSettings,
     resolve_floor,
     run_sites,
     site_proposal,
@@ -100,6 +99,9 @@ __all__ = [
     "run_ep",
     "site_constant",
 ]
+
+
+_WHAT = "EP/QP site updates"  # the method, as the convergence warning names it
 
 
 @dataclass
@@ -176,21 +178,8 @@ def run_ep(
         raise ValueError(f"K must be square, got shape {K.shape}")
     if y.shape != (n,):
         raise ValueError(f"y must have shape ({n},), got {y.shape}")
-    damping = check_loop_arguments(schedule, damping, max_iter, tol)
     floor = resolve_floor(min_site_precision, projection)
-    tau, nu = initial_sites(init, n, floor)
-    return run_sites(
-        DenseSiteRepresentation(K, block_size),
-        _ProjectedSites(projection, y, floor),
-        tau,
-        nu,
-        schedule=schedule,
-        damping=damping,
-        max_iter=max_iter,
-        tol=tol,
-        floor=floor,
-        adaptive_damping=adaptive_damping,
-        compute_evidence=compute_evidence,
-        result_type=EPResult,
-        what="EP/QP site updates",
-    )
+    settings = SweepSettings.checked(schedule, damping, max_iter, tol, floor, adaptive_damping)
+    representation = DenseSiteRepresentation(K, block_size)
+    update = _ProjectedSites(projection, y, floor)
+    return run_sites(representation, update, init, settings, compute_evidence, EPResult, _WHAT)

@@ -44,7 +44,7 @@ __all__ = [
     "SCHEDULES",
     "ConvergenceWarning",
     "SiteResult",
-    "check_loop_arguments",
+    "SweepSettings",
     "initial_sites",
     "resolve_floor",
     "run_sites",
@@ -177,20 +177,40 @@ def resolve_floor(min_site_precision: Any, projection: Any) -> float | None:
     return v
 
 
-def check_loop_arguments(schedule: str, damping: float | None, max_iter: int, tol: float) -> float:
-    """Validate the loop's arguments; returns the damping (``None``: 1.0 for the sequential,
-    0.5 for the parallel schedule)."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if damping is None:
-        damping = 1.0 if schedule == "sequential" else 0.5
-    if not (0.0 < damping <= 1.0):
-        raise ValueError(f"damping must be in (0, 1], got {damping!r}")
-    if int(max_iter) < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
-    if not (tol > 0):
-        raise ValueError(f"tol must be positive, got {tol!r}")
-    return damping
+@dataclass(frozen=True)
+class SweepSettings:
+    """How :func:`run_sites` sweeps: schedule, damping (adaptive or not), stopping rule, floor."""
+
+    schedule: str
+    damping: float
+    max_iter: int  # as given (the warning quotes it)
+    tol: float
+    floor: float | None
+    adaptive_damping: bool
+
+    @classmethod
+    def checked(
+        cls,
+        schedule: str,
+        damping: float | None,
+        max_iter: int,
+        tol: float,
+        floor: float | None,
+        adaptive_damping: bool = False,
+    ) -> SweepSettings:
+        """Validated settings; ``damping=None`` is 1.0 for the sequential, 0.5 for the parallel
+        schedule."""
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        if damping is None:
+            damping = 1.0 if schedule == "sequential" else 0.5
+        if not (0.0 < damping <= 1.0):
+            raise ValueError(f"damping must be in (0, 1], got {damping!r}")
+        if int(max_iter) < 1:
+            raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
+        if not (tol > 0):
+            raise ValueError(f"tol must be positive, got {tol!r}")
+        return cls(schedule, damping, max_iter, tol, floor, bool(adaptive_damping))
 
 
 def initial_sites(init: Any, n: int, floor: float | None) -> tuple[np.ndarray, np.ndarray]:
@@ -251,26 +271,21 @@ def _sequential_sweep(rep, update, tau, nu, damping, floor):
 def run_sites(
     representation: PosteriorRepresentation,
     update: SiteUpdate,
-    tau: np.ndarray,
-    nu: np.ndarray,
-    *,
-    schedule: str,
-    damping: float,
-    max_iter: int,
-    tol: float,
-    floor: float | None,
-    adaptive_damping: bool,
-    compute_evidence: bool,
+    init: Any,
+    settings: SweepSettings,
+    compute_evidence: bool = True,
     result_type: type[SiteResult] = SiteResult,
     what: str = "site updates",
     stacklevel: int = 3,
 ) -> SiteResult:
-    """Sweep the sites ``(tau, nu)`` to convergence (module docstring) and return
-    ``result_type`` with the best sites, their posterior and (``compute_evidence``) their
-    evidence. Arguments are validated by the caller (:func:`check_loop_arguments`,
-    :func:`initial_sites`, :func:`resolve_floor`); ``what`` names the method in the warning."""
-    sweep = _parallel_sweep if schedule == "parallel" else _sequential_sweep
+    """Sweep the sites from ``init`` (:func:`initial_sites`) to convergence as ``settings`` say
+    (module docstring) and return ``result_type`` with the best sites, their posterior and
+    (``compute_evidence``) their evidence; ``what`` names the method in the warning."""
+    schedule, damping, floor = settings.schedule, settings.damping, settings.floor
+    max_iter, tol = settings.max_iter, settings.tol
     n = representation.n_sites
+    tau, nu = initial_sites(init, n, floor)
+    sweep = _parallel_sweep if schedule == "parallel" else _sequential_sweep
     best = (np.inf, tau, nu)
     history: list[float] = []
     converged = False
@@ -296,7 +311,7 @@ def run_sites(
             converged = True
             break
         if (
-            adaptive_damping
+            settings.adaptive_damping
             and schedule == "parallel"
             and stalled >= STALL_SWEEPS
             and damping > MIN_DAMPING

@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-from qpinfer.classifier import ProbitPredictionsMixin, _check_X, _check_y, binary_labels
+from qpinfer.classifier import _check_X, _check_y, binary_labels
 from qpinfer.estimator import GPEstimatorBase, warn_exact_once
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power
+from qpinfer.predictions import ProbitPredictionsMixin
 from qpinfer.projections import MomentMatching, QuantileMatching
 from qpinfer.pseudo_points import predict_latent_low_rank, pseudo_point_prior
 from qpinfer.site_loop import SCHEDULES, ConvergenceWarning

@@ -43,9 +43,8 @@ from qpinfer.pseudo_points import (
 from qpinfer.site_loop import (
     MIN_SITE_PRECISION,
     SiteResult,
-    check_loop_arguments,
+    SweepSettings,
     clip_precision,
-    initial_sites,
     run_sites,
 )
 
@@ -234,11 +233,11 @@ def run_sparse_pep(
     y: np.ndarray,
     projection: Any,
     *,
+    init: tuple[np.ndarray, np.ndarray] | None = None,
     schedule: str = "parallel",
     damping: float | None = None,
     max_iter: int = 1000,
     tol: float = 1e-6,
-    init: tuple[np.ndarray, np.ndarray] | None = None,
     compute_evidence: bool = True,
 ) -> SparsePEPResult:
     """Pseudo-point Power EP (eqs. (20), (106)-(109)) to convergence; energy eq. (110).
@@ -254,7 +253,7 @@ def run_sparse_pep(
         alpha), :class:`qpinfer.ep.MomentMatching` (alpha = 1), or
         :class:`qpinfer.ep.QuantileMatching` (QP with pseudo-points, probit: the variance of
         ``a_n`` is the Wasserstein sigma* of its tilted marginal, :func:`_qp_ratio`).
-    schedule, damping, max_iter, tol, init:
+    init, schedule, damping, max_iter, tol:
         As :func:`qpinfer.ep.run_ep`: ``"parallel"`` (damping default 0.5) or ``"sequential"``
         (default 1.0); stop when the RMS change of ``(tau, nu)`` over a sweep is below ``tol``,
         else a :class:`~qpinfer.ep.ConvergenceWarning` and the sites with the smallest change.
@@ -268,22 +267,11 @@ def run_sparse_pep(
     y = np.asarray(y)
     if h.shape != (n,) or y.shape != (n,):
         raise ValueError(f"h and y must have shape ({n},), got {h.shape} and {y.shape}")
-    damping = check_loop_arguments(schedule, damping, max_iter, tol)
-    tau, nu = initial_sites(init, n, MIN_SITE_PRECISION)
+    settings = SweepSettings.checked(schedule, damping, max_iter, tol, MIN_SITE_PRECISION, True)
+    sites = _PseudoPointSites(projection, h, y)
+    result_type, what = SparsePEPResult, "sparse Power EP"
     return run_sites(
-        LowRankSiteRepresentation(A),
-        _PseudoPointSites(projection, h, y),
-        tau,
-        nu,
-        schedule=schedule,
-        damping=damping,
-        max_iter=max_iter,
-        tol=tol,
-        floor=MIN_SITE_PRECISION,
-        adaptive_damping=True,
-        compute_evidence=compute_evidence,
-        result_type=SparsePEPResult,
-        what="sparse Power EP",
+        LowRankSiteRepresentation(A), sites, init, settings, compute_evidence, result_type, what
     )
 
 
