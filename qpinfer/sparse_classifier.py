@@ -6,17 +6,21 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
 from qpinfer.classifier import _check_X, _check_y, binary_labels
-from qpinfer.estimator import GPEstimatorBase, warn_exact_once
+from qpinfer.estimator import (
+    GPEstimatorBase,
+    check_site_loop_params,
+    site_loop_options,
+    warn_exact_once,
+)
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power
 from qpinfer.predictions import ProbitPredictionsMixin
 from qpinfer.projections import MomentMatching, QuantileMatching
 from qpinfer.pseudo_points import predict_latent_low_rank, pseudo_point_prior
-from qpinfer.site_loop import SCHEDULES, ConvergenceWarning
-from qpinfer.sparse_estimator import LBFGS_FTOL, SparseEstimatorBase
+from qpinfer.site_loop import ConvergenceWarning
+from qpinfer.sparse_estimator import SparseEstimatorBase
 from qpinfer.sparse_sites import SparsePEPResult, run_sparse_pep, sparse_pep_gradient
 
 __all__ = ["SparseGPClassifier"]
@@ -47,10 +51,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
     Parameters
     ----------
     n_inducing : int or None, default None
-        Number of pseudo-points M, in [1, n_samples]; ``None`` means ``min(50, n_samples)``,
-        resolved at fit time (the stored parameter stays ``None``), so the default fits any data
-        set. An explicit value above n_samples is refused with a ``ValueError``. Ignored when
-        ``inducing_points`` is given; the M used is ``inducing_points_.shape[0]``.
+        Number of pseudo-points M, as :class:`qpinfer.SparseGPRegressor`'s ``n_inducing``.
     alpha : float in (0, 1]
         Power EP power: 1 is EP (FITC-EP), smaller values move toward the variational solution.
         Ignored by ``method="qp"`` (which replaces the alpha = 1 projection).
@@ -95,53 +96,18 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         method: str = "pep",
         table: Any = None,
     ) -> None:
-        self.n_inducing = n_inducing
-        self.alpha = alpha
-        self.method = method
-        self.table = table
-        self.kernel = kernel
-        self.variance = variance
-        self.length_scale = length_scale
-        self.ard = ard
-        self.inducing_points = inducing_points
-        self.optimizer = optimizer
-        self.optimize_inducing = optimize_inducing
-        self.max_optimizer_iter = max_optimizer_iter
-        self.schedule = schedule
-        self.max_iter = max_iter
-        self.tol = tol
-        self.damping = damping
-        self.jitter = jitter
-        self.random_state = random_state
+        self._store_params(locals())
 
     def _validate(self) -> float:
         self._validate_common()
         if self.method not in ("pep", "qp"):
             raise ValueError(f"method must be 'pep' or 'qp', got {self.method!r}")
         alpha = check_power(self.alpha)
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be 'parallel' or 'sequential', got {self.schedule!r}")
-        mi = self.max_iter
-        if isinstance(mi, bool) or not (isinstance(mi, int | np.integer) and mi >= 1):
-            raise ValueError(f"max_iter must be a positive integer, got {mi!r}")
-        if not (isinstance(self.tol, int | float) and self.tol > 0):
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
-        if self.damping is not None and not (0 < self.damping <= 1):
-            raise ValueError(f"damping must be None or in (0, 1], got {self.damping!r}")
+        check_site_loop_params(self)
         return alpha
 
     def _run(self, prior, y, projection, init=None) -> SparsePEPResult:
-        return run_sparse_pep(
-            prior.A,
-            prior.h,
-            y,
-            projection,
-            schedule=self.schedule,
-            damping=self.damping,
-            max_iter=int(self.max_iter),
-            tol=float(self.tol),
-            init=init,
-        )
+        return run_sparse_pep(prior.A, prior.h, y, projection, init=init, **site_loop_options(self))
 
     def fit(self, X: Any, y: Any) -> SparseGPClassifier:
         """Fit sites, kernel hyperparameters and inducing inputs (eq. (110))."""
@@ -191,14 +157,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 warnings.simplefilter("ignore", RuntimeWarning)
-                minimize(
-                    objective,
-                    p0,
-                    jac=True,
-                    method="L-BFGS-B",
-                    bounds=bounds,
-                    options={"maxiter": int(self.max_optimizer_iter), "ftol": LBFGS_FTOL},
-                )
+                self._lbfgs(objective, p0, bounds)
             if state["best"] is None:
                 raise ValueError("sparse Power EP failed at every hyperparameter value tried")
             kernel, Z, prior, result = state["best"]

@@ -3,9 +3,12 @@ initial inducing inputs (scikit-learn protocol via :class:`qpinfer.estimator.Par
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from qpinfer.estimator import ParamsMixin
+import numpy as np
+from scipy.optimize import minimize
+
+from qpinfer.estimator import ParamsMixin, check_positive_int, se_kernel_from_params
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.pseudo_points import _check_kernel, kmeans_inducing_points
 
@@ -25,11 +28,20 @@ class SparseEstimatorBase(ParamsMixin):
     def _validate_common(self) -> None:
         if self.optimizer not in ("lbfgs", None):
             raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
-        mi = self.max_optimizer_iter
-        if isinstance(mi, bool) or not (isinstance(mi, int | np.integer) and mi >= 1):
-            raise ValueError(f"max_optimizer_iter must be a positive integer, got {mi!r}")
+        check_positive_int(self.max_optimizer_iter, "max_optimizer_iter")
         if not (isinstance(self.jitter, int | float) and self.jitter >= 0):
             raise ValueError(f"jitter must be a non-negative number, got {self.jitter!r}")
+
+    def _store_params(self, args: dict[str, Any]) -> None:
+        """Store the constructor arguments ``args`` (``locals()`` of ``__init__``) verbatim."""
+        for name in self._PARAM_NAMES:
+            setattr(self, name, args[name])
+
+    def _lbfgs(self, objective: Any, p0: np.ndarray, bounds: list) -> Any:
+        """L-BFGS-B on ``objective`` (value and gradient) from ``p0``: at most
+        ``max_optimizer_iter`` iterations, relative function tolerance 1e-9 (paper 000 Sec. 6)."""
+        options = {"maxiter": int(self.max_optimizer_iter), "ftol": LBFGS_FTOL}
+        return minimize(objective, p0, jac=True, method="L-BFGS-B", bounds=bounds, options=options)
 
     def _n_inducing_for(self, n_samples: int) -> int:
         """The number of pseudo-points M for ``n_samples`` training rows, resolved at fit time:
@@ -55,12 +67,7 @@ class SparseEstimatorBase(ParamsMixin):
         if self.kernel is not None:
             _check_kernel(self.kernel)
             return self.kernel.with_theta(self.kernel.theta)
-        ls = np.asarray(self.length_scale, dtype=np.float64)
-        if ls.ndim == 0 and self.ard:
-            ls = np.full(n_features, float(ls))
-        elif ls.ndim == 1 and ls.size not in (1, n_features):
-            raise ValueError(f"length_scale has {ls.size} entries but X has {n_features} features")
-        return ARDSquaredExponential(self.variance, ls)
+        return se_kernel_from_params(self, n_features)
 
     def _initial_inducing(self, X: np.ndarray) -> np.ndarray:
         m = self._n_inducing_for(X.shape[0])

@@ -6,7 +6,6 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
 from qpinfer.classifier import _check_X
 from qpinfer.estimator import DataConversionWarning
@@ -17,7 +16,7 @@ from qpinfer.pseudo_points import (
     pseudo_point_prior,
     sparse_regression_energy,
 )
-from qpinfer.sparse_estimator import LBFGS_FTOL, SparseEstimatorBase
+from qpinfer.sparse_estimator import SparseEstimatorBase
 
 __all__ = ["SparseGPRegressor"]
 
@@ -97,20 +96,7 @@ class SparseGPRegressor(SparseEstimatorBase):
         jitter: float = 1e-6,
         random_state: Any = None,
     ) -> None:
-        self.n_inducing = n_inducing
-        self.alpha = alpha
-        self.kernel = kernel
-        self.variance = variance
-        self.length_scale = length_scale
-        self.ard = ard
-        self.noise_variance = noise_variance
-        self.normalize_y = normalize_y
-        self.inducing_points = inducing_points
-        self.optimizer = optimizer
-        self.optimize_inducing = optimize_inducing
-        self.max_optimizer_iter = max_optimizer_iter
-        self.jitter = jitter
-        self.random_state = random_state
+        self._store_params(locals())
 
     def _alpha_value(self) -> float:
         if isinstance(self.alpha, str):
@@ -190,14 +176,7 @@ class SparseGPRegressor(SparseEstimatorBase):
                     return np.inf, np.zeros_like(p)
                 return -value, -grad
 
-            res = minimize(
-                objective,
-                params,
-                jac=True,
-                method="L-BFGS-B",
-                bounds=bounds,
-                options={"maxiter": int(self.max_optimizer_iter), "ftol": LBFGS_FTOL},
-            )
+            res = self._lbfgs(objective, params, bounds)
             params = res.x
             n_evals = state["n"]
         n_theta = kernel.theta.size
