@@ -1,3 +1,4 @@
+# Over 400 lines: one base class holds the whole estimator protocol (params, checks, fit, L-BFGS, evidence).
 """What the GP estimators share: parameters, input checks, and inference by EP/QP, VB or Laplace.
 
 :class:`GPEstimatorBase` holds everything of :class:`qpinfer.GPClassifier` and
