@@ -45,7 +45,7 @@ def log_evidence(
     cavity_var)``.
     """
     if getattr(projection, "power", 1.0) != 1.0:  # Power EP: paper 004 eq. (110)
-        from qpinfer.power_ep import power_ep_log_evidence  # late: power_ep builds on this module
+        from qpinfer.power_ep import power_ep_log_evidence  # late: only Power EP needs it
 
         return power_ep_log_evidence(post, tau, nu, y, projection)
     tau_c = 1.0 / post.var - tau
