@@ -28,7 +28,6 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
 
 from qpinfer.ep import MomentMatching, QuantileMatching
 from qpinfer.estimator import (
@@ -40,6 +39,7 @@ from qpinfer.estimator import (
 )
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power
+from qpinfer.predictions import ProbitPredictionsMixin
 from qpinfer.rep import RelaxedMomentMatching, check_penalty
 from qpinfer.step_noise import StepNoise, StepNoisePowerMatching, check_eps
 
@@ -101,54 +101,6 @@ def binary_labels(y: np.ndarray, estimator: str) -> tuple[np.ndarray, np.ndarray
             f"({classes.size} classes)."
         )
     return classes, np.where(y == classes[1], 1.0, -1.0)
-
-
-class ProbitPredictionsMixin:
-    """Predictions of a binary probit GP classifier from ``predict_latent`` and ``classes_``
-    (shared by :class:`GPClassifier` and :class:`qpinfer.SparseGPClassifier`)."""
-
-    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
-        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
-
-        return Tags(
-            estimator_type="classifier",
-            target_tags=TargetTags(required=True),
-            classifier_tags=ClassifierTags(multi_class=False),
-            input_tags=InputTags(),
-        )
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities, probit closed form ``Phi(mean / sqrt(1 + var))`` (R&W eq. 3.82).
-
-        Columns follow ``classes_``.
-        """
-        mean, var = self.predict_latent(X)
-        z = mean / np.sqrt(1.0 + var)
-        return np.column_stack((ndtr(-z), ndtr(z)))
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        """``mean / sqrt(1 + var)``: positive for ``classes_[1]``; ``Phi`` of it is its probability."""
-        mean, var = self.predict_latent(X)
-        return mean / np.sqrt(1.0 + var)
-
-    def predict(self, X: Any) -> np.ndarray:
-        """The more probable class (``classes_[1]`` where the latent mean is positive)."""
-        mean, _ = self.predict_latent(X)
-        return self.classes_[(mean > 0).astype(np.intp)]
-
-    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Mean accuracy of :meth:`predict` on ``(X, y)``."""
-        pred = self.predict(X)
-        y = np.asarray(y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y.ravel()
-        if y.shape != pred.shape:
-            raise ValueError(f"y has shape {y.shape}, expected {pred.shape}")
-        correct = (pred == y).astype(np.float64)
-        if sample_weight is None:
-            return float(correct.mean())
-        w = np.asarray(sample_weight, dtype=np.float64)
-        return float(np.sum(w * correct) / np.sum(w))
 
 
 class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
@@ -316,29 +268,6 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         if self.method == "rep":
             return RelaxedMomentMatching(likelihood, self.rep_c)
         return QuantileMatching(likelihood, table)
-
-    # -- predictions: the step likelihood's own predictive probability ------------------------
-    def _step_z(self, X: Any) -> np.ndarray:
-        mean, var = self.predict_latent(X)
-        return mean / np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities (columns follow ``classes_``). Probit: ``Phi(mean / sqrt(1 +
-        var))`` (R&W eq. 3.82); step_noise: ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``."""
-        self._check_is_fitted()
-        if not isinstance(self.likelihood_, StepNoise):
-            return super().predict_proba(X)
-        e = self.likelihood_.eps
-        p1 = e + (1.0 - 2.0 * e) * ndtr(self._step_z(X))
-        return np.column_stack((1.0 - p1, p1))
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        """Positive for ``classes_[1]``: ``mean / sqrt(1 + var)`` (probit), ``mean / sqrt(var)``
-        (step_noise)."""
-        self._check_is_fitted()
-        if not isinstance(self.likelihood_, StepNoise):
-            return super().decision_function(X)
-        return self._step_z(X)
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> GPClassifier:

@@ -1,3 +1,4 @@
+# Over 400 lines: one base class holds the whole estimator protocol (params, checks, fit, L-BFGS, evidence).
 """What the GP estimators share: parameters, input checks, and inference by EP/QP, VB or Laplace.
 
 :class:`GPEstimatorBase` holds everything of :class:`qpinfer.GPClassifier` and
@@ -144,6 +145,46 @@ def warn_exact_once(reason: str, key: str) -> None:
         )
 
 
+def check_positive_int(value: Any, name: str) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is an integer >= 1 (not a bool)."""
+    if isinstance(value, bool) or not (isinstance(value, int | np.integer) and value >= 1):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_site_loop_params(est: Any) -> None:
+    """Validate an estimator's ``schedule``, ``max_iter``, ``tol`` and ``damping`` (the site
+    loop's settings, :class:`qpinfer.site_loop.SweepSettings`) with messages that name them."""
+    if est.schedule not in ("parallel", "sequential"):
+        raise ValueError(f"schedule must be 'parallel' or 'sequential', got {est.schedule!r}")
+    check_positive_int(est.max_iter, "max_iter")
+    if not (isinstance(est.tol, int | float) and est.tol > 0):
+        raise ValueError(f"tol must be a positive number, got {est.tol!r}")
+    if est.damping is not None and not (0 < est.damping <= 1):
+        raise ValueError(f"damping must be None or in (0, 1], got {est.damping!r}")
+
+
+def site_loop_options(est: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`qpinfer.ep.run_ep` / :func:`qpinfer.sparse.run_sparse_pep`
+    that an estimator's ``schedule``, ``damping``, ``max_iter`` and ``tol`` set."""
+    return {
+        "schedule": est.schedule,
+        "damping": est.damping,
+        "max_iter": int(est.max_iter),
+        "tol": float(est.tol),
+    }
+
+
+def se_kernel_from_params(est: Any, n_features: int) -> ARDSquaredExponential:
+    """The initial ARD SE kernel from an estimator's ``variance``, ``length_scale`` and ``ard``
+    (a scalar length scale becomes one per feature when ``ard``)."""
+    ls = np.asarray(est.length_scale, dtype=np.float64)
+    if ls.ndim == 0 and est.ard:
+        ls = np.full(n_features, float(ls))
+    elif ls.ndim == 1 and ls.size not in (1, n_features):
+        raise ValueError(f"length_scale has {ls.size} entries but X has {n_features} features")
+    return ARDSquaredExponential(est.variance, ls)
+
+
 class ParamsMixin:
     """scikit-learn's parameter protocol (``get_params``/``set_params``/``__repr__``, the fitted
     check and the check of prediction inputs) without a dependency on scikit-learn. ``_PARAM_NAMES`` is set from the signature of the subclass's
@@ -221,16 +262,8 @@ class GPEstimatorBase(ParamsMixin):
             raise ValueError(f"method must be one of {names}; got {self.method!r}")
         if self.optimizer not in ("lbfgs", None):
             raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
-        if self.schedule not in ("parallel", "sequential"):
-            raise ValueError(f"schedule must be 'parallel' or 'sequential', got {self.schedule!r}")
-        for name in ("max_iter", "optimizer_maxiter"):
-            mi = getattr(self, name)
-            if isinstance(mi, bool) or not (isinstance(mi, int | np.integer) and mi >= 1):
-                raise ValueError(f"{name} must be a positive integer, got {mi!r}")
-        if not (isinstance(self.tol, int | float) and self.tol > 0):
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
-        if self.damping is not None and not (0 < self.damping <= 1):
-            raise ValueError(f"damping must be None or in (0, 1], got {self.damping!r}")
+        check_site_loop_params(self)
+        check_positive_int(self.optimizer_maxiter, "optimizer_maxiter")
 
     def _initial_kernel(self, n_features: int) -> Any:
         if self.kernel is not None:
@@ -241,12 +274,7 @@ class GPEstimatorBase(ParamsMixin):
                         f"{type(self.kernel).__name__} lacks {attr!r}"
                     )
             return self.kernel.with_theta(self.kernel.theta)  # a copy; the parameter is kept
-        ls = np.asarray(self.length_scale, dtype=np.float64)
-        if ls.ndim == 0 and self.ard:
-            ls = np.full(n_features, float(ls))
-        elif ls.ndim == 1 and ls.size not in (1, n_features):
-            raise ValueError(f"length_scale has {ls.size} entries but X has {n_features} features")
-        return ARDSquaredExponential(self.variance, ls)
+        return se_kernel_from_params(self, n_features)
 
     def _warn_exact(self, reason: str) -> None:
         warn_exact_once(reason, type(self).__name__)
@@ -287,16 +315,7 @@ class GPEstimatorBase(ParamsMixin):
         return QuantileMatching(likelihood, table)
 
     def _run(self, K: np.ndarray, y: np.ndarray, projection: Any, init=None) -> EPResult:
-        return run_ep(
-            K,
-            y,
-            projection,
-            schedule=self.schedule,
-            damping=self.damping,
-            max_iter=int(self.max_iter),
-            tol=float(self.tol),
-            init=init,
-        )
+        return run_ep(K, y, projection, init=init, **site_loop_options(self))
 
     # -- one inner fit at fixed hyperparameters, and its gradient ----------------------------
     def _inner(

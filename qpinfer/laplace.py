@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
-from qpinfer.ep import Posterior, PosteriorMoments, _chol_B
+from qpinfer.dense_posterior import Posterior, PosteriorMoments, _chol_B
 from qpinfer.loglik import log_lik_derivatives
 
 __all__ = [

@@ -52,7 +52,7 @@ import numpy as np
 from scipy.linalg import cho_solve, lapack, solve_triangular
 from scipy.optimize import minimize
 
-from qpinfer.ep import Posterior, PosteriorMoments, _chol_B
+from qpinfer.dense_posterior import Posterior, PosteriorMoments, _chol_B
 from qpinfer.laplace import positive_branch_start
 from qpinfer.loglik import expected_log_lik
 

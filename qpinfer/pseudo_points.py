@@ -1,0 +1,277 @@
+"""The pseudo-point prior of sparse GP approximations (paper 004) and the collapsed regression energy.
+
+M pseudo-points ``u = f(Z)`` summarise the N training function values. Everything is computed in
+whitened coordinates ``u = Lu v`` (``Kuu + jitter I = Lu Lu^T``, ``A = Lu^-1 Kuf``): with rank-one
+sites ``t_n(u) = N~(w_n^T u; g_n, v_n)``, ``w_n = Kuu^-1 k_u(x_n)`` (paper 004 eqs. (64)-(77)),
+the posterior of ``v`` has precision ``B = I + A diag(tau) A^T`` (eigenvalues >= 1, a safe
+Cholesky; eqs. (119)-(120), :func:`low_rank_posterior`) and the marginal of ``a_n = w_n^T u =
+A[:, n]^T v`` is ``N(mu_n, s_n)`` with ``mu = A^T B^-1 A nu`` and ``s_n = ||L_B^-1 A[:, n]||^2``.
+Given ``u``, ``f_n ~ N(a_n, h_n)``, ``h = diag(Kff - Qff)`` (:func:`pseudo_point_prior`).
+
+Regression (Gaussian noise ``sigma_y^2``): the Power EP fixed point is analytic (``g_n = y_n``,
+``v_n = d_n = alpha h_n + sigma_y^2``) and the collapsed energy is eq. (128)::
+
+    F = -N/2 log 2pi - 1/2 log|D + Qff| - 1/2 y^T (D + Qff)^-1 y
+        - (1 - alpha)/(2 alpha) sum_n log(d_n / sigma_y^2)
+
+``alpha = 1`` is FITC's log marginal likelihood (eq. (129)); ``alpha -> 0`` is Titsias' VFE bound
+(eqs. (130)-(131)). The last term is written as ``(1 - alpha)/2 * (h_n/sigma_y^2) * L(alpha h_n /
+sigma_y^2)`` with ``L(x) = log(1 + x)/x`` (series near 0), so it is continuous at ``alpha = 0``
+where it equals the VFE trace term ``sum h_n / (2 sigma_y^2)``: the limit is evaluated, 0 is never
+divided by.
+
+Gradients (regression here, classification in :mod:`qpinfer.sparse_sites`) share one form. At a
+Power EP fixed point the total derivative of the energy is ``dF = 1/2 tr(W dQff) + eps^T d
+diag(Kff)`` with ``W = b b^T - (S^-1 + Qff)^-1 - 2 diag(eps)``, ``S = diag(tau)``,
+``b = nu - tau * mu``; regression has ``eps_n = (alpha R_nn - (1 - alpha)/d_n)/2`` with
+``R_nn = b_n^2 - [(D + Qff)^-1]_nn``. Through ``Qff = Kfu Kuu^-1 Kuf`` the weights on ``dKfu``
+and ``dKuu`` are ``W Kfu Kuu^-1`` and ``-1/2 Kuu^-1 Kuf W Kfu Kuu^-1``, formed in O(N M^2) via
+Woodbury (``(S^-1 + Qff)^-1 A^T = S A^T B^-1``, :func:`_q_weights`); the kernel contracts them
+(:func:`_se_cross_contract`).
+
+Inducing inputs are initialised by k-means (:func:`kmeans_inducing_points`); predictions of the
+latent function are eq. (18) (:func:`predict_latent_low_rank`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.cluster.vq import kmeans2
+from scipy.linalg import cho_solve, lapack, solve_triangular
+
+from qpinfer.kernels import ARDSquaredExponential
+
+__all__ = [
+    "LowRankPosterior",
+    "PseudoPointPrior",
+    "kmeans_inducing_points",
+    "low_rank_posterior",
+    "predict_latent_low_rank",
+    "pseudo_point_prior",
+    "sparse_regression_energy",
+]
+
+_LOG_2PI = np.log(2.0 * np.pi)
+
+
+def _check_kernel(kernel: Any) -> None:
+    if not isinstance(
+        kernel, ARDSquaredExponential
+    ):  # scikit-learn style: bad params -> ValueError
+        raise ValueError(  # noqa: TRY004
+            "sparse approximations need the derivatives of K(X, Z) in Z, implemented for "
+            f"qpinfer.kernels.ARDSquaredExponential; got {type(kernel).__name__}"
+        )
+
+
+def _chol(A: np.ndarray, what: str) -> np.ndarray:
+    L, info = lapack.dpotrf(A, lower=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"{what} is not positive definite (info={info})")
+    return L
+
+
+@dataclass
+class PseudoPointPrior:
+    """The prior quantities for one kernel and one set of inducing inputs ``Z``."""
+
+    Kuu: np.ndarray  # K(Z, Z) without jitter
+    Kuf: np.ndarray  # K(Z, X)
+    Lu: np.ndarray  # chol(Kuu + jitter I)
+    A: np.ndarray  # Lu^-1 Kuf, (M, N)
+    kdiag: np.ndarray  # diag K(X, X)
+    h: np.ndarray  # diag(Kff - Qff) >= 0
+    jitter: float  # absolute jitter added to Kuu
+
+
+def pseudo_point_prior(
+    kernel: Any, X: np.ndarray, Z: np.ndarray, jitter: float = 1e-6
+) -> PseudoPointPrior:
+    """``Kuu``, ``Kuf``, ``A = Lu^-1 Kuf`` and ``h = diag(Kff - Qff)``; jitter relative to the
+    kernel's variance (``Kuu + jitter * variance * I``)."""
+    Kuu = kernel(Z)
+    Kuf = kernel(Z, X)
+    kdiag = kernel.diag(X)
+    jit = float(jitter) * float(np.mean(np.diag(Kuu)))
+    Kj = Kuu.copy()
+    Kj[np.diag_indices_from(Kj)] += jit
+    Lu = _chol(Kj, "Kuu + jitter I")
+    A = solve_triangular(Lu, Kuf, lower=True, check_finite=False)
+    h = np.maximum(kdiag - np.einsum("mn,mn->n", A, A), 0.0)
+    return PseudoPointPrior(Kuu=Kuu, Kuf=Kuf, Lu=Lu, A=A, kdiag=kdiag, h=h, jitter=jit)
+
+
+def _se_cross_contract(
+    kernel: ARDSquaredExponential, X: np.ndarray, Z: np.ndarray, W: np.ndarray, K: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_ab W_ab dK(X, Z)_ab`` with respect to the log hyperparameters and to ``Z``.
+
+    ``dk/dlog(variance) = k``, ``dk/dlog(l_d) = k (x_d - z_d)^2 / l_d^2``,
+    ``dk/dz_d = k (x_d - z_d) / l_d^2``; with ``P = W * K``: O(N M D).
+    """
+    ls = kernel.length_scale
+    P = W * K
+    rs = P.sum(axis=1)
+    cs = P.sum(axis=0)
+    Xs = X / ls
+    Zs = Z / ls
+    per_dim = rs @ (Xs * Xs) + cs @ (Zs * Zs) - 2.0 * np.einsum("ad,ad->d", Xs, P @ Zs)
+    if ls.size == 1:
+        per_dim = np.array([per_dim.sum()])
+    g_theta = np.concatenate(([P.sum()], per_dim))
+    g_Z = (P.T @ X - cs[:, None] * Z) / (ls * ls)
+    return g_theta, g_Z
+
+
+def _contract_prior_gradient(
+    kernel: ARDSquaredExponential,
+    X: np.ndarray,
+    Z: np.ndarray,
+    prior: PseudoPointPrior,
+    G_fu: np.ndarray,
+    G_uu: np.ndarray,
+    g_kdiag: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``dF = sum G_fu * dKfu + sum G_uu * dKuu + g_kdiag . d diag(Kff)`` in (theta, Z)."""
+    g1, gz1 = _se_cross_contract(kernel, X, Z, G_fu, prior.Kuf.T)
+    g2, gz2 = _se_cross_contract(kernel, Z, Z, G_uu, prior.Kuu)  # G_uu symmetric: Z twice
+    g_theta = g1 + g2
+    # jitter * variance and diag(Kff) = variance both scale with the variance
+    g_theta[0] += prior.jitter * np.trace(G_uu) + g_kdiag @ prior.kdiag
+    return g_theta, gz1 + 2.0 * gz2
+
+
+@dataclass
+class LowRankPosterior:
+    """Posterior of the whitened pseudo-points ``v = Lu^-1 u``: ``N(mean_v, B^-1)``.
+
+    ``L`` is the Cholesky factor of ``B = I + A diag(tau) A^T``; ``mean``/``var`` are the
+    marginals of ``a_n = A[:, n]^T v`` (the sites' variables), ``mean = A^T mean_v``.
+    """
+
+    L: np.ndarray
+    mean_v: np.ndarray
+    mean: np.ndarray
+    var: np.ndarray
+
+    def half_logdet_B(self) -> float:
+        """``log det B / 2`` (``sum log L_ii``; the energy eq. (110) needs it)."""
+        return float(np.sum(np.log(np.diag(self.L))))
+
+
+def low_rank_posterior(A: np.ndarray, tau: np.ndarray, nu: np.ndarray) -> LowRankPosterior:
+    """Eqs. (119)-(120) in whitened form, O(N M^2)."""
+    B = (A * tau) @ A.T
+    B[np.diag_indices_from(B)] += 1.0
+    L = _chol(B, "B = I + A S A^T")
+    mean_v = cho_solve((L, True), A @ nu, check_finite=False)
+    V = solve_triangular(L, A, lower=True, check_finite=False)
+    var = np.maximum(np.einsum("mn,mn->n", V, V), np.finfo(np.float64).tiny)
+    return LowRankPosterior(L=L, mean_v=mean_v, mean=A.T @ mean_v, var=var)
+
+
+def _q_weights(
+    prior: PseudoPointPrior, post: LowRankPosterior, tau: np.ndarray, b: np.ndarray, eps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Weights ``(G_fu, G_uu)`` on ``dKfu`` and ``dKuu`` of ``1/2 tr(W dQff)``, with
+    ``W = b b^T - (S^-1 + Qff)^-1 - 2 diag(eps)`` (module docstring), O(N M^2)."""
+    A = prior.A
+    Ab = A @ b
+    BinvA = cho_solve((post.L, True), A, check_finite=False)
+    H = np.outer(Ab, b) - BinvA * tau - 2.0 * A * eps  # (M, N): A W, with W Pt = H^T Lu^-1
+    G_fu = solve_triangular(prior.Lu, H, lower=True, trans=1, check_finite=False).T
+    P = solve_triangular(prior.Lu, A, lower=True, trans=1, check_finite=False)  # Kuu^-1 Kuf
+    G_uu = -0.5 * (P @ G_fu)
+    return G_fu, 0.5 * (G_uu + G_uu.T)
+
+
+def _log1p_over_x(x: np.ndarray) -> np.ndarray:
+    """``log(1 + x) / x`` for ``x >= 0``, equal to 1 at 0 (the alpha -> 0 limit of eq. (130))."""
+    x = np.asarray(x, dtype=np.float64)
+    small = x < 1e-4
+    with np.errstate(divide="ignore", invalid="ignore"):
+        direct = np.log1p(x) / x
+    series = 1.0 - x / 2.0 + x * x / 3.0 - x**3 / 4.0
+    return np.where(small, series, direct)
+
+
+def sparse_regression_energy(
+    kernel: Any,
+    X: np.ndarray,
+    y: np.ndarray,
+    Z: np.ndarray,
+    noise_variance: float,
+    alpha: float,
+    *,
+    jitter: float = 1e-6,
+    eval_gradient: bool = True,
+) -> tuple[float, np.ndarray | None, float | None, np.ndarray | None]:
+    """Power EP energy for sparse GP regression, paper 004 eq. (128), and its gradient.
+
+    ``alpha`` in [0, 1]: 1 is FITC (eq. (129)); 0 evaluates the ``alpha -> 0`` limit, Titsias'
+    VFE bound (eq. (131)), through ``log(1 + x)/x -> 1`` (never dividing by ``alpha``).
+
+    Returns ``(F, dF/dtheta, dF/dlog(noise_variance), dF/dZ)`` (theta: the kernel's log
+    hyperparameters); the gradients are ``None`` unless ``eval_gradient``. O(N M^2).
+    """
+    _check_kernel(kernel)
+    alpha = float(alpha)
+    if not (0.0 <= alpha <= 1.0):
+        raise ValueError(f"alpha must be in [0, 1] (0: the VFE limit), got {alpha!r}")
+    s2 = float(noise_variance)
+    prior = pseudo_point_prior(kernel, X, Z, jitter)
+    h = prior.h
+    n = y.shape[0]
+    d = alpha * h + s2
+    tau = 1.0 / d
+    nu = y * tau
+    post = low_rank_posterior(prior.A, tau, nu)
+    x = alpha * h / s2
+    power_term = 0.5 * (1.0 - alpha) * np.sum((h / s2) * _log1p_over_x(x))
+    value = (
+        -0.5 * n * _LOG_2PI
+        - 0.5 * np.sum(np.log(d))
+        - np.sum(np.log(np.diag(post.L)))
+        - 0.5 * (y @ nu - nu @ post.mean)
+        - power_term
+    )
+    if not eval_gradient:
+        return float(value), None, None, None
+    b = nu - tau * post.mean  # (D + Qff)^-1 y
+    xi_diag = tau - tau * tau * post.var  # diag (D + Qff)^-1
+    r_diag = b * b - xi_diag
+    eps = 0.5 * (alpha * r_diag - (1.0 - alpha) * tau)
+    G_fu, G_uu = _q_weights(prior, post, tau, b, eps)
+    g_theta, g_Z = _contract_prior_gradient(kernel, X, Z, prior, G_fu, G_uu, eps)
+    g_noise = 0.5 * s2 * np.sum(r_diag) + 0.5 * (1.0 - alpha) * np.sum(h * tau)
+    return float(value), g_theta, float(g_noise), g_Z
+
+
+def kmeans_inducing_points(X: np.ndarray, n_inducing: int, random_state: Any = None) -> np.ndarray:
+    """``n_inducing`` k-means centroids of the rows of ``X`` (k-means++ start, 25 Lloyd steps);
+    ``X`` itself (a copy) when ``n_inducing`` equals the number of rows."""
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    if n_inducing == n:
+        return X.copy()
+    rng = np.random.default_rng(random_state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an empty cluster keeps its k-means++ seed (a data row)
+        Z, _ = kmeans2(X, int(n_inducing), iter=25, minit="++", rng=rng)
+    return np.asarray(Z, dtype=np.float64)
+
+
+def predict_latent_low_rank(
+    kernel: Any, Z: np.ndarray, prior_Lu: np.ndarray, post: LowRankPosterior, Xs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``f* | y``: mean ``a*^T mean_v``, variance ``k** - ||a*||^2 + ||L_B^-1 a*||^2``,
+    ``a* = Lu^-1 Ku*`` (eq. (18))."""
+    a_star = solve_triangular(prior_Lu, kernel(Z, Xs), lower=True, check_finite=False)
+    mean = a_star.T @ post.mean_v
+    c = solve_triangular(post.L, a_star, lower=True, check_finite=False)
+    var = kernel.diag(Xs) - np.einsum("mn,mn->n", a_star, a_star) + np.einsum("mn,mn->n", c, c)
+    return mean, np.maximum(var, 0.0)

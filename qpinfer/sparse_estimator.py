@@ -1,0 +1,81 @@
+"""What the two sparse (pseudo-point) estimators share: parameters, the initial kernel and the
+initial inducing inputs (scikit-learn protocol via :class:`qpinfer.estimator.ParamsMixin`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+from qpinfer.estimator import ParamsMixin, check_positive_int, se_kernel_from_params
+from qpinfer.kernels import ARDSquaredExponential
+from qpinfer.pseudo_points import _check_kernel, kmeans_inducing_points
+
+__all__ = ["DEFAULT_N_INDUCING", "SparseEstimatorBase"]
+
+LBFGS_FTOL = 1e-9  # paper 000 Sec. 6 (as GPClassifier)
+#: pseudo-points used by default (``n_inducing=None``): ``min(DEFAULT_N_INDUCING, n_samples)``
+DEFAULT_N_INDUCING = 50
+
+
+class SparseEstimatorBase(ParamsMixin):
+    """Parameter handling shared by the two estimators (scikit-learn protocol via
+    :class:`qpinfer.estimator.ParamsMixin`)."""
+
+    _FITTED_ATTR = "inducing_points_"
+
+    def _validate_common(self) -> None:
+        if self.optimizer not in ("lbfgs", None):
+            raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
+        check_positive_int(self.max_optimizer_iter, "max_optimizer_iter")
+        if not (isinstance(self.jitter, int | float) and self.jitter >= 0):
+            raise ValueError(f"jitter must be a non-negative number, got {self.jitter!r}")
+
+    def _store_params(self, args: dict[str, Any]) -> None:
+        """Store the constructor arguments ``args`` (``locals()`` of ``__init__``) verbatim."""
+        for name in self._PARAM_NAMES:
+            setattr(self, name, args[name])
+
+    def _lbfgs(self, objective: Any, p0: np.ndarray, bounds: list) -> Any:
+        """L-BFGS-B on ``objective`` (value and gradient) from ``p0``: at most
+        ``max_optimizer_iter`` iterations, relative function tolerance 1e-9 (paper 000 Sec. 6)."""
+        options = {"maxiter": int(self.max_optimizer_iter), "ftol": LBFGS_FTOL}
+        return minimize(objective, p0, jac=True, method="L-BFGS-B", bounds=bounds, options=options)
+
+    def _n_inducing_for(self, n_samples: int) -> int:
+        """The number of pseudo-points M for ``n_samples`` training rows, resolved at fit time:
+        ``inducing_points``' rows if given, else ``n_inducing``, whose default ``None`` means
+        ``min(DEFAULT_N_INDUCING, n_samples)`` (so the default fits any data set). An explicit
+        ``n_inducing`` above ``n_samples`` is refused (at most one pseudo-point per training
+        point; not clipped, so the M a user asked for is never silently changed)."""
+        if self.inducing_points is not None:
+            return int(np.asarray(self.inducing_points).shape[0])
+        m = self.n_inducing
+        if m is None:
+            return min(DEFAULT_N_INDUCING, n_samples)
+        is_int = isinstance(m, int | np.integer) and not isinstance(m, bool)
+        if not (is_int and 1 <= m <= n_samples):
+            raise ValueError(
+                f"n_inducing must be None (the default, min({DEFAULT_N_INDUCING}, n_samples)) or "
+                f"an integer in [1, n_samples={n_samples}] (at most one pseudo-point per training "
+                f"point), got {m!r}"
+            )
+        return int(m)
+
+    def _initial_kernel(self, n_features: int) -> ARDSquaredExponential:
+        if self.kernel is not None:
+            _check_kernel(self.kernel)
+            return self.kernel.with_theta(self.kernel.theta)
+        return se_kernel_from_params(self, n_features)
+
+    def _initial_inducing(self, X: np.ndarray) -> np.ndarray:
+        m = self._n_inducing_for(X.shape[0])
+        if self.inducing_points is not None:
+            Z = np.asarray(self.inducing_points, dtype=np.float64)
+            if Z.ndim != 2 or Z.shape[1] != X.shape[1] or not np.all(np.isfinite(Z)):
+                raise ValueError(
+                    f"inducing_points must be a finite (M, {X.shape[1]}) array, got shape {Z.shape}"
+                )
+            return Z.copy()
+        return kmeans_inducing_points(X, m, self.random_state)

@@ -1,0 +1,52 @@
+"""The shared site loop (qpinfer.site_loop): both front ends, adaptive damping as an option."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qpinfer
+from qpinfer.ep import MomentMatching, run_ep
+from qpinfer.kernels import ARDSquaredExponential
+from qpinfer.site_loop import STALL_SWEEPS, SweepSettings
+from qpinfer.sparse import pseudo_point_prior, run_sparse_pep
+
+PROBIT = qpinfer.get_likelihood("probit")
+
+
+def _problem(n=30, seed=3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
+    return X, y, ARDSquaredExponential(1.5, np.array([1.0, 1.0]))
+
+
+def test_adaptive_damping_leaves_a_converging_dense_run_unchanged():
+    X, y, kern = _problem()
+    K = kern(X)
+    plain = run_ep(K, y, MomentMatching(PROBIT))
+    adaptive = run_ep(K, y, MomentMatching(PROBIT), adaptive_damping=True)
+    assert plain.converged and adaptive.converged
+    assert len(plain.history) < STALL_SWEEPS or np.all(np.diff(plain.history) < 0)
+    np.testing.assert_array_equal(plain.tau, adaptive.tau)
+    assert plain.log_marginal_likelihood == adaptive.log_marginal_likelihood
+
+
+@pytest.mark.parametrize("schedule", ["parallel", "sequential"])
+def test_dense_and_pseudo_point_loops_agree_when_the_pseudo_points_are_the_inputs(schedule):
+    X, y, kern = _problem()
+    prior = pseudo_point_prior(kern, X, X, jitter=1e-10)
+    sparse = run_sparse_pep(
+        prior.A, prior.h, y, MomentMatching(PROBIT), schedule=schedule, tol=1e-10
+    )
+    dense = run_ep(kern(X), y, MomentMatching(PROBIT), schedule=schedule, tol=1e-10)
+    np.testing.assert_allclose(sparse.posterior.mean, dense.posterior.mean, atol=1e-6)
+    np.testing.assert_allclose(
+        sparse.log_marginal_likelihood, dense.log_marginal_likelihood, atol=1e-6
+    )
+
+
+def test_sweep_settings_name_the_bad_argument():
+    with pytest.raises(ValueError, match="damping"):
+        SweepSettings.checked("parallel", 1.5, 10, 1e-6, None)
+    assert SweepSettings.checked("sequential", None, 10, 1e-6, None).damping == 1.0
