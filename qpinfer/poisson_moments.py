@@ -1,3 +1,4 @@
+# Over 400 lines: every count's regime (closed form, Laplace, lobe quadrature) in one place, with the guards between them.
 """Tilted moments and normaliser of the Poisson square-link likelihood for every count, at a
 cost that does not grow with the count (the numerics behind
 :class:`qpinfer.likelihoods.PoissonSquare`).

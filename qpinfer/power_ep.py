@@ -46,6 +46,8 @@ import numpy as np
 from numpy.polynomial import legendre
 from scipy.special import logsumexp
 
+from qpinfer.checks import number_or_nan
+
 __all__ = [
     "PowerMomentMatching",
     "check_power",
@@ -65,12 +67,7 @@ def _legendre_rule(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
 
 def check_power(power: Any) -> float:
     """``float(power)`` if it is a number in (0, 1], else a ``ValueError`` naming ``alpha``."""
-    p = np.nan
-    if not isinstance(power, bool | str):
-        try:
-            p = float(power)
-        except (TypeError, ValueError):
-            p = np.nan
+    p = number_or_nan(power)
     if not (0.0 < p <= 1.0):
         raise ValueError(
             f"alpha (the Power EP power) must be in (0, 1], got {power!r}; alpha = 1 is EP, "

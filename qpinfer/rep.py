@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from scipy.special import log_ndtr
 
+from qpinfer.checks import number_or_nan
 from qpinfer.step_noise import StepNoise
 
 __all__ = ["RelaxedMomentMatching", "check_penalty", "rep_objective"]
@@ -60,12 +61,7 @@ _GOLDEN = 0.5 * (np.sqrt(5.0) - 1.0)
 
 def check_penalty(c: Any) -> float:
     """``float(c)`` if ``c`` is a finite number >= 0, else ``ValueError`` naming ``c``."""
-    v = np.nan
-    if not isinstance(c, bool | str):
-        try:
-            v = float(c)
-        except (TypeError, ValueError):
-            v = np.nan
+    v = number_or_nan(c)
     if not (np.isfinite(v) and v >= 0.0):
         raise ValueError(f"c (the REP relaxation penalty) must be a finite number >= 0, got {c!r}")
     return v

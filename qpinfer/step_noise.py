@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.special import log_ndtr
 
+from qpinfer.checks import number_or_nan
 from qpinfer.likelihoods import Likelihood, _finite
 from qpinfer.normal_ratios import probit_moment_terms
 
@@ -54,12 +55,7 @@ _DEEP_TAIL = 1e8  # |z| beyond which a far-truncated normal is an exponential to
 
 def check_eps(eps: Any) -> float:
     """``float(eps)`` if it is a number in [0, 0.5), else ``ValueError`` naming ``eps``."""
-    e = np.nan
-    if not isinstance(eps, bool | str):
-        try:
-            e = float(eps)
-        except (TypeError, ValueError):
-            e = np.nan
+    e = number_or_nan(eps)
     if not (0.0 <= e < 0.5):
         raise ValueError(
             f"eps (the label-flip probability of step_noise) must be in [0, 0.5), got {eps!r}"

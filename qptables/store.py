@@ -1,3 +1,4 @@
+# Over 400 lines: the whole writer side of the store contract (create, tiles, checksums, publish copy) in one place.
 """Writer side of the table store (the contract is :mod:`qpinfer.schema`).
 
 A store is a zarr v3 directory (``zarr.storage.LocalStore``) with data variables
