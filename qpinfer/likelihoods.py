@@ -410,6 +410,17 @@ def _step_noise(*args, **kwargs):
 _REGISTRY = {"probit": Probit, "poisson_square": PoissonSquare, "step_noise": _step_noise}
 
 
+# --- issue #15: Student-t regression noise (qpinfer.student_t) --------------------------------
+def _student_t(*args, **kwargs):
+    from qpinfer.student_t import StudentT  # late: student_t builds on this module
+
+    return StudentT(*args, **kwargs)
+
+
+_REGISTRY["student_t"] = _student_t
+# --- end issue #15 student_t ------------------------------------------------------------------
+
+
 def get_likelihood(likelihood) -> Likelihood:
     """Return a likelihood object from a name (``"probit"``, ``"poisson_square"``,
     ``"step_noise"`` or ``"step_noise(eps=0.1)"``, the form of :attr:`StepNoise.name` that
@@ -424,6 +435,12 @@ def get_likelihood(likelihood) -> Likelihood:
         eps = parse_name(likelihood)  # ValueError naming eps if out of range
         if eps is not None:
             return _step_noise(eps)
+    if isinstance(likelihood, str) and likelihood.startswith("student_t("):  # issue #15
+        from qpinfer.student_t import parse_name as _parse_student_t
+
+        params = _parse_student_t(likelihood)  # ValueError naming nu / scale if out of range
+        if params is not None:
+            return _student_t(*params)
     raise ValueError(
         f"likelihood must be one of {sorted(_REGISTRY)} or a Likelihood instance; got {likelihood!r}"
     )

@@ -75,6 +75,9 @@ def _panel_rule(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
     """Panel edges of one lobe on log-density level sets, shape (N, 2K+1), ascending."""
     levels = (np.arange(1, n_levels + 1) * (np.sqrt(2.0 * _TAIL) / n_levels)) ** 2 / 2.0
+    own = getattr(lik, "_lobe_edges", None)  # a non-log-concave likelihood places its own
+    if own is not None:  # (qpinfer.student_t: bisection, edges ending at the antimode)
+        return own(mode, width, lower, upper, mu, sigma, y, levels)
     log_peak, _ = lik._log_tilted(mode, mu, sigma, y, derivative=False)
     snap = getattr(lik, "_snap_to_bounds", False)
     guess = getattr(lik, "_level_guess", None)  # a likelihood's better first guesses
