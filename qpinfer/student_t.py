@@ -53,6 +53,7 @@ DEFAULT_NU = 4.0
 MAX_SIGMA_RATIO = 1e10
 #: r = sigma' sqrt((nu + 1) / (nu + mu'^2)) below which the tilt is Gaussian to double precision
 GAUSSIAN_R = 1e-3
+_FAR = 1e100  # |mu - y| / s beyond which the tilt is the cavity (sigma / s <= 1e10)
 _EXTRA_LEVEL = 80.0  # nats: a deeper last level set for the polynomial tails of the t factor
 _BISECT = 40
 _ROOT_BISECT = 64
@@ -170,7 +171,7 @@ def level_offsets(mode_t, mode_g, lower_d, upper_d, sigma, nu, levels):
     other stationary points), the drop over d is at most sup(-(log q)'') d^2 / 2 (lower bracket)
     and at least the Gaussian factor's drop less the t factor's largest gain (upper bracket)."""
     nu1 = nu + 1.0
-    d_min = 0.5 * np.sqrt(2.0 * levels[0] / (nu1 / nu + 1.0 / (sigma * sigma)))
+    d_min = 0.5 * np.sqrt(2.0 * levels[0]) * sigma / np.sqrt(1.0 + sigma * sigma * nu1 / nu)
     gap = np.maximum(-mode_g, 0.0)
     gain = 0.5 * nu1 * np.log1p(mode_t * mode_t / nu)
     sides = []
@@ -241,9 +242,18 @@ def canonical_moments(mu, sigma, nu):
     including the t normaliser: Z' = int t_nu(f) N(f | mu, sigma^2) df."""
     mu, sigma = np.broadcast_arrays(np.asarray(mu, float), np.asarray(sigma, float))
     out = np.empty((3,) + mu.shape)
+    # mu > 1e100 (sigma <= 1e10): the t factor is log-linear over the cavity to 1e-180, so the
+    # tilt is the cavity itself and Z' = t_nu(mu) (log1p(mu^2/nu) = 2 log mu - log nu + O(1e-200))
+    # sigma < 1e-100 (and mu <= 1e100): likewise, to 1e-100 relative (mean shift sigma^2 t'/t)
+    far, narrow = mu > _FAR, (sigma < 1.0 / _FAR) & (mu <= _FAR)
+    log_c = gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * np.log(nu * np.pi)
+    out[0, far] = log_c - (nu + 1.0) * (np.log(mu[far]) - 0.5 * np.log(nu))
+    out[0, narrow] = log_c - 0.5 * (nu + 1.0) * np.log1p(mu[narrow] ** 2 / nu)
+    far |= narrow
+    out[1, far], out[2, far] = mu[far], sigma[far]
     need = graded_need(mu, sigma, nu)
-    for w in np.unique(need):
-        sel = need == w
+    for w in np.unique(need[~far]):
+        sel = (need == w) & ~far
         out[:, sel] = _moments_group(mu[sel], sigma[sel], nu, int(w))
     return out[0], out[1], out[2]
 
