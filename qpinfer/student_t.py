@@ -293,9 +293,7 @@ def _moments_group(mu, sigma, nu, need):
         2.0 * sigma * sigma
     )
     log_c = gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * np.log(nu * np.pi)
-    log_z = (
-        log_c + log_q_anchor + top + np.log(mass) - np.log(sigma) - 0.5 * np.log(2.0 * np.pi)
-    )
+    log_z = log_c + log_q_anchor + top + np.log(mass) - np.log(sigma) - 0.5 * np.log(2.0 * np.pi)
     return log_z, anchor + mean_off, np.sqrt(var)
 
 
