@@ -7,8 +7,9 @@ from qpinfer.classifier import GPClassifier
 from qpinfer.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run_ep
 from qpinfer.kernels import ARDSquaredExponential, Kernel
 from qpinfer.laplace import LaplaceResult, laplace_mode
-from qpinfer.likelihoods import Likelihood, PoissonSquare, Probit, get_likelihood
+from qpinfer.likelihoods import Likelihood, PoissonSquare, Probit
 from qpinfer.power_ep import PowerMomentMatching
+from qpinfer.registry import get_likelihood
 from qpinfer.regression import GPPoissonRegressor
 from qpinfer.sigma import sigma_qp, tilted_moments
 from qpinfer.sparse import SparseGPClassifier, SparseGPRegressor

@@ -1,13 +1,19 @@
-"""Reading scalar parameters the user passes (``alpha``, ``c``, ``eps``, ...): one rule for what
-counts as a number, so that every check names its argument the same way."""
+"""Reading what users pass: scalar parameters (``alpha``, ``c``, ``eps``, ...; one rule for what
+counts as a number, so that every check names its argument the same way) and target vectors
+(scikit-learn's conventions and messages)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
-__all__ = ["number_or_nan"]
+__all__ = ["DataConversionWarning", "check_target_vector", "number_or_nan"]
+
+
+class DataConversionWarning(UserWarning):
+    """Input data was converted (same name and message as scikit-learn's)."""
 
 
 def number_or_nan(value: Any) -> float:
@@ -19,3 +25,37 @@ def number_or_nan(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return np.nan
+
+
+def check_target_vector(y: Any, n_samples: int | None, estimator: str, name: str) -> np.ndarray:
+    """``y`` as a 1-d float64 array of ``n_samples`` values (``None``: any length; a column
+    vector is raveled with a :class:`DataConversionWarning`), its values not yet checked;
+    ``ValueError`` with scikit-learn's messages (None, complex, non-numeric, not 1-d, length)."""
+    if y is None:
+        what = "y" if name == "y" else f"{name} (y)"
+        raise ValueError(f"{estimator} requires {what} to be passed, but the target y is None")
+    arr = np.asarray(y)
+    if np.iscomplexobj(arr):
+        raise ValueError(f"{name}: complex data not supported")
+    if arr.dtype == object or arr.dtype.kind not in "biuf":
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be numeric; got dtype {arr.dtype}") from None
+    if n_samples is not None:
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            warnings.warn(
+                "A column-vector y was passed when a 1d array was expected. Please change the "
+                "shape of y to (n_samples, ), for example using ravel().",
+                DataConversionWarning,
+                stacklevel=4,
+            )
+            arr = arr.ravel()
+        if arr.ndim != 1:
+            raise ValueError(f"{name} should be a 1d array, got an array of shape {arr.shape}")
+        if arr.shape[0] != n_samples:
+            raise ValueError(
+                f"X and {name} have inconsistent numbers of samples: X has {n_samples}, "
+                f"{name} has {arr.shape[0]}"
+            )
+    return arr.astype(np.float64)

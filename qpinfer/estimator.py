@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
+from qpinfer.checks import DataConversionWarning
 from qpinfer.ep import (
     ConvergenceWarning,
     EPResult,
@@ -90,10 +91,6 @@ def not_fitted_error(message: str) -> NotFittedError:
         cls = type("NotFittedError", (NotFittedError, sk.NotFittedError), {})
         _sklearn_compatible["NotFittedError"] = cls
     return cls(message)
-
-
-class DataConversionWarning(UserWarning):
-    """Input data was converted (same name and message as scikit-learn's)."""
 
 
 def check_X(X: Any, name: str = "X", estimator: str = "this estimator") -> np.ndarray:

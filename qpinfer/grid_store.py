@@ -80,7 +80,7 @@ def check_likelihood_params(attrs: dict, what: str) -> None:
 
 def store_likelihood(name: Any, y: np.ndarray, what: str):
     """The store's likelihood object; its labels ``y`` must be valid for it."""
-    from qpinfer.likelihoods import get_likelihood
+    from qpinfer.registry import get_likelihood
 
     try:
         lik = get_likelihood(name)

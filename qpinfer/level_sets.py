@@ -2,7 +2,9 @@
 and the power-EP moments (:mod:`qpinfer.power_ep`) put their quadrature panels.
 
 ``lik`` is any likelihood with the ``_log_tilted(x, mu, sigma, y, derivative=True)`` hook
-(optional ``_snap_to_bounds`` and ``_level_guess``); this module imports none.
+(optional ``_snap_to_bounds`` and ``_level_guess``; a likelihood whose lobes are not
+log-concave places its own edges with ``_lobe_edges``, e.g. :mod:`qpinfer.student_t`); this
+module imports none.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ NEWTON_STEPS = 3
 def level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
     """Panel edges of one lobe on log-density level sets, shape (N, 2K+1), ascending."""
     levels = (np.arange(1, n_levels + 1) * (np.sqrt(2.0 * TAIL) / n_levels)) ** 2 / 2.0
+    own = getattr(lik, "_lobe_edges", None)  # a non-log-concave likelihood places its own
+    if own is not None:  # (qpinfer.student_t: bisection, edges ending at the antimode)
+        return own(mode, width, lower, upper, mu, sigma, y, levels)
     log_peak, _ = lik._log_tilted(mode, mu, sigma, y, derivative=False)
     snap = getattr(lik, "_snap_to_bounds", False)
     guess = getattr(lik, "_level_guess", None)  # a likelihood's better first guesses

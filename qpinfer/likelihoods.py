@@ -363,31 +363,3 @@ class PoissonSquare(Likelihood):
             inf = np.full_like(mode, np.inf)
             lobes.append((mode, width, -inf if side < 0 else zero, zero if side < 0 else inf))
         return lobes
-
-
-def _step_noise(*args, **kwargs):
-    from qpinfer.step_noise import StepNoise  # late: step_noise builds on this module
-
-    return StepNoise(*args, **kwargs)
-
-
-_REGISTRY = {"probit": Probit, "poisson_square": PoissonSquare, "step_noise": _step_noise}
-
-
-def get_likelihood(likelihood) -> Likelihood:
-    """Return a likelihood object from a name (``"probit"``, ``"poisson_square"``,
-    ``"step_noise"`` or ``"step_noise(eps=0.1)"``, the form of :attr:`StepNoise.name` that
-    table stores record) or an object."""
-    if isinstance(likelihood, Likelihood):
-        return likelihood
-    if isinstance(likelihood, str) and likelihood in _REGISTRY:
-        return _REGISTRY[likelihood]()
-    if isinstance(likelihood, str) and likelihood.startswith("step_noise("):
-        from qpinfer.step_noise import parse_name  # late: step_noise builds on this module
-
-        eps = parse_name(likelihood)  # ValueError naming eps if out of range
-        if eps is not None:
-            return _step_noise(eps)
-    raise ValueError(
-        f"likelihood must be one of {sorted(_REGISTRY)} or a Likelihood instance; got {likelihood!r}"
-    )

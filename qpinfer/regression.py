@@ -24,13 +24,13 @@ mixture over the Gaussian ``f*``, which is the tilted normaliser of App. C.2,
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 from scipy.special import gammaln, poch, xlogy
 
-from qpinfer.estimator import DataConversionWarning, GPEstimatorBase, check_X
+from qpinfer.checks import check_target_vector
+from qpinfer.estimator import GPEstimatorBase, check_X
 from qpinfer.likelihoods import PoissonSquare
 from qpinfer.poisson_moments import MAX_COUNT, MAX_COUNT_TEXT
 
@@ -102,35 +102,12 @@ def negative_binomial_mode(k: np.ndarray, c: np.ndarray) -> np.ndarray:
 def _check_counts(counts: Any, n_samples: int | None, name: str = "counts") -> np.ndarray:
     """Counts as float64: finite, non-negative integers up to ``MAX_COUNT`` (1e8, see
     :mod:`qpinfer.poisson_moments`); ``ValueError`` naming the problem."""
-    if counts is None:
-        raise ValueError(f"GPPoissonRegressor requires {name} (y) to be passed, but it is None")
-    arr = np.asarray(counts)
-    if np.iscomplexobj(arr):
-        raise ValueError(f"{name}: complex data not supported")
-    if arr.dtype == object or arr.dtype.kind not in "biuf":
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"{name} must be numeric non-negative integer counts; got dtype {arr.dtype}"
-            ) from None
-    if n_samples is not None:
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            warnings.warn(
-                "A column-vector y was passed when a 1d array was expected. Please change the "
-                "shape of y to (n_samples, ), for example using ravel().",
-                DataConversionWarning,
-                stacklevel=3,
-            )
-            arr = arr.ravel()
-        if arr.ndim != 1:
-            raise ValueError(f"{name} should be a 1d array, got an array of shape {arr.shape}")
-        if arr.shape[0] != n_samples:
-            raise ValueError(
-                f"X and {name} have inconsistent numbers of samples: X has {n_samples}, "
-                f"{name} has {arr.shape[0]}"
-            )
-    values = arr.astype(np.float64)
+    try:
+        values = check_target_vector(counts, n_samples, "GPPoissonRegressor", name)
+    except ValueError as exc:
+        if "must be numeric" in str(exc):
+            raise ValueError(f"{exc} (non-negative integer counts)") from None
+        raise
     flat = values.ravel()
     bad = ~np.isfinite(flat)
     if bad.any():

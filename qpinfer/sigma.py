@@ -47,7 +47,8 @@ from numpy.polynomial import legendre
 from scipy.special import ndtri
 
 from qpinfer.level_sets import level_edges
-from qpinfer.likelihoods import Likelihood, check_cavity, get_likelihood
+from qpinfer.likelihoods import Likelihood, check_cavity
+from qpinfer.registry import get_likelihood
 
 _N_LEVELS = 4  # panels on each side of a lobe's mode
 _N_LEVELS_FINE = 7  # ... for points whose likelihood asks for finer levels (very wide cavities)

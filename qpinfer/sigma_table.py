@@ -139,7 +139,7 @@ class SigmaTable:
     # -- lookups ------------------------------------------------------------------------------
     def _likelihood(self):
         if self._lik is None:
-            from qpinfer.likelihoods import get_likelihood
+            from qpinfer.registry import get_likelihood
 
             self._lik = get_likelihood(self.likelihood)
         return self._lik

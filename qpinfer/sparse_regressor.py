@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
+from qpinfer.checks import check_target_vector
 from qpinfer.classifier import _check_X
-from qpinfer.estimator import DataConversionWarning
 from qpinfer.power_ep import check_power
 from qpinfer.pseudo_points import (
     low_rank_posterior,
@@ -132,21 +131,7 @@ class SparseGPRegressor(SparseEstimatorBase):
         if not (isinstance(self.noise_variance, int | float) and self.noise_variance > 0):
             raise ValueError(f"noise_variance must be positive, got {self.noise_variance!r}")
         X = _check_X(X, estimator=type(self).__name__)
-        if y is None:
-            raise ValueError(
-                f"{type(self).__name__} requires y to be passed, but the target y is None"
-            )
-        y = np.asarray(y, dtype=np.float64)
-        if y.ndim == 2 and y.shape[1] == 1:
-            warnings.warn(
-                "A column-vector y was passed when a 1d array was expected. Please change the "
-                "shape of y to (n_samples, ), for example using ravel().",
-                DataConversionWarning,
-                stacklevel=2,
-            )
-            y = y.ravel()
-        if y.shape != (X.shape[0],):
-            raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        y = check_target_vector(y, X.shape[0], type(self).__name__, "y")
         if not np.all(np.isfinite(y)):
             raise ValueError("Input y contains NaN or infinity.")
         if self.normalize_y:

