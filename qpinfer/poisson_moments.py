@@ -36,6 +36,8 @@ import functools
 import numpy as np
 from scipy.special import gammaln
 
+from qpinfer.panel_quadrature import sigma_qp_quadrature
+
 #: The largest count ``PoissonSquare.check_y`` (so ``sigma_qp``, ``tilted_moments``) and
 #: ``GPPoissonRegressor`` accept. The moments here hold ~1e-15 far beyond it, but the sigma*
 #: kernel places nodes at ``f ~ sqrt(2 y v)`` in double precision on lobes of width
@@ -325,7 +327,7 @@ _SINGLE_LOBE_CUT = -70.0  # far lobe's peak this many nats below the main one's:
 class _ModeRelative:
     """The main lobe of ``|x|^n phi(x - b)`` as seen from its mode ``u`` (``h = x - u``):
     ``log q = n log1pmx(h / u) - h^2 / 2``, a likelihood-like object for
-    :func:`qpinfer.sigma._sigma_qp_quadrature` (its ``mu`` slot carries ``u``). Node positions
+    :func:`qpinfer.panel_quadrature.sigma_qp_quadrature` (its ``mu`` slot carries ``u``). Node positions
     are O(width) numbers, exact to an ulp of the width however far ``u`` is from 0."""
 
     _n_nodes = 16
@@ -343,7 +345,6 @@ class _ModeRelative:
 def _sigma_mode_relative(u, y) -> np.ndarray:
     """sigma* (in units of sv) of the lobe about ``u`` (1-D arrays), by the kernel's panel
     quadrature in mode-relative coordinates."""
-    from qpinfer.sigma import _sigma_qp_quadrature  # late: sigma builds on the likelihoods
 
     out = np.empty(u.shape)
     for start in range(0, u.size, _BATCH):
@@ -351,7 +352,7 @@ def _sigma_mode_relative(u, y) -> np.ndarray:
         uu, yy = u[sl], y[sl]
         width = 1.0 / np.sqrt(1.0 + (2.0 * yy / uu) / uu)
         lobe = (np.zeros_like(uu), width, -uu, np.full_like(uu, np.inf))
-        out[sl] = _sigma_qp_quadrature(_ModeRelative(), uu, np.ones_like(uu), yy, [lobe])
+        out[sl] = sigma_qp_quadrature(_ModeRelative(), uu, np.ones_like(uu), yy, [lobe])
     return out
 
 

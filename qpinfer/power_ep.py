@@ -105,7 +105,7 @@ def _probit_mode(
 
 class _FractionalTilted:
     """The fractional tilted density ``p(y | f)^power N(f | mu, sigma^2)`` through the
-    likelihood hook ``_log_tilted`` that :func:`qpinfer.sigma._level_edges` places panels with."""
+    likelihood hook ``_log_tilted`` that :func:`qpinfer.level_sets.level_edges` places panels with."""
 
     def __init__(self, likelihood: Any, power: float) -> None:
         self.likelihood = likelihood
@@ -138,7 +138,7 @@ def tilted_power_moments(
     1. the mode and curvature width by Newton (:func:`_probit_mode`);
     2. panel edges on log-density level sets on both sides of the mode, ``n_levels`` per side
        down to 50 nats (the panel placement of the exact sigma* kernel,
-       :func:`qpinfer.sigma._level_edges`), plus the probit's own breakpoints (where ``Phi``
+       :func:`qpinfer.level_sets.level_edges`), plus the probit's own breakpoints (where ``Phi``
        turns from rising to flat, ``Probit._breakpoints``) clipped into that range, so that a
        wide cavity's flat stretch and the sharp probit edge land on different panels;
     3. ``n_nodes`` Gauss-Legendre nodes per panel give the normaliser (log-sum-exp) and the first

@@ -24,7 +24,7 @@ import numpy as np
 
 from qpinfer.cheb_cells import CellAxis
 
-__all__ = ["Box", "ProbitCore", "ProbitTail", "boxes_for"]
+__all__ = ["Box", "ProbitCore", "ProbitTail", "probit_boxes"]
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,8 @@ class ProbitTail(Box):
         return inside, np.zeros(np.shape(mu), dtype=np.intp), coords
 
 
-def _probit_boxes(nodes: int = 12) -> tuple[Box, ...]:
+def probit_boxes(nodes: int = 12) -> tuple[Box, ...]:
+    """The default probit boxes ``core`` and ``tail`` (see the classes)."""
     return (
         ProbitCore(
             "core",
@@ -124,42 +125,3 @@ def _probit_boxes(nodes: int = 12) -> tuple[Box, ...]:
             (1.0,),
         ),
     )
-
-
-_BOXES = {"probit": _probit_boxes}
-_KINDS = {"ProbitCore": ProbitCore, "ProbitTail": ProbitTail}
-
-
-def boxes_for(likelihood: str) -> tuple[Box, ...]:
-    """The default v2 boxes of a likelihood name (``ValueError`` if it has none): probit,
-    poisson_square (counts 1..1000) and step_noise(eps=...) (one store per eps)."""
-    from qpinfer.reduced_boxes import KINDS, poisson_boxes, step_noise_boxes
-
-    _KINDS.update(KINDS)
-    if likelihood.startswith("step_noise"):
-        from qpinfer.step_noise import parse_name
-
-        return step_noise_boxes(parse_name(likelihood))
-    if likelihood == "poisson_square":
-        return poisson_boxes()
-    try:
-        return _BOXES[likelihood]()
-    except KeyError:
-        raise ValueError(
-            f"no v2 table layout for likelihood {likelihood!r}; available: probit, "
-            "poisson_square, step_noise(eps=...)"
-        ) from None
-
-
-def box_from_attrs(attrs: dict) -> Box:
-    """A box from its stored description (``Box.to_attrs``); ``ValueError`` if unknown."""
-    from qpinfer.reduced_boxes import KINDS
-
-    kind = {**_KINDS, **KINDS}.get(attrs.get("kind"))
-    if kind is None:
-        raise ValueError(f"unknown v2 box kind {attrs.get('kind')!r}")
-    axes = tuple(CellAxis.from_attrs(a) for a in attrs["axes"])
-    denominator = str(attrs.get("denominator", "sigma_ep"))
-    if denominator not in ("sigma_ep", "sigma"):
-        raise ValueError(f"unknown v2 box denominator {denominator!r}")
-    return kind(str(attrs["name"]), axes, tuple(float(v) for v in attrs["labels"]), denominator)

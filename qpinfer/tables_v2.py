@@ -35,8 +35,9 @@ from typing import Any, Self
 
 import numpy as np
 
+from qpinfer.box_registry import box_from_attrs
 from qpinfer.cheb_cells import coefficients, evaluate, evaluate_inside
-from qpinfer.reduced import Box, box_from_attrs
+from qpinfer.reduced import Box
 from qpinfer.registry import get_likelihood
 from qpinfer.sigma import _prepare
 from qpinfer.table_store import TableError, chunk_key, read_json

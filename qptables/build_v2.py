@@ -1,7 +1,7 @@
 """Build a v2 sigma* table (reduced coordinates, Chebyshev cells) on a dask cluster.
 
 ``qptables build LIK OUT --grid v2`` (:func:`build_v2`): the boxes of
-:func:`qpinfer.reduced.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a box's first
+:func:`qpinfer.box_registry.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a box's first
 axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact kernel at the
 tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``, per box),
 written by the worker into its chunk of ``OUT.partial`` (the client never gathers the table). Resuming: a tile whose chunk file exists with
@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 import qpinfer
-from qpinfer.reduced import Box, box_from_attrs, boxes_for
+from qpinfer.box_registry import box_from_attrs, boxes_for
+from qpinfer.reduced import Box
 from qpinfer.replace import check_replaceable, remove_store, replace_store
 from qpinfer.tables_v2 import SCHEMA_VERSION_V2, array_names, integrity_record, open_reduced
 from qptables.dask_run import open_client

@@ -28,14 +28,7 @@ PACKAGES = ("qpinfer", "qptables")
 
 #: Lazy imports that still close a circle, with the reason they are not broken yet. The test
 #: fails if one of them no longer closes a circle (then delete it here).
-KNOWN_LAZY_BACK_EDGES = {
-    # PoissonSquare's sigma* falls back to the generic panel quadrature of qpinfer.sigma, which
-    # takes likelihood objects: the quadrature wants a module of its own below the likelihoods
-    ("qpinfer.poisson_moments", "qpinfer.sigma"): "generic quadrature for Poisson",
-    # boxes_for() (in reduced) looks up the per-likelihood boxes that reduced_boxes builds from
-    # reduced.Box: the lookup belongs with the boxes
-    ("qpinfer.reduced", "qpinfer.reduced_boxes"): "reduced-coordinate box registry",
-}
+KNOWN_LAZY_BACK_EDGES = {}
 
 
 def _modules() -> dict[str, Path]:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qpinfer
-from qpinfer.reduced import box_from_attrs
+from qpinfer.box_registry import box_from_attrs
 from qpinfer.shipped import SHIPPED, open_shipped, shipped_path
 from qpinfer.tables import TableError
 from qpinfer.tables_v2 import open_reduced

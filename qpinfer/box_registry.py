@@ -1,0 +1,41 @@
+"""Which v2 boxes a likelihood's table has, and boxes back from a store's attributes: the
+registry above the box modules (:mod:`qpinfer.reduced` for the ``Box`` base and probit's,
+:mod:`qpinfer.reduced_boxes` for Poisson's and the label-noise step's)."""
+
+from __future__ import annotations
+
+from qpinfer.cheb_cells import CellAxis
+from qpinfer.reduced import Box, ProbitCore, ProbitTail, probit_boxes
+from qpinfer.reduced_boxes import KINDS, poisson_boxes, step_noise_boxes
+from qpinfer.step_noise import parse_name
+
+__all__ = ["box_from_attrs", "boxes_for"]
+
+_KINDS = {"ProbitCore": ProbitCore, "ProbitTail": ProbitTail, **KINDS}
+
+
+def boxes_for(likelihood: str) -> tuple[Box, ...]:
+    """The default v2 boxes of a likelihood name (``ValueError`` if it has none): probit,
+    poisson_square (counts 1..1000) and step_noise(eps=...) (one store per eps)."""
+    if likelihood.startswith("step_noise"):
+        return step_noise_boxes(parse_name(likelihood))
+    if likelihood == "poisson_square":
+        return poisson_boxes()
+    if likelihood == "probit":
+        return probit_boxes()
+    raise ValueError(
+        f"no v2 table layout for likelihood {likelihood!r}; available: probit, "
+        "poisson_square, step_noise(eps=...)"
+    )
+
+
+def box_from_attrs(attrs: dict) -> Box:
+    """A box from its stored description (``Box.to_attrs``); ``ValueError`` if unknown."""
+    kind = _KINDS.get(attrs.get("kind"))
+    if kind is None:
+        raise ValueError(f"unknown v2 box kind {attrs.get('kind')!r}")
+    axes = tuple(CellAxis.from_attrs(a) for a in attrs["axes"])
+    denominator = str(attrs.get("denominator", "sigma_ep"))
+    if denominator not in ("sigma_ep", "sigma"):
+        raise ValueError(f"unknown v2 box denominator {denominator!r}")
+    return kind(str(attrs["name"]), axes, tuple(float(v) for v in attrs["labels"]), denominator)
