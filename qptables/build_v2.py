@@ -1,12 +1,13 @@
 """Build a v2 sigma* table (reduced coordinates, Chebyshev cells) on a dask cluster.
 
 ``qptables build LIK OUT --grid v2`` (:func:`build_v2`): the boxes of
-:func:`qpinfer.box_registry.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a box's first
-axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact kernel at the
-tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``, per box),
-written by the worker into its chunk of ``OUT.partial`` (the client never gathers the table). Resuming: a tile whose chunk file exists with
-its full size is not recomputed. Results are bit-reproducible however the tiles are scheduled (the
-kernel's result for a point never depends on its batch).
+:func:`qpinfer.box_registry.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a box's
+first axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact
+kernel at the tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``,
+per box), written by the worker into its chunk of ``OUT.partial`` (the client never gathers the
+table). Resuming: a tile whose chunk file exists with its full size is not recomputed. Results
+are bit-reproducible however the tiles are scheduled (the kernel's result for a point never
+depends on its batch).
 
 Then the build verifies: the interpolant (:mod:`qpinfer.tables_v2`) against the exact kernel at
 random points of every box (``kernel_points``), and against the mpmath reference at a stratified
