@@ -1,3 +1,4 @@
+# Over 400 lines: the likelihood with all the kernel hooks its two lobes need (stationary points, antimode, edges).
 """Student-t regression noise for EP and QP (issue #15), y real.
 
     p(y | f) = t_nu((y - f) / s) / s,   t_nu(x) = C_nu (1 + x^2 / nu)^(-(nu + 1) / 2),
