@@ -407,7 +407,26 @@ def _step_noise(*args, **kwargs):
     return StepNoise(*args, **kwargs)
 
 
-_REGISTRY = {"probit": Probit, "poisson_square": PoissonSquare, "step_noise": _step_noise}
+# -- issue #15: logit and poisson_log (modules of their own, imported late) --
+def _logit():
+    from qpinfer.logit import Logit  # late: logit builds on this module
+
+    return Logit()
+
+
+def _poisson_log():
+    from qpinfer.poisson_log import PoissonLog  # late: poisson_log builds on this module
+
+    return PoissonLog()
+
+
+_REGISTRY = {
+    "probit": Probit,
+    "poisson_square": PoissonSquare,
+    "step_noise": _step_noise,
+    "logit": _logit,
+    "poisson_log": _poisson_log,
+}
 
 
 def get_likelihood(likelihood) -> Likelihood:

@@ -179,6 +179,11 @@ class _Tilted:
         return sorted([big, small])
 
 
+# issue #15: models of other likelihoods (same interface as _Tilted), registered by their own
+# modules (qptables.reference_logit); the engine below is shared
+_MODELS: dict = {}
+
+
 # ----------------------------------------------------------------------------- quadrature rule
 
 
@@ -322,7 +327,7 @@ def _layout(model: _Tilted, digits: int) -> tuple[list[mpf], mpf, mpf]:
         cuts.add(m)
     if left < 0 < right:
         cuts.add(mpf(0))
-    if model.name == "probit":
+    if model.name == "probit" or getattr(model, "graded_cuts", False):
         # the step of Phi(y f) at f = 0 has width 1; graded cuts +-2^k about it keep the
         # adaptive bisection from needing log2(sigma) rounds to reach it in a wide cavity
         k = 1
@@ -337,7 +342,7 @@ def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Re
     with mp.workdps(digits):
         prec = mp.prec
         rule = _rule(n, prec)
-        model = _Tilted(name, mpf(mu), mpf(sigma), y)
+        model = _MODELS.get(name, _Tilted)(name, mpf(mu), mpf(sigma), y)
         cuts, ell_max, s_ref = _layout(model, digits)
         tol = s_ref * mpf(10) ** (-(dps + 3))
 
@@ -480,7 +485,12 @@ def reference_point(
     given floats. Results are cached per process. ``nodes`` is the panel degree ``N`` (changing
     it gives an independent discretisation, used by the self-consistency tests).
     """
-    name, yi = _check_point(likelihood_name, mu, sigma, y)
+    if likelihood_name in ("logit", "poisson_log"):  # issue #15: qptables.reference_logit
+        from qptables.reference_logit import check_point
+
+        name, yi = check_point(likelihood_name, mu, sigma, y)
+    else:
+        name, yi = _check_point(likelihood_name, mu, sigma, y)
     if int(dps) < 15:
         raise ValueError(f"dps must be >= 15, got {dps!r}")
     if int(nodes) < 8:
