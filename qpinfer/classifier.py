@@ -164,8 +164,10 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         ``likelihood="step_noise"`` only), or the baselines: Gaussian variational Bayes
         (:mod:`qpinfer.vb`, the paper's Sec. 6 baseline; ``log_marginal_likelihood_`` is then the
         ELBO) and the Laplace approximation (:mod:`qpinfer.laplace`, R&W Alg. 3.1/3.2/5.1).
-    likelihood : {"probit", "step_noise"}
-        ``"probit"``: p(y|f) = Phi(y f). ``"step_noise"``: the label-noise step of paper 002
+    likelihood : {"probit", "step_noise", "logit"}
+        ``"probit"``: p(y|f) = Phi(y f). ``"logit"``: p(y|f) = 1 / (1 + exp(-y f))
+        (:mod:`qpinfer.logit`; methods qp, ep, vb and laplace; probabilities are
+        ``E[sigma(f*)]`` by quadrature). ``"step_noise"``: the label-noise step of paper 002
         eq. (8), p(y|f) = (1 - eps) Theta(y f) + eps Theta(-y f) (:mod:`qpinfer.step_noise`),
         with methods qp, ep, pep and rep. It is not log-concave: sites may have negative
         precisions (kept, see :mod:`qpinfer.ep`), so the evidence gradient of R&W eq. (5.27)
@@ -271,7 +273,7 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         self.rep_c = rep_c
 
     _METHODS = ("qp", "ep", "pep", "rep", "vb", "laplace")
-    _LIKELIHOODS = ("probit", "step_noise")
+    _LIKELIHOODS = ("probit", "step_noise", "logit")
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -295,6 +297,11 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
                     "log-concave, sites may have negative precisions and the evidence gradient "
                     f"does not apply; fix the kernel (e.g. by cross-validation). Got {self.optimizer!r}"
                 )
+        elif self.likelihood == "logit" and self.method in ("pep", "rep"):  # issue #15
+            raise ValueError(
+                f"method {self.method!r} is not available for likelihood='logit' "
+                "(use 'qp', 'ep', 'vb' or 'laplace')"
+            )
         elif self.method == "rep":
             raise ValueError(
                 "method='rep' (relaxed EP) needs likelihood='step_noise' (its objective (35) is "
@@ -302,6 +309,10 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
             )
 
     def _make_likelihood(self) -> Any:
+        if self.likelihood == "logit":  # issue #15
+            from qpinfer.logit import Logit
+
+            return Logit()
         return StepNoise(self.eps) if self.likelihood == "step_noise" else Probit()
 
     def _projection(self, likelihood: Any, table: Any) -> Any:
@@ -317,7 +328,14 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
             return RelaxedMomentMatching(likelihood, self.rep_c)
         return QuantileMatching(likelihood, table)
 
-    # -- predictions: the step likelihood's own predictive probability ------------------------
+    # -- predictions: the logit's (issue #15) and the step likelihood's own ---------------------
+    def _logit_log_proba(self, X: Any) -> np.ndarray:
+        """log E[sigma(-+f*)], f* ~ N(mean, var): the logit tilt's normaliser (exact quadrature)."""
+        mean, var = self.predict_latent(X)
+        sd = np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
+        lik = self.likelihood_
+        return np.column_stack((lik.log_z(mean, sd, -1.0), lik.log_z(mean, sd, 1.0)))
+
     def _step_z(self, X: Any) -> np.ndarray:
         mean, var = self.predict_latent(X)
         return mean / np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
@@ -326,6 +344,8 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         """Class probabilities (columns follow ``classes_``). Probit: ``Phi(mean / sqrt(1 +
         var))`` (R&W eq. 3.82); step_noise: ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``."""
         self._check_is_fitted()
+        if self.likelihood_.name == "logit":
+            return np.exp(self._logit_log_proba(X))
         if not isinstance(self.likelihood_, StepNoise):
             return super().predict_proba(X)
         e = self.likelihood_.eps
@@ -336,6 +356,9 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         """Positive for ``classes_[1]``: ``mean / sqrt(1 + var)`` (probit), ``mean / sqrt(var)``
         (step_noise)."""
         self._check_is_fitted()
+        if self.likelihood_.name == "logit":
+            log_p = self._logit_log_proba(X)
+            return log_p[:, 1] - log_p[:, 0]
         if not isinstance(self.likelihood_, StepNoise):
             return super().decision_function(X)
         return self._step_z(X)
