@@ -198,14 +198,20 @@ class Logit(Likelihood):
         lo = np.where(form2, c - s2, c)
         hi = np.where(form2, c, c + s2)
         x = 0.5 * (lo + hi)
+        step_before = hi - lo
         for _ in range(_MODE_STEPS):
             f = anchor + x
             p = expit(f)
             g = np.where(form2, -p, 1.0 - p) - (x - c) / s2
             lo = np.where(g > 0, x, lo)
             hi = np.where(g > 0, hi, x)
-            x_new = x + g / (p * (1.0 - p) + 1.0 / s2)
-            x = np.where((x_new > lo) & (x_new < hi), x_new, 0.5 * (lo + hi))
+            x_newton = x + g / (p * (1.0 - p) + 1.0 / s2)
+            # rtsafe: Newton only inside the bracket and when it at least halves the step
+            # before last (Newton alone can cycle on the sigmoid's flanks); else bisect
+            ok = (x_newton > lo) & (x_newton < hi) & (np.abs(x_newton - x) < 0.5 * step_before)
+            x_new = np.where(ok, x_newton, 0.5 * (lo + hi))
+            step_before = np.abs(x_new - x)
+            x = x_new
         p = expit(anchor + x)
         width = 1.0 / np.sqrt(p * (1.0 - p) + 1.0 / s2)
         inf = np.full_like(x, np.inf)
@@ -217,7 +223,7 @@ class Logit(Likelihood):
         slope changes by less than that), so u = 2 L / (a + sqrt(a^2 + 2 L / s^2)) drops at most
         L, and the kernel's Newton steps then converge monotonically."""
         anchor = _frame(mu, sigma)[0]
-        a = expit(side * (anchor + mode))
+        a = expit(-side * (anchor + mode))
         u = 2.0 * level / (a + np.sqrt(a * a + 2.0 * level / sigma / sigma))
         return mode + side * u
 

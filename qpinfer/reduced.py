@@ -128,20 +128,25 @@ def boxes_for(likelihood: str) -> tuple[Box, ...]:
         return step_noise_boxes(parse_name(likelihood))
     if likelihood == "poisson_square":
         return poisson_boxes()
+    if likelihood in ("logit", "poisson_log"):  # issue #15: qpinfer.reduced_logit
+        from qpinfer.reduced_logit import logit_boxes, poisson_log_boxes
+
+        return logit_boxes() if likelihood == "logit" else poisson_log_boxes()
     try:
         return _BOXES[likelihood]()
     except KeyError:
         raise ValueError(
             f"no v2 table layout for likelihood {likelihood!r}; available: probit, "
-            "poisson_square, step_noise(eps=...)"
+            "poisson_square, step_noise(eps=...), logit, poisson_log"
         ) from None
 
 
 def box_from_attrs(attrs: dict) -> Box:
     """A box from its stored description (``Box.to_attrs``); ``ValueError`` if unknown."""
     from qpinfer.reduced_boxes import KINDS
+    from qpinfer.reduced_logit import KINDS as KINDS_15  # issue #15
 
-    kind = {**_KINDS, **KINDS}.get(attrs.get("kind"))
+    kind = {**_KINDS, **KINDS, **KINDS_15}.get(attrs.get("kind"))
     if kind is None:
         raise ValueError(f"unknown v2 box kind {attrs.get('kind')!r}")
     axes = tuple(CellAxis.from_attrs(a) for a in attrs["axes"])
