@@ -7,17 +7,19 @@ go to the exact kernel and are counted).
 
 **logit** (canonical y = +1). Besides the mirror symmetry, ``sigma(f) N(f | mu, s^2)`` is, up to
 a constant, ``sigma(-f) N(f | mu + s^2, s^2)``: rho at ``mu`` equals rho at ``-mu - s^2`` (exact;
-``tests/test_logit_poisson_log.py``). A box folds every cavity onto ``mu >= -s^2/2`` and then
-uses ``tau = mu / sqrt(1 + s^2)``:
+``tests/test_logit_poisson_log.py``): every box holds folded cavities only (nodes on the
+other side of the fold would be the far mirror image, badly resolved by the cells):
 
-* ``small``: ``tau`` in [-1.5, 42.5] (cells of 1), ``log10 s`` in [-3, 0.5]: below s = 1e-3 the
-  kernel's narrow closed form holds; beyond tau ~ 40 the flat one (``mu - s^2/2 > 40``);
-* ``core``: ``tau`` in [-9, 14.5] (cells of 0.5), ``log10 s`` in [0.5, 6] (the flat regime
-  starts at tau <= 14.1 for s >= 10^0.5, and s > 1e6 is refused);
-* ``kink``: the folded cavities with ``tau < -8.5`` (s > 17: the tilt's mass sits at the
-  logistic step f = 0, with exponential sides of rates ``-mu/s^2`` and ``1 + mu/s^2``):
-  ``v = log(r) / log(r_max(s))`` in [0, 1], ``r = -tau / 8.5``, ``r_max = s^2 / (17 sqrt(1 +
-  s^2))`` (the fold line), and ``log10 s`` in [1.25, 6].
+* ``small`` (``log10 s`` in [-3, 0.5]): ``T = |mu + s^2/2| / sqrt(1 + s^2)``, the distance from
+  the fold line (rho is even in it), in [0, 43] (cells of 1); below s = 1e-3 the kernel's
+  narrow closed form holds, beyond T ~ 40 the flat one;
+* ``core``: ``tau = mu / sqrt(1 + s^2)`` in [-8.5, 14.5] (cells of 0.5), ``log10 s`` in
+  [1.3, 6] (cells of 0.235; for s >= 17.06 the fold line lies below tau = -8.5; the flat
+  regime starts at tau <= 8.6; s > 1e6 is refused);
+* ``kink``: the folded cavities with ``tau < -8.5`` (the tilt's mass sits at the logistic step
+  f = 0, with exponential sides of rates ``-mu/s^2`` and ``1 + mu/s^2``):
+  ``v = log(r) / log(r_max(s))`` in [0, 1] (cells of 1/24), ``r = -tau / 8.5``, ``r_max =
+  s^2 / (17 sqrt(1 + s^2))`` (the fold line), and ``log10 s`` in [1.3, 6].
 
 **poisson_log**: every count y is the y = 0 tilt at ``m' = mu + y s^2`` (no count axis). The
 coordinates are the tilted mode ``a = log alpha`` (:func:`qpinfer.poisson_log.mode_frame`) and
@@ -25,8 +27,15 @@ coordinates are the tilted mode ``a = log alpha`` (:func:`qpinfer.poisson_log.mo
 (alpha, s) only. ``a`` >= 36.9 (skewness alpha^-1/2 < 1e-8) and s < 1e-8 are the kernel's
 Gaussian closed form; ``a`` below the box's start is its flat closed form (for s <= 10).
 
-* ``core``: ``a`` in [-44, 38] (cells of 1), ``log10 s`` in [-8, 1] (cells of 0.25 above
-  s = 0.1, where 1 - rho is O(1e-3); 0.5 below, ``tiny``).
+* ``core``: ``a`` in [-46, 38] (cells of 1), ``log10 s`` in [-2, 0.25] (cells of 0.25): for
+  s <= 10^0.25 the flat closed form holds below a ~ -42;
+* ``tiny``: ``a`` in [-6, 38], ``log10 s`` in [-8, -2] (cells of 0.5): below a = ln(1e-8) -
+  3 ln s (>= -4.6 there) the skewness ``~ alpha s^3`` is under 1e-8 (Gaussian closed form).
+
+Cavities with s > 10^0.25 are in no box (the tilt's wall at f ~ 0 moves by |a|/s standard
+deviations per unit of log s, which these cells do not resolve to 1e-12: measured 6.9e-12 at
+s ~ 2.2 and 2.4e-11 at s ~ 7): they use the exact kernel, as do the logit cavities with 10^0.5 < s < 20 (the flat
+regime's onset is too steep in these coordinates there; measured 4e-7).
 """
 
 from __future__ import annotations
@@ -38,7 +47,15 @@ import numpy as np
 from qpinfer.cheb_cells import CellAxis
 from qpinfer.reduced import Box
 
-__all__ = ["KINDS", "LogitBox", "LogitKink", "PoissonLogBox", "logit_boxes", "poisson_log_boxes"]
+__all__ = [
+    "KINDS",
+    "LogitBox",
+    "LogitCentred",
+    "LogitKink",
+    "PoissonLogBox",
+    "logit_boxes",
+    "poisson_log_boxes",
+]
 
 _KINK_TAU = 8.5
 
@@ -53,7 +70,8 @@ def _fold(mu, sigma):
 
 @dataclass(frozen=True)
 class LogitBox(Box):
-    """``tau = mu / sqrt(1 + s^2)`` (after the fold) and ``log10 s``."""
+    """``tau = mu / sqrt(1 + s^2)`` (after the fold) and ``log10 s``; used where every cavity of
+    the box lies on the folded side (``s >= 17.06``)."""
 
     def cavity(self, label, tau, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
@@ -62,6 +80,22 @@ class LogitBox(Box):
     def locate(self, mu, sigma, y):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             coords = (_fold(mu, sigma) / np.hypot(1.0, sigma), np.log10(sigma))
+        return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
+
+
+@dataclass(frozen=True)
+class LogitCentred(Box):
+    """``T = |mu + s^2/2| / sqrt(1 + s^2)`` (the distance from the fold line; rho is even in
+    ``mu + s^2/2``) and ``log10 s``."""
+
+    def cavity(self, label, t, log10_sigma):
+        s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
+        return np.asarray(t) * np.hypot(1.0, s) - 0.5 * s * s, s
+
+    def locate(self, mu, sigma, y):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            t = np.abs(np.asarray(mu) + 0.5 * np.asarray(sigma) ** 2) / np.hypot(1.0, sigma)
+            coords = (t, np.log10(sigma))
         return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
 
 
@@ -109,19 +143,22 @@ class PoissonLogBox(Box):
 
 def logit_boxes(nodes: int = 12) -> tuple[Box, ...]:
     return (
-        LogitBox(
+        LogitCentred(
             "small",
-            (CellAxis("tau", -1.5, 1.0, 44, nodes), CellAxis("log10_sigma", -3.0, 0.25, 14, nodes)),
+            (CellAxis("t", 0.0, 1.0, 43, nodes), CellAxis("log10_sigma", -3.0, 0.25, 14, nodes)),
             (1.0,),
         ),
         LogitBox(
             "core",
-            (CellAxis("tau", -9.0, 0.5, 47, nodes), CellAxis("log10_sigma", 0.5, 0.25, 22, nodes)),
+            (CellAxis("tau", -8.5, 0.5, 46, nodes), CellAxis("log10_sigma", 1.3, 0.235, 20, nodes)),
             (1.0,),
         ),
         LogitKink(
             "kink",
-            (CellAxis("v", 0.0, 0.125, 8, nodes), CellAxis("log10_sigma", 1.25, 0.25, 19, nodes)),
+            (
+                CellAxis("v", 0.0, 1.0 / 24.0, 24, nodes),
+                CellAxis("log10_sigma", 1.3, 0.235, 20, nodes),
+            ),
             (1.0,),
         ),
     )
@@ -131,15 +168,20 @@ def poisson_log_boxes(nodes: int = 12) -> tuple[Box, ...]:
     return (
         PoissonLogBox(
             "core",
-            (CellAxis("a", -44.0, 1.0, 82, nodes), CellAxis("log10_sigma", -1.0, 0.25, 8, nodes)),
+            (CellAxis("a", -46.0, 1.0, 84, nodes), CellAxis("log10_sigma", -2.0, 0.25, 9, nodes)),
             (0.0,),
         ),
         PoissonLogBox(
             "tiny",
-            (CellAxis("a", -44.0, 1.0, 82, nodes), CellAxis("log10_sigma", -8.0, 0.5, 14, nodes)),
+            (CellAxis("a", -6.0, 1.0, 44, nodes), CellAxis("log10_sigma", -8.0, 0.5, 12, nodes)),
             (0.0,),
         ),
     )
 
 
-KINDS = {"LogitBox": LogitBox, "LogitKink": LogitKink, "PoissonLogBox": PoissonLogBox}
+KINDS = {
+    "LogitBox": LogitBox,
+    "LogitCentred": LogitCentred,
+    "LogitKink": LogitKink,
+    "PoissonLogBox": PoissonLogBox,
+}
