@@ -27,14 +27,16 @@ coordinates are the tilted mode ``a = log alpha`` (:func:`qpinfer.poisson_log.mo
 (alpha, s) only. ``a`` >= 36.9 (skewness alpha^-1/2 < 1e-8) and s < 1e-8 are the kernel's
 Gaussian closed form; ``a`` below the box's start is its flat closed form (for s <= 10).
 
-* ``core``: ``a`` in [-46, 38] (cells of 1), ``log10 s`` in [-2, 0.25] (cells of 0.25): for
-  s <= 10^0.25 the flat closed form holds below a ~ -42;
-* ``tiny``: ``a`` in [-6, 38], ``log10 s`` in [-8, -2] (cells of 0.5): below a = ln(1e-8) -
+* ``core``: ``a`` in [-46, 16] (cells of 1), ``log10 s`` in [-2, 0] (cells of 0.25): for
+  s <= 1 the flat closed form holds below a ~ -41;
+* ``tiny``: ``a`` in [-6, 16], ``log10 s`` in [-8, -2] (cells of 0.5): below a = ln(1e-8) -
   3 ln s (>= -4.6 there) the skewness ``~ alpha s^3`` is under 1e-8 (Gaussian closed form).
 
-Cavities with s > 10^0.25 are in no box (the tilt's wall at f ~ 0 moves by |a|/s standard
-deviations per unit of log s, which these cells do not resolve to 1e-12: measured 6.9e-12 at
-s ~ 2.2 and 2.4e-11 at s ~ 7): they use the exact kernel, as do the logit cavities with 10^0.5 < s < 20 (the flat
+Tilts whose mode rate e^a exceeds e^16 = 8.9e6 (far beyond counts of 1e5 for any sensible
+cavity) are in no box either: the mpmath reference that verifies the table does not converge
+there for s ~ 2 (a >= 20). Cavities with s > 1 are in no box (the tilt's wall at f ~ 0 moves by |a|/s standard
+deviations per unit of log s, which these cells do not resolve to 1e-12: measured 1.6e-12 for
+s <= 10^0.25, 6.9e-12 at s ~ 2.2 and 2.4e-11 at s ~ 7): they use the exact kernel, as do the logit cavities with 10^0.5 < s < 20 (the flat
 regime's onset is too steep in these coordinates there; measured 4e-7).
 """
 
@@ -168,12 +170,12 @@ def poisson_log_boxes(nodes: int = 12) -> tuple[Box, ...]:
     return (
         PoissonLogBox(
             "core",
-            (CellAxis("a", -46.0, 1.0, 84, nodes), CellAxis("log10_sigma", -2.0, 0.25, 9, nodes)),
+            (CellAxis("a", -46.0, 1.0, 62, nodes), CellAxis("log10_sigma", -2.0, 0.25, 8, nodes)),
             (0.0,),
         ),
         PoissonLogBox(
             "tiny",
-            (CellAxis("a", -6.0, 1.0, 44, nodes), CellAxis("log10_sigma", -8.0, 0.5, 12, nodes)),
+            (CellAxis("a", -6.0, 1.0, 22, nodes), CellAxis("log10_sigma", -8.0, 0.5, 12, nodes)),
             (0.0,),
         ),
     )

@@ -462,6 +462,7 @@ def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Re
         )
         log_z = mpmath.log(z) + ell_max
         std = mpmath.sqrt(var)
+        mean += getattr(model, "shift", 0)  # issue #15: a model integrating in f - shift
     with mp.workdps(dps):
         return ReferencePoint(+sigma_qp, +log_z, +mean, +std, len(panels))
 
