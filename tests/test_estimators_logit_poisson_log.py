@@ -144,7 +144,7 @@ def test_log_lik_derivatives_and_expectations(lik):
         sd = np.sqrt(v)
         near = {b for b in (-8.0, 0.0, 8.0) if abs(b - m) < 14 * sd}
         pts = sorted({m - 14 * sd, m, m + 14 * sd} | near)
-        with mpmath.workdps(30):
+        with mpmath.workdps(20):
             ref = mpmath.quad(
                 lambda f, m=m, sd=sd, yy=yy: _mp_log_p(lik.name, f, yy) * mpmath.npdf(f, m, sd), pts
             )
