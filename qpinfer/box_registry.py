@@ -1,31 +1,39 @@
 """Which v2 boxes a likelihood's table has, and boxes back from a store's attributes: the
 registry above the box modules (:mod:`qpinfer.reduced` for the ``Box`` base and probit's,
-:mod:`qpinfer.reduced_boxes` for Poisson's and the label-noise step's)."""
+:mod:`qpinfer.reduced_boxes` for Poisson's and the label-noise step's, :mod:`qpinfer.reduced_logit`
+for logit's and the log-link Poisson's)."""
 
 from __future__ import annotations
 
 from qpinfer.cheb_cells import CellAxis
 from qpinfer.reduced import Box, ProbitCore, ProbitTail, probit_boxes
 from qpinfer.reduced_boxes import KINDS, poisson_boxes, step_noise_boxes
+from qpinfer.reduced_logit import KINDS as LOGIT_KINDS
+from qpinfer.reduced_logit import logit_boxes, poisson_log_boxes
 from qpinfer.step_noise import parse_name
 
 __all__ = ["box_from_attrs", "boxes_for"]
 
-_KINDS = {"ProbitCore": ProbitCore, "ProbitTail": ProbitTail, **KINDS}
+_KINDS = {"ProbitCore": ProbitCore, "ProbitTail": ProbitTail, **KINDS, **LOGIT_KINDS}
+_LAYOUTS = {
+    "probit": probit_boxes,
+    "poisson_square": poisson_boxes,
+    "logit": logit_boxes,
+    "poisson_log": poisson_log_boxes,
+}
 
 
 def boxes_for(likelihood: str) -> tuple[Box, ...]:
     """The default v2 boxes of a likelihood name (``ValueError`` if it has none): probit,
-    poisson_square (counts 1..1000) and step_noise(eps=...) (one store per eps)."""
+    poisson_square (counts 1..1000), step_noise(eps=...) (one store per eps), logit and
+    poisson_log (no count axis, :mod:`qpinfer.reduced_logit`)."""
     if likelihood.startswith("step_noise"):
         return step_noise_boxes(parse_name(likelihood))
-    if likelihood == "poisson_square":
-        return poisson_boxes()
-    if likelihood == "probit":
-        return probit_boxes()
+    if likelihood in _LAYOUTS:
+        return _LAYOUTS[likelihood]()
     raise ValueError(
         f"no v2 table layout for likelihood {likelihood!r}; available: probit, "
-        "poisson_square, step_noise(eps=...)"
+        "poisson_square, step_noise(eps=...), logit, poisson_log"
     )
 
 

@@ -116,8 +116,10 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         ``likelihood="step_noise"`` only), or the baselines: Gaussian variational Bayes
         (:mod:`qpinfer.vb`, the paper's Sec. 6 baseline; ``log_marginal_likelihood_`` is then the
         ELBO) and the Laplace approximation (:mod:`qpinfer.laplace`, R&W Alg. 3.1/3.2/5.1).
-    likelihood : {"probit", "step_noise"}
-        ``"probit"``: p(y|f) = Phi(y f). ``"step_noise"``: the label-noise step of paper 002
+    likelihood : {"probit", "step_noise", "logit"}
+        ``"probit"``: p(y|f) = Phi(y f). ``"logit"``: p(y|f) = 1 / (1 + exp(-y f))
+        (:mod:`qpinfer.logit`; methods qp, ep, vb and laplace; probabilities are
+        ``E[sigma(f*)]`` by quadrature). ``"step_noise"``: the label-noise step of paper 002
         eq. (8), p(y|f) = (1 - eps) Theta(y f) + eps Theta(-y f) (:mod:`qpinfer.step_noise`),
         with methods qp, ep, pep and rep. It is not log-concave: sites may have negative
         precisions (kept, see :mod:`qpinfer.ep`), so the evidence gradient of R&W eq. (5.27)
@@ -223,7 +225,7 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         self.rep_c = rep_c
 
     _METHODS = ("qp", "ep", "pep", "rep", "vb", "laplace")
-    _LIKELIHOODS = ("probit", "step_noise")
+    _LIKELIHOODS = ("probit", "step_noise", "logit")
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -247,6 +249,11 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
                     "log-concave, sites may have negative precisions and the evidence gradient "
                     f"does not apply; fix the kernel (e.g. by cross-validation). Got {self.optimizer!r}"
                 )
+        elif self.likelihood == "logit" and self.method in ("pep", "rep"):  # issue #15
+            raise ValueError(
+                f"method {self.method!r} is not available for likelihood='logit' "
+                "(use 'qp', 'ep', 'vb' or 'laplace')"
+            )
         elif self.method == "rep":
             raise ValueError(
                 "method='rep' (relaxed EP) needs likelihood='step_noise' (its objective (35) is "
@@ -254,6 +261,10 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
             )
 
     def _make_likelihood(self) -> Any:
+        if self.likelihood == "logit":  # issue #15
+            from qpinfer.logit import Logit
+
+            return Logit()
         return StepNoise(self.eps) if self.likelihood == "step_noise" else Probit()
 
     def _projection(self, likelihood: Any, table: Any) -> Any:

@@ -74,11 +74,23 @@ _DFACT_OVER_N = np.exp(np.cumsum(np.log(2.0 * _N - 1.0)) - np.log(_N))
 
 def _name(likelihood: Any) -> str:
     name = getattr(likelihood, "name", None)
-    if name not in ("probit", "poisson_square"):
+    if name not in ("probit", "poisson_square", "logit", "poisson_log"):
         raise ValueError(
-            f"Laplace and VB support the 'probit' and 'poisson_square' likelihoods; got {name!r}"
+            "Laplace and VB support the 'probit', 'poisson_square', 'logit' and 'poisson_log' "
+            f"likelihoods; got {name!r}"
         )
     return name
+
+
+def _issue15(likelihood: Any):
+    """The module with the derivatives/expectations of logit and poisson_log (issue #15), or
+    None."""
+    name = _name(likelihood)
+    if name in ("logit", "poisson_log"):
+        from qpinfer import baselines_issue15
+
+        return baselines_issue15
+    return None
 
 
 def log_lik_derivatives(
@@ -91,6 +103,8 @@ def log_lik_derivatives(
     """
     f = np.asarray(f, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
+    if (other := _issue15(likelihood)) is not None:
+        return other.log_lik_derivatives(likelihood.name, f, y)
     if _name(likelihood) == "probit":
         z = y * f
         r, z_plus_r, var_factor = probit_moment_terms(np.atleast_1d(z).astype(np.float64))
@@ -145,6 +159,8 @@ def expected_log_lik(
     m = np.asarray(m, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
+    if (other := _issue15(likelihood)) is not None:
+        return other.expected_log_lik(likelihood.name, m, v, y)
     if _name(likelihood) == "probit":
         m, v, y = np.broadcast_arrays(m, v, y)
         # nodes placed in z = y f (log Phi(z)); E over f ~ N(m, v) is E over z ~ N(y m, v)

@@ -16,13 +16,14 @@ from scipy.special import ndtri
 
 from qpinfer.level_sets import level_edges
 
-__all__ = ["N_LEVELS", "sigma_qp_quadrature"]
+__all__ = ["N_LEVELS", "N_LEVELS_FINE", "panel_rule", "sigma_qp_quadrature"]
 
 N_LEVELS = 4  # panels on each side of a lobe's mode
+N_LEVELS_FINE = 7  # ... for points whose likelihood asks for finer levels (very wide cavities)
 
 
 @functools.cache
-def _panel_rule(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def panel_rule(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gauss-Legendre nodes x and weights w on [-1, 1], and the (n, 2n+1) matrix whose columns
     give, from the density at the nodes, the panel integral, the partial integrals from -1 to
     each node and from each node to 1 (exact for polynomials of degree n-1)."""
@@ -55,7 +56,7 @@ def sigma_qp_quadrature(lik, mu, sigma, y, lobes, extra=None, n_levels=N_LEVELS)
     lo = np.concatenate([ed[:, :-1] for ed in edges], axis=-1)
     hi = np.concatenate([ed[:, 1:] for ed in edges], axis=-1)
     half = 0.5 * (hi - lo)
-    nodes, weights, panel_ops = _panel_rule(lik._n_nodes)
+    nodes, weights, panel_ops = panel_rule(lik._n_nodes)
     f = (0.5 * (hi + lo))[..., None] + half[..., None] * nodes
     col = (slice(None), None, None)
     log_q, _ = lik._log_tilted(f, mu[col], sigma[col], y[col], derivative=False)

@@ -9,7 +9,9 @@ probability of ``y* = +1`` is the likelihood averaged over ``N(f* | mean*, var*)
 * probit (default, and for an estimator without ``likelihood_``): ``Phi(mean / sqrt(1 + var))``
   (R&W eq. (3.82)); decision function ``mean / sqrt(1 + var)``;
 * label-noise step (:class:`qpinfer.step_noise.StepNoise`, paper 002 eq. (8)):
-  ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``; decision function ``mean / sqrt(var)``.
+  ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``; decision function ``mean / sqrt(var)``;
+* logit (:class:`qpinfer.logit.Logit`): ``E[sigma(f*)]``, the logit tilt's normaliser (exact
+  quadrature, ``Logit.log_z``); decision function ``log P(+1) - log P(-1)``.
 
 The predicted class is ``classes_[1]`` where the latent mean is positive (both likelihoods are
 symmetric, so that is where its probability exceeds 1/2).
@@ -22,14 +24,24 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr
 
+from qpinfer.logit import Logit
 from qpinfer.step_noise import StepNoise
 
 __all__ = ["ProbitPredictionsMixin", "class_probabilities", "decision_values"]
 
 
+def _logit_log_proba(likelihood: Logit, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """``[log P(y* = -1), log P(y* = +1)]``: log E[sigma(-+f*)], f* ~ N(mean, var)."""
+    sd = np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
+    return np.column_stack((likelihood.log_z(mean, sd, -1.0), likelihood.log_z(mean, sd, 1.0)))
+
+
 def decision_values(likelihood: Any, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """``z`` with ``P(y* = +1) = g(Phi(z))``: ``mean / sqrt(1 + var)`` (probit) or
-    ``mean / sqrt(var)`` (step_noise); positive for the class ``+1``."""
+    """Positive for the class ``+1``: ``mean / sqrt(1 + var)`` (probit), ``mean / sqrt(var)``
+    (step_noise), ``log P(+1) - log P(-1)`` (logit)."""
+    if isinstance(likelihood, Logit):
+        log_p = _logit_log_proba(likelihood, mean, var)
+        return log_p[:, 1] - log_p[:, 0]
     if isinstance(likelihood, StepNoise):
         return mean / np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
     return mean / np.sqrt(1.0 + var)
@@ -38,6 +50,8 @@ def decision_values(likelihood: Any, mean: np.ndarray, var: np.ndarray) -> np.nd
 def class_probabilities(likelihood: Any, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
     """``[P(y* = -1), P(y* = +1)]`` per row for the latent predictive ``N(mean, var)`` (module
     docstring)."""
+    if isinstance(likelihood, Logit):
+        return np.exp(_logit_log_proba(likelihood, mean, var))
     z = decision_values(likelihood, mean, var)
     if isinstance(likelihood, StepNoise):
         e = likelihood.eps

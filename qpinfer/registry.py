@@ -1,7 +1,7 @@
 """Likelihoods by name: the registry above every likelihood module (so none of them imports it).
 
 ``get_likelihood("probit")``, ``"poisson_square"``, ``"step_noise"`` / ``"step_noise(eps=0.1)"``,
-``"student_t"`` / ``"student_t(nu=4, scale=1)"`` -- the names table stores record -- or a
+``"student_t"`` / ``"student_t(nu=4, scale=1)"``, ``"logit"``, ``"poisson_log"`` -- the names table stores record -- or a
 :class:`~qpinfer.likelihoods.Likelihood` object, returned as it is.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from qpinfer import step_noise, student_t
 from qpinfer.likelihoods import Likelihood, PoissonSquare, Probit
+from qpinfer.logit import Logit
+from qpinfer.poisson_log import PoissonLog
 
 __all__ = ["get_likelihood"]
 
@@ -18,6 +20,8 @@ _REGISTRY = {
     "poisson_square": PoissonSquare,
     "step_noise": step_noise.StepNoise,
     "student_t": student_t.StudentT,
+    "logit": Logit,
+    "poisson_log": PoissonLog,
 }
 
 

@@ -157,6 +157,10 @@ class GPPoissonRegressor(GPEstimatorBase):
     schedule, max_iter, tol, damping :
         EP/QP site updates as in :func:`qpinfer.ep.run_ep`. ``max_iter`` also bounds Newton
         iterations (Laplace, at least 100) and VB's fixed-point steps.
+    link : {"square", "log"}
+        The rate: ``f^2`` (the paper's square link, App. C.2) or ``exp(f)`` (issue #15,
+        :mod:`qpinfer.poisson_log`: log-concave, so every method starts from zero sites and
+        the predictive is the exact Poisson-lognormal mixture, counts up to 1e6).
 
     Attributes
     ----------
@@ -187,6 +191,7 @@ class GPPoissonRegressor(GPEstimatorBase):
         max_iter: int = 1000,
         tol: float = 1e-6,
         damping: float | None = None,
+        link: str = "square",
     ) -> None:
         self.method = method
         self.table = table
@@ -200,6 +205,7 @@ class GPPoissonRegressor(GPEstimatorBase):
         self.max_iter = max_iter
         self.tol = tol
         self.damping = damping
+        self.link = link
 
     def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
         from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
@@ -215,24 +221,53 @@ class GPPoissonRegressor(GPEstimatorBase):
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
         hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,)."""
         self._validate_params()
+        if self.link not in ("square", "log"):
+            raise ValueError(f"link must be 'square' or 'log', got {self.link!r}")
         X = check_X(X, estimator="GPPoissonRegressor")
         y = _check_counts(counts, X.shape[0])
+        if self.link == "log":  # issue #15: rate exp(f), qpinfer.poisson_log
+            from qpinfer.poisson_log import MAX_COUNT as LOG_MAX
+            from qpinfer.poisson_log import PoissonLog
+
+            if np.any(y > LOG_MAX):
+                i = int(np.argmax(y > LOG_MAX))
+                raise ValueError(
+                    f"counts must be at most {LOG_MAX:.0e} with link='log'; got {y[i]!r} at "
+                    f"index {i}"
+                )
+            self._fit_latent(X, y, PoissonLog())
+            return self
         self._fit_latent(X, y, PoissonSquare())
         return self
 
+    def _log_link(self) -> bool:
+        return getattr(self.likelihood_, "name", "") == "poisson_log"
+
     # -- predictions (App. H) ----------------------------------------------------------------
     def predict_negative_binomial(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Shape ``k*`` and scale ``c*`` of the predictive rate's gamma (eq. (119))."""
+        """Shape ``k*`` and scale ``c*`` of the predictive rate's gamma (eq. (119)); square link
+        only."""
         mean, var = self.predict_latent(X)
+        if self._log_link():
+            raise ValueError("predict_negative_binomial is for link='square' (App. H) only")
         return negative_binomial_parameters(mean, var)
 
     def predict(self, X: Any) -> np.ndarray:
-        """The predictive mode of the count (App. H): ``floor(c* (k* - 1))`` if ``k* > 1`` else 0."""
+        """The predictive mode of the count (App. H): ``floor(c* (k* - 1))`` if ``k* > 1`` else 0;
+        with ``link="log"`` the mode of the exact Poisson-lognormal predictive."""
+        self._check_is_fitted()
+        if self._log_link():
+            from qpinfer.poisson_log import predictive_mode
+
+            return predictive_mode(*self.predict_latent(X))
         return negative_binomial_mode(*self.predict_negative_binomial(X))
 
     def predict_mean(self, X: Any) -> np.ndarray:
-        """The predictive mean of the count, ``E[f*^2] = mu*^2 + sigma*^2`` (= ``k* c*``)."""
+        """The predictive mean of the count, ``E[f*^2] = mu*^2 + sigma*^2`` (= ``k* c*``);
+        ``E[exp(f*)] = exp(mu* + sigma*^2 / 2)`` with ``link="log"``."""
         mean, var = self.predict_latent(X)
+        if self._log_link():
+            return np.exp(mean + 0.5 * var)
         return mean * mean + var
 
     def log_pmf(self, X: Any, counts: Any, *, exact: bool = False) -> np.ndarray:
@@ -253,6 +288,10 @@ class GPPoissonRegressor(GPEstimatorBase):
             )
         if y.ndim == 2:
             mean, var = mean[:, None], var[:, None]
+        if self._log_link():  # the exact mixture: there is no gamma step for the log link
+            from qpinfer.poisson_log import predictive_log_pmf
+
+            return predictive_log_pmf(mean, var, y)
         if exact:
             sd = np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
             return PoissonSquare().log_z(*np.broadcast_arrays(mean, sd, y))

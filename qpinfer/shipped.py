@@ -20,6 +20,9 @@ SHIPPED = {
     "probit": "probit.zarr",
     "poisson_square": "poisson_square.zarr",
     "step_noise(eps=0.2)": "step_noise-eps0.2.zarr",
+    # issue #15 (boxes: qpinfer.reduced_logit)
+    "logit": "logit.zarr",
+    "poisson_log": "poisson_log.zarr",
 }
 
 DATA_DIR = Path(__file__).with_name("tables_data")

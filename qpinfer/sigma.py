@@ -43,11 +43,8 @@ from __future__ import annotations
 import numpy as np
 
 from qpinfer.likelihoods import check_cavity
-from qpinfer.panel_quadrature import N_LEVELS, sigma_qp_quadrature
+from qpinfer.panel_quadrature import N_LEVELS, N_LEVELS_FINE, sigma_qp_quadrature
 from qpinfer.registry import get_likelihood
-
-_N_LEVELS_FINE = 7  # panels per side for points whose likelihood asks for finer levels (very
-# wide cavities); the default, N_LEVELS, and the quadrature are in qpinfer.panel_quadrature
 
 
 def _prepare(likelihood, mu, sigma, y):
@@ -193,5 +190,5 @@ def _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size) -> 
                 yy[sel],
                 sub_lobes,
                 extra=extra,
-                n_levels=_N_LEVELS_FINE if w >= 2 else N_LEVELS,
+                n_levels=N_LEVELS_FINE if w >= 2 else N_LEVELS,
             )

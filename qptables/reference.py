@@ -67,6 +67,8 @@ from mpmath import mp, mpf
 from qptables.mp_panels import phi_of_ndtri as _phi_of_ndtri
 from qptables.mp_panels import rule as _rule
 from qptables.mp_panels import to_fixed as _to_fixed
+from qptables.reference_logit import MODELS as LOGIT_MODELS
+from qptables.reference_logit import check_point as check_logit_point
 
 __all__ = [
     "LIKELIHOODS",
@@ -183,6 +185,11 @@ class _Tilted:
         return sorted([big, small])
 
 
+# issue #15: models of other likelihoods (same interface as _Tilted), defined in their own
+# modules (qptables.reference_logit); the engine below is shared
+_MODELS: dict = dict(LOGIT_MODELS)
+
+
 # ----------------------------------------------------------------------------- the engine
 
 
@@ -216,7 +223,7 @@ def _layout(model: _Tilted, digits: int) -> tuple[list[mpf], mpf, mpf]:
         cuts.add(m)
     if left < 0 < right:
         cuts.add(mpf(0))
-    if model.name == "probit":
+    if model.name == "probit" or getattr(model, "graded_cuts", False):
         # the step of Phi(y f) at f = 0 has width 1; graded cuts +-2^k about it keep the
         # adaptive bisection from needing log2(sigma) rounds to reach it in a wide cavity
         k = 1
@@ -231,7 +238,7 @@ def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Re
     with mp.workdps(digits):
         prec = mp.prec
         rule = _rule(n, prec)
-        model = _Tilted(name, mpf(mu), mpf(sigma), y)
+        model = _MODELS.get(name, _Tilted)(name, mpf(mu), mpf(sigma), y)
         cuts, ell_max, s_ref = _layout(model, digits)
         tol = s_ref * mpf(10) ** (-(dps + 3))
 
@@ -351,6 +358,7 @@ def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Re
         )
         log_z = mpmath.log(z) + ell_max
         std = mpmath.sqrt(var)
+        mean += getattr(model, "shift", 0)  # issue #15: a model integrating in f - shift
     with mp.workdps(dps):
         return ReferencePoint(+sigma_qp, +log_z, +mean, +std, len(panels))
 
@@ -374,7 +382,10 @@ def reference_point(
     given floats. Results are cached per process. ``nodes`` is the panel degree ``N`` (changing
     it gives an independent discretisation, used by the self-consistency tests).
     """
-    name, yi = _check_point(likelihood_name, mu, sigma, y)
+    if likelihood_name in LOGIT_MODELS:  # issue #15: qptables.reference_logit
+        name, yi = check_logit_point(likelihood_name, mu, sigma, y)
+    else:
+        name, yi = _check_point(likelihood_name, mu, sigma, y)
     if int(dps) < 15:
         raise ValueError(f"dps must be >= 15, got {dps!r}")
     if int(nodes) < 8:
