@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from scipy.special import dawsn, gammaln, log_ndtr, psi
 
+from qpinfer import loglik_logit_poisson_log
 from qpinfer.normal_ratios import probit_moment_terms
 
 __all__ = ["expected_log_f2", "expected_log_lik", "log_lik_derivatives"]
@@ -82,15 +83,9 @@ def _name(likelihood: Any) -> str:
     return name
 
 
-def _issue15(likelihood: Any):
-    """The module with the derivatives/expectations of logit and poisson_log (issue #15), or
-    None."""
-    name = _name(likelihood)
-    if name in ("logit", "poisson_log"):
-        from qpinfer import baselines_issue15
-
-        return baselines_issue15
-    return None
+def _other_module(likelihood: Any):
+    """The module with the derivatives/expectations of logit and poisson_log, or None."""
+    return loglik_logit_poisson_log if _name(likelihood) in ("logit", "poisson_log") else None
 
 
 def log_lik_derivatives(
@@ -103,7 +98,7 @@ def log_lik_derivatives(
     """
     f = np.asarray(f, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    if (other := _issue15(likelihood)) is not None:
+    if (other := _other_module(likelihood)) is not None:
         return other.log_lik_derivatives(likelihood.name, f, y)
     if _name(likelihood) == "probit":
         z = y * f
@@ -159,7 +154,7 @@ def expected_log_lik(
     m = np.asarray(m, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    if (other := _issue15(likelihood)) is not None:
+    if (other := _other_module(likelihood)) is not None:
         return other.expected_log_lik(likelihood.name, m, v, y)
     if _name(likelihood) == "probit":
         m, v, y = np.broadcast_arrays(m, v, y)

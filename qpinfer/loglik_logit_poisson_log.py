@@ -1,5 +1,5 @@
 """log p(y | f), its f-derivatives and its Gaussian expectations for the ``logit`` and
-``poisson_log`` likelihoods (issue #15): what the Laplace (R&W Alg. 3.1, 5.1) and VB (Opper &
+``poisson_log`` likelihoods: what the Laplace (R&W Alg. 3.1, 5.1) and VB (Opper &
 Archambeau) baselines of :mod:`qpinfer.loglik` need.
 
 * logit, ``log sigma(y f)``: derivatives ``y sigma(-y f)``, ``-p (1 - p)`` and
