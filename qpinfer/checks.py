@@ -9,7 +9,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DataConversionWarning", "check_target_vector", "number_or_nan"]
+__all__ = [
+    "DataConversionWarning",
+    "check_counts",
+    "check_target_vector",
+    "finite_array",
+    "number_or_nan",
+]
 
 
 class DataConversionWarning(UserWarning):
@@ -27,17 +33,20 @@ def number_or_nan(value: Any) -> float:
         return np.nan
 
 
-def check_target_vector(y: Any, n_samples: int | None, estimator: str, name: str) -> np.ndarray:
-    """``y`` as a 1-d float64 array of ``n_samples`` values (``None``: any length; a column
-    vector is raveled with a :class:`DataConversionWarning`), its values not yet checked;
-    ``ValueError`` with scikit-learn's messages (None, complex, non-numeric, not 1-d, length)."""
+def check_target_vector(
+    y: Any, n_samples: int | None, estimator: str, name: str, numeric: bool = True
+) -> np.ndarray:
+    """``y`` as a 1-d array of ``n_samples`` values (``None``: any length; a column vector is
+    raveled with a :class:`DataConversionWarning`), float64 if ``numeric`` (else as given, e.g.
+    class labels), its values not yet checked; ``ValueError`` with scikit-learn's messages
+    (None, complex, non-numeric, not 1-d, length)."""
     if y is None:
         what = "y" if name == "y" else f"{name} (y)"
         raise ValueError(f"{estimator} requires {what} to be passed, but the target y is None")
     arr = np.asarray(y)
     if np.iscomplexobj(arr):
         raise ValueError(f"{name}: complex data not supported")
-    if arr.dtype == object or arr.dtype.kind not in "biuf":
+    if numeric and (arr.dtype == object or arr.dtype.kind not in "biuf"):
         try:
             arr = arr.astype(np.float64)
         except (TypeError, ValueError):
@@ -58,4 +67,38 @@ def check_target_vector(y: Any, n_samples: int | None, estimator: str, name: str
                 f"X and {name} have inconsistent numbers of samples: X has {n_samples}, "
                 f"{name} has {arr.shape[0]}"
             )
-    return arr.astype(np.float64)
+    return arr.astype(np.float64) if numeric else arr
+
+
+def finite_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a float64 array; ``ValueError`` naming ``name`` unless real and finite."""
+    if np.iscomplexobj(value):
+        raise ValueError(f"{name} must be real; got a complex value {value!r}")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be real numbers; got {value!r}") from None
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        raise ValueError(f"{name} must be finite; got {arr[bad].flat[0]!r}")
+    return arr
+
+
+def check_counts(
+    y: Any, likelihood: str, max_count: float, max_text: str, why: str = ""
+) -> np.ndarray:
+    """Observations of a count likelihood as float64: finite integers in 0..``max_count``, else
+    ``ValueError`` naming ``y``, the likelihood and the range (``why``: a note on the range)."""
+    y = np.asarray(y)
+    yf = finite_array("y", y)
+    bad = (yf < 0) | (yf != np.floor(yf))
+    if bad.any():
+        raise ValueError(
+            f"y must be a non-negative integer count for {likelihood}; got {y[bad].flat[0]!r}"
+        )
+    bad = yf > max_count
+    if bad.any():
+        raise ValueError(
+            f"y must be a count in 0..{max_text} for {likelihood}{why}; got {yf[bad].flat[0]!r}"
+        )
+    return yf

@@ -24,11 +24,11 @@ gradient; VB's natural-gradient fixed point with the envelope gradient).
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
+from qpinfer.checks import check_target_vector
 from qpinfer.ep import MomentMatching, QuantileMatching
 from qpinfer.estimator import (
     BASELINE_METHODS,
@@ -51,25 +51,7 @@ def _check_X(X: Any, name: str = "X", estimator: str = "GPClassifier") -> np.nda
 
 
 def _check_y(y: Any, n_samples: int, estimator: str = "GPClassifier") -> np.ndarray:
-    if y is None:
-        raise ValueError(f"{estimator} requires y to be passed, but the target y is None")
-    arr = np.asarray(y)
-    if np.iscomplexobj(arr):
-        raise ValueError("Complex data not supported")
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        warnings.warn(
-            "A column-vector y was passed when a 1d array was expected. Please change the shape "
-            "of y to (n_samples, ), for example using ravel().",
-            DataConversionWarning,
-            stacklevel=3,
-        )
-        arr = arr.ravel()
-    if arr.ndim != 1:
-        raise ValueError(f"y should be a 1d array, got an array of shape {arr.shape} instead.")
-    if arr.shape[0] != n_samples:
-        raise ValueError(
-            f"X and y have inconsistent numbers of samples: X has {n_samples}, y has {arr.shape[0]}"
-        )
+    arr = check_target_vector(y, n_samples, estimator, "y", numeric=False)
     if arr.dtype.kind in "fc" or arr.dtype == object:
         try:
             as_float = arr.astype(np.float64)

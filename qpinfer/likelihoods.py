@@ -14,23 +14,11 @@ from abc import ABC, abstractmethod
 import numpy as np
 from scipy.special import erfcx, gammaln, log_ndtr, ndtr
 
+from qpinfer.checks import check_counts
+from qpinfer.checks import finite_array as _finite
 from qpinfer.normal_ratios import probit_moment_terms, ratio_phi_over_Phi
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
-
-
-def _finite(name: str, value) -> np.ndarray:
-    """``value`` as a float64 array; ``ValueError`` naming ``name`` unless real and finite."""
-    if np.iscomplexobj(value):
-        raise ValueError(f"{name} must be real; got a complex value {value!r}")
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be real numbers; got {value!r}") from None
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        raise ValueError(f"{name} must be finite; got {arr[bad].flat[0]!r}")
-    return arr
 
 
 def check_cavity(mu, sigma) -> tuple[np.ndarray, np.ndarray]:
@@ -276,19 +264,8 @@ class PoissonSquare(Likelihood):
     def check_y(self, y) -> np.ndarray:
         from qpinfer.poisson_moments import MAX_COUNT, MAX_COUNT_TEXT
 
-        y = np.asarray(y)
-        yf = _finite("y", y)
-        bad = (yf < 0) | (yf != np.floor(yf))
-        if bad.any():
-            raise ValueError(
-                f"y must be a non-negative integer count for poisson_square; got {y[bad].flat[0]!r}"
-            )
-        bad = yf > MAX_COUNT
-        if bad.any():
-            raise ValueError(
-                f"y must be a count in 0..{MAX_COUNT_TEXT} for poisson_square (the range where "
-                f"sigma* holds 1e-12 accuracy); got {yf[bad].flat[0]!r}"
-            )
+        why = " (the range where sigma* holds 1e-12 accuracy)"
+        yf = check_counts(y, "poisson_square", MAX_COUNT, MAX_COUNT_TEXT, why)
         return yf
 
     def log_pdf(self, f, y) -> np.ndarray:

@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln, log_ndtr, wrightomega
 
-from qpinfer.likelihoods import Likelihood, _finite, check_cavity
+from qpinfer.checks import check_counts
+from qpinfer.likelihoods import Likelihood, check_cavity
 
 __all__ = ["MAX_COUNT", "SIGMA_MAX", "PoissonLog", "mode_frame"]
 
@@ -94,18 +95,7 @@ class PoissonLog(Likelihood):
     _n_nodes = 20
 
     def check_y(self, y) -> np.ndarray:
-        y = np.asarray(y)
-        yf = _finite("y", y)
-        bad = (yf < 0) | (yf != np.floor(yf))
-        if bad.any():
-            raise ValueError(
-                f"y must be a non-negative integer count for poisson_log; got {y[bad].flat[0]!r}"
-            )
-        bad = yf > MAX_COUNT
-        if bad.any():
-            raise ValueError(
-                f"y must be a count in 0..{MAX_COUNT:.0e} for poisson_log; got {yf[bad].flat[0]!r}"
-            )
+        yf = check_counts(y, "poisson_log", MAX_COUNT, f"{MAX_COUNT:.0e}")
         return yf
 
     def check_sigma(self, sigma) -> None:
