@@ -26,7 +26,9 @@ oscillation; damping does not move the fixed points).
 Stopping rule (paper 000 Sec. 6): the root-mean-square change of ``(tau~, nu~)`` over one sweep
 is below ``tol``. If that does not happen within ``max_iter`` sweeps a :class:`ConvergenceWarning`
 is issued and the sites with the smallest change seen are returned (the prior if no sweep
-succeeded). A sweep that raises ``LinAlgError`` or produces non-finite sites ends the loop.
+succeeded). A sweep that raises ``LinAlgError`` or produces non-finite sites ends the loop. With
+negative sites (no precision floor) a parallel step that would make the posterior improper is
+halved until it is proper (:func:`_proper_step`), so the best state is always a proper one.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ SCHEDULES = ("parallel", "sequential")
 #: new smallest RMS change (iris at damping 0.5 kept RMS ~2e-3 for 1000 sweeps)
 STALL_SWEEPS = 20
 MIN_DAMPING = 1.0 / 64.0
+#: parallel schedule with negative sites: how often a step that makes the posterior improper is
+#: halved before the loop gives up (:func:`_proper_step`)
+MAX_STEP_HALVINGS = 30
 
 
 class ConvergenceWarning(UserWarning):
@@ -240,7 +245,26 @@ def _parallel_sweep(rep, update, tau, nu, damping, floor):
     nu_new = np.where(ok, _damped(nu, nu_p, damping), nu)
     if floor is not None:
         tau_new = np.maximum(tau_new, floor)
+    elif np.any(tau_new < 0):
+        tau_new, nu_new = _proper_step(rep, tau, nu, tau_new, nu_new)
     return tau_new, nu_new, int(np.count_nonzero(clipped)), int(np.count_nonzero(~ok))
+
+
+def _proper_step(rep, tau, nu, tau_new, nu_new):
+    """Negative sites (no floor): halve the step from ``(tau, nu)`` towards ``(tau_new, nu_new)``
+    until the posterior it implies is proper (at most :data:`MAX_STEP_HALVINGS` times, then
+    ``LinAlgError``, which ends the loop with the best proper state). Every site moving at once
+    can make ``K^-1 + S~`` indefinite where each site alone would not (starsCYG: 46 of 47 sites
+    negative after the first sweep from the prior)."""
+    for _ in range(MAX_STEP_HALVINGS):
+        try:
+            rep.refresh(tau_new, nu_new)
+            return tau_new, nu_new
+        except np.linalg.LinAlgError:
+            tau_new = 0.5 * (tau + tau_new)
+            nu_new = 0.5 * (nu + nu_new)
+    rep.refresh(tau_new, nu_new)  # LinAlgError if still improper
+    return tau_new, nu_new
 
 
 def _sequential_sweep(rep, update, tau, nu, damping, floor):

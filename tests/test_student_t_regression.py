@@ -44,23 +44,24 @@ def _stars():
     return (X - X.mean()) / X.std(), y
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue #15): L-BFGS-B finds no hyperparameter value where inference succeeds "
-    "on starsCYG; not yet diagnosed",
-)
 @pytest.mark.parametrize("method", ["ep", "qp"])
 def test_fits_the_star_cluster_outliers_without_nan(method):
+    # from the prior (zero mean, y ~ 5) the first parallel sweep made 46 of 47 sites negative and
+    # K^-1 + S~ indefinite; the loop now halves such a step until the posterior is proper
     X, y = _stars()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # allowed; NaN is not
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)  # allowed; NaN is not
         r = GPStudentTRegressor(method, nu=4, scale=0.2, optimizer_maxiter=30).fit(X, y)
+    warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    assert r.result_.converged or warned
+    assert np.all(np.isfinite(r.result_.tau)) and np.all(np.isfinite(r.result_.nu))
+    assert np.all(np.isfinite(r.kernel_.theta))
     grid = np.linspace(X.min(), X.max(), 30)[:, None]
     mean, std = r.predict(grid, return_std=True)
     assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std))
     assert np.isfinite(r.log_marginal_likelihood_)
     assert np.all(np.isfinite(r.log_predictive_density(X, y)))
-    # the four giant stars (log.Te < 3.6) are outliers, not pulled into the main sequence fit
+    # data sanity: the four giant stars (log.Te < 3.6)
     giants = X[:, 0] < (3.6 - 4.31) / 0.29
     assert giants.sum() == 4
 
