@@ -44,7 +44,7 @@ def _stars():
     return (X - X.mean()) / X.std(), y
 
 
-@pytest.mark.parametrize("method", ["ep", "qp"])
+@pytest.mark.parametrize("method", ["ep", pytest.param("qp", marks=pytest.mark.slow)])
 def test_fits_the_star_cluster_outliers_without_nan(method):
     # from the prior (zero mean, y ~ 5) the first parallel sweep made 46 of 47 sites negative and
     # K^-1 + S~ indefinite; the loop now halves such a step until the posterior is proper
