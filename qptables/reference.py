@@ -59,7 +59,7 @@ import math
 import operator
 import threading
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import mpmath
 from mpmath import mp, mpf
@@ -233,134 +233,158 @@ def _layout(model: _Tilted, digits: int) -> tuple[list[mpf], mpf, mpf]:
     return sorted(cuts), ell_max, s_ref
 
 
+def integrate_tilted(
+    model,
+    cuts: list,
+    ell_max: mpf,
+    s_ref: mpf,
+    rule: Any,
+    dps: int,
+    digits: int,
+    *,
+    what: str,
+    start_width: float = _START_WIDTH,
+    cutoff: mpf | None = None,
+    max_panels: int = _MAX_PANELS,
+) -> tuple[mpf, mpf, mpf, mpf, int]:
+    """The adaptive panel engine (see the module doc) for any tilted ``model`` (``model.ell(f)``
+    its log density up to a constant, ``ell_max`` its maximum, ``cuts`` the panel layout,
+    ``s_ref`` the length scale of the absolute tolerance): ``(sigma*, log Z, mean, std,
+    panels)`` at the working precision (call inside ``mp.workdps(digits)``). ``cutoff``: log
+    density (below ``ell_max``) under which the density is taken as 0 (default ``-4.62 digits``);
+    ``what`` names the point in the non-convergence error. Shared by every likelihood's
+    reference (:mod:`qptables.student_t_reference` too)."""
+    tol = s_ref * mpf(10) ** (-(dps + 3))
+
+    floor_e = -2 * mpf(digits) * 2.31 if cutoff is None else cutoff
+
+    def density(a: mpf, b: mpf) -> tuple[list, list]:
+        c, r = (a + b) / 2, (b - a) / 2
+        fs = [c + r * t for t in rule.nodes]
+        fs[0], fs[-1] = a, b
+        qs = []
+        for f in fs:
+            e = model.ell(f) - ell_max
+            qs.append(mpmath.exp(e) if e > floor_e else mpf(0))
+        return fs, qs
+
+    def resolved(a: mpf, b: mpf, values: list, scale: mpf) -> bool:
+        tail = sum(abs(mpmath.fdot(row, values)) for row in rule.tails)
+        return (b - a) * tail <= scale
+
+    # initial pieces: segments between cuts, at most _START_WIDTH * s_ref wide
+    pieces = []
+    for a, b in itertools.pairwise(cuts):
+        k = max(1, min(64, int(mpmath.ceil((b - a) / (start_width * s_ref)))))
+        pieces += [(a + (b - a) * i / k, a + (b - a) * (i + 1) / k) for i in range(k)]
+    pieces[-1] = (pieces[-1][0], cuts[-1])
+
+    def refine(todo: list) -> list:
+        done = []
+        while todo:
+            a, b = todo.pop()
+            fs, qs = density(a, b)
+            if resolved(a, b, qs, tol) or len(done) + len(todo) > max_panels:
+                done.append((a, b, fs, qs))
+            else:
+                m = (a + b) / 2
+                todo += [(a, m), (m, b)]
+        return done
+
+    panels = sorted(refine(pieces), key=lambda p: p[0])
+    floor = mpf(10) ** (-(digits + 5))
+    # phi(Phi^-1(u)) values per panel, kept across sweeps: splitting a panel whose outer
+    # integrand is unresolved changes F elsewhere only at the 10^-(dps+3) level.
+    g_cache: dict = {}
+    local_cache: dict = {}
+    g_memo: dict = {}  # u -> phi(Phi^-1(u)); u repeats exactly where the density is 0
+    for _sweep in range(_MAX_SWEEPS):
+        if len(panels) > max_panels:
+            raise RuntimeError(f"reference quadrature did not converge for {what}")
+        half = [(b - a) / 2 for a, b, _, _ in panels]
+        local = []
+        for h, (a, b, _, qs) in zip(half, panels):
+            if (a, b) not in local_cache:
+                # absolute accuracy is all that is needed: exact integer fixed-point products
+                bits = rule.fixed_bits
+                qi = [_to_fixed(q, bits) for q in qs]
+                local_cache[(a, b)] = [
+                    h * mpf((sum(map(operator.mul, row, qi)), -2 * bits))
+                    for row in rule.cumulative_fixed
+                ]
+            local.append(local_cache[(a, b)])
+        totals = [loc[-1] for loc in local]
+        z = mpmath.fsum(totals)
+        # F from the left, S from the right (each an independent running sum)
+        before, acc = [], mpf(0)
+        for tot in totals:
+            before.append(acc)
+            acc += tot
+        after, acc = [mpf(0)] * len(totals), mpf(0)
+        for i in range(len(totals) - 1, -1, -1):
+            after[i] = acc
+            acc += totals[i]
+        outer, redo = [], set()
+        for i, (a, b, _, _) in enumerate(panels):
+            gs = g_cache.get((a, b))
+            if gs is None:
+                gs = []
+                for loc in local[i]:
+                    cdf = (before[i] + loc) / z
+                    sf = (after[i] + (totals[i] - loc)) / z
+                    u = min(cdf, sf)
+                    if u not in g_memo:
+                        g_memo[u] = _phi_of_ndtri(u, floor)
+                    gs.append(g_memo[u])
+                g_cache[(a, b)] = gs
+                if not resolved(a, b, gs, tol):
+                    redo.add(i)
+            outer.append(half[i] * mpmath.fdot(rule.weights, gs))
+        if not redo:
+            break
+        new = []
+        for i, p in enumerate(panels):
+            if i in redo:
+                a, b = p[0], p[1]
+                m = (a + b) / 2
+                new += refine([(a, m), (m, b)])
+            else:
+                new.append(p)
+        panels = sorted(new, key=lambda p: p[0])
+    else:
+        raise RuntimeError(f"reference quadrature did not converge for {what}")
+    sigma_qp = mpmath.fsum(outer)
+    mean = (
+        mpmath.fsum(
+            h * mpmath.fdot(rule.weights, [f * q for f, q in zip(fs, qs)])
+            for h, (_, _, fs, qs) in zip(half, panels)
+        )
+        / z
+    )
+    var = (
+        mpmath.fsum(
+            h * mpmath.fdot(rule.weights, [(f - mean) ** 2 * q for f, q in zip(fs, qs)])
+            for h, (_, _, fs, qs) in zip(half, panels)
+        )
+        / z
+    )
+    std = mpmath.sqrt(var)
+    return sigma_qp, mpmath.log(z) + ell_max, mean, std, len(panels)
+
+
 def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> ReferencePoint:
     digits = dps + _GUARD_DIGITS
     with mp.workdps(digits):
-        prec = mp.prec
-        rule = _rule(n, prec)
+        rule = _rule(n, mp.prec)
         model = _MODELS.get(name, _Tilted)(name, mpf(mu), mpf(sigma), y)
         cuts, ell_max, s_ref = _layout(model, digits)
-        tol = s_ref * mpf(10) ** (-(dps + 3))
-
-        def density(a: mpf, b: mpf) -> tuple[list, list]:
-            c, r = (a + b) / 2, (b - a) / 2
-            fs = [c + r * t for t in rule.nodes]
-            fs[0], fs[-1] = a, b
-            qs = []
-            for f in fs:
-                e = model.ell(f) - ell_max
-                qs.append(mpmath.exp(e) if e > -2 * mpf(digits) * 2.31 else mpf(0))
-            return fs, qs
-
-        def resolved(a: mpf, b: mpf, values: list, scale: mpf) -> bool:
-            tail = sum(abs(mpmath.fdot(row, values)) for row in rule.tails)
-            return (b - a) * tail <= scale
-
-        # initial pieces: segments between cuts, at most _START_WIDTH * s_ref wide
-        pieces = []
-        for a, b in itertools.pairwise(cuts):
-            k = max(1, min(64, int(mpmath.ceil((b - a) / (_START_WIDTH * s_ref)))))
-            pieces += [(a + (b - a) * i / k, a + (b - a) * (i + 1) / k) for i in range(k)]
-        pieces[-1] = (pieces[-1][0], cuts[-1])
-
-        def refine(todo: list) -> list:
-            done = []
-            while todo:
-                a, b = todo.pop()
-                fs, qs = density(a, b)
-                if resolved(a, b, qs, tol) or len(done) + len(todo) > _MAX_PANELS:
-                    done.append((a, b, fs, qs))
-                else:
-                    m = (a + b) / 2
-                    todo += [(a, m), (m, b)]
-            return done
-
-        panels = sorted(refine(pieces), key=lambda p: p[0])
-        floor = mpf(10) ** (-(digits + 5))
-        # phi(Phi^-1(u)) values per panel, kept across sweeps: splitting a panel whose outer
-        # integrand is unresolved changes F elsewhere only at the 10^-(dps+3) level.
-        g_cache: dict = {}
-        local_cache: dict = {}
-        g_memo: dict = {}  # u -> phi(Phi^-1(u)); u repeats exactly where the density is 0
-        for _sweep in range(_MAX_SWEEPS):
-            if len(panels) > _MAX_PANELS:
-                raise RuntimeError(
-                    f"reference quadrature did not converge for {name} mu={mu} sigma={sigma} y={y}"
-                )
-            half = [(b - a) / 2 for a, b, _, _ in panels]
-            local = []
-            for h, (a, b, _, qs) in zip(half, panels):
-                if (a, b) not in local_cache:
-                    # absolute accuracy is all that is needed: exact integer fixed-point products
-                    bits = rule.fixed_bits
-                    qi = [_to_fixed(q, bits) for q in qs]
-                    local_cache[(a, b)] = [
-                        h * mpf((sum(map(operator.mul, row, qi)), -2 * bits))
-                        for row in rule.cumulative_fixed
-                    ]
-                local.append(local_cache[(a, b)])
-            totals = [loc[-1] for loc in local]
-            z = mpmath.fsum(totals)
-            # F from the left, S from the right (each an independent running sum)
-            before, acc = [], mpf(0)
-            for tot in totals:
-                before.append(acc)
-                acc += tot
-            after, acc = [mpf(0)] * len(totals), mpf(0)
-            for i in range(len(totals) - 1, -1, -1):
-                after[i] = acc
-                acc += totals[i]
-            outer, redo = [], set()
-            for i, (a, b, _, _) in enumerate(panels):
-                gs = g_cache.get((a, b))
-                if gs is None:
-                    gs = []
-                    for loc in local[i]:
-                        cdf = (before[i] + loc) / z
-                        sf = (after[i] + (totals[i] - loc)) / z
-                        u = min(cdf, sf)
-                        if u not in g_memo:
-                            g_memo[u] = _phi_of_ndtri(u, floor)
-                        gs.append(g_memo[u])
-                    g_cache[(a, b)] = gs
-                    if not resolved(a, b, gs, tol):
-                        redo.add(i)
-                outer.append(half[i] * mpmath.fdot(rule.weights, gs))
-            if not redo:
-                break
-            new = []
-            for i, p in enumerate(panels):
-                if i in redo:
-                    a, b = p[0], p[1]
-                    m = (a + b) / 2
-                    new += refine([(a, m), (m, b)])
-                else:
-                    new.append(p)
-            panels = sorted(new, key=lambda p: p[0])
-        else:
-            raise RuntimeError(
-                f"reference quadrature did not converge for {name} mu={mu} sigma={sigma} y={y}"
-            )
-        sigma_qp = mpmath.fsum(outer)
-        mean = (
-            mpmath.fsum(
-                h * mpmath.fdot(rule.weights, [f * q for f, q in zip(fs, qs)])
-                for h, (_, _, fs, qs) in zip(half, panels)
-            )
-            / z
+        what = f"{name} mu={mu} sigma={sigma} y={y}"
+        sigma_qp, log_z, mean, std, n_panels = integrate_tilted(
+            model, cuts, ell_max, s_ref, rule, dps, digits, what=what
         )
-        var = (
-            mpmath.fsum(
-                h * mpmath.fdot(rule.weights, [(f - mean) ** 2 * q for f, q in zip(fs, qs)])
-                for h, (_, _, fs, qs) in zip(half, panels)
-            )
-            / z
-        )
-        log_z = mpmath.log(z) + ell_max
-        std = mpmath.sqrt(var)
-        mean += getattr(model, "shift", 0)  # issue #15: a model integrating in f - shift
+        mean += getattr(model, "shift", 0)  # a model integrating in f - shift (logit, log link)
     with mp.workdps(dps):
-        return ReferencePoint(+sigma_qp, +log_z, +mean, +std, len(panels))
+        return ReferencePoint(+sigma_qp, +log_z, +mean, +std, n_panels)
 
 
 @lru_cache(maxsize=4096)

@@ -19,21 +19,18 @@ the *original* coordinates (no shift, scaling or mirror as in :mod:`qpinfer.stud
 
 from __future__ import annotations
 
-import itertools
-import operator
 from functools import lru_cache
 
 import mpmath
 from mpmath import mp, mpf
 
-from qptables.reference import ReferencePoint, _phi_of_ndtri, _rule, _to_fixed
+from qptables.reference import ReferencePoint, _rule, integrate_tilted
 
 __all__ = ["student_t_reference"]
 
 _GUARD = 15
 _NODES = 64
 _MAX_PANELS = 6000
-_MAX_SWEEPS = 40
 
 
 class _Model:
@@ -55,8 +52,11 @@ class _Model:
 
     def stationary(self):
         nu, s2, v, m = self.nu, self.s**2, self.sigma**2, self.mu - self.y
-        roots = mpmath.polyroots(
-            [1, -m, nu * s2 + (nu + 1) * v, -m * nu * s2], maxsteps=400, extraprec=4 * mp.prec
+        roots = mpmath.polyroots(  # x^3 - m x^2 + (nu s^2 + (nu + 1) v) x - m nu s^2
+            [-m * nu * s2, nu * s2 + (nu + 1) * v, -m, 1],
+            maxsteps=400,
+            extraprec=4 * mp.prec,
+            asc=True,
         )
         tol = mpf(10) ** (-mp.dps // 2) * (1 + abs(m))
         return sorted(self.y + mpmath.re(r) for r in roots if abs(mpmath.im(r)) <= tol)
@@ -99,112 +99,21 @@ def _compute(nu, scale, mu, sigma, y, dps, n):
         rule = _rule(n, mp.prec)
         model = _Model(mpf(nu), mpf(scale), mpf(mu), mpf(sigma), mpf(y))
         cuts, top, width = _layout(model, digits)
-        tol = width * mpf(10) ** (-(dps + 3))
-
-        def density(a, b):
-            c, r = (a + b) / 2, (b - a) / 2
-            fs = [c + r * t for t in rule.nodes]
-            fs[0], fs[-1] = a, b
-            qs = []
-            for f in fs:
-                e = model.ell(f) - top
-                qs.append(mpmath.exp(e) if e > -5 * digits else mpf(0))
-            return fs, qs
-
-        def resolved(a, b, values, scale_):
-            tail = sum(abs(mpmath.fdot(row, values)) for row in rule.tails)
-            return (b - a) * tail <= scale_
-
-        pieces = []
-        for a, b in itertools.pairwise(cuts):
-            k = max(1, min(64, int(mpmath.ceil((b - a) / (4 * width)))))
-            pieces += [(a + (b - a) * i / k, a + (b - a) * (i + 1) / k) for i in range(k)]
-        pieces[-1] = (pieces[-1][0], cuts[-1])
-
-        def refine(todo):
-            done = []
-            while todo:
-                a, b = todo.pop()
-                fs, qs = density(a, b)
-                if resolved(a, b, qs, tol) or len(done) + len(todo) > _MAX_PANELS:
-                    done.append((a, b, fs, qs))
-                else:
-                    m = (a + b) / 2
-                    todo += [(a, m), (m, b)]
-            return done
-
-        panels = sorted(refine(pieces), key=lambda p: p[0])
-        floor = mpf(10) ** (-(digits + 5))
-        g_cache, local_cache, g_memo = {}, {}, {}
-        for _ in range(_MAX_SWEEPS):
-            if len(panels) > _MAX_PANELS:
-                raise RuntimeError(f"student_t reference did not converge at mu={mu} sigma={sigma}")
-            half = [(b - a) / 2 for a, b, _, _ in panels]
-            local = []
-            for h, (a, b, _, qs) in zip(half, panels):
-                if (a, b) not in local_cache:
-                    bits = rule.fixed_bits
-                    qi = [_to_fixed(q, bits) for q in qs]
-                    local_cache[(a, b)] = [
-                        h * mpf((sum(map(operator.mul, row, qi)), -2 * bits))
-                        for row in rule.cumulative_fixed
-                    ]
-                local.append(local_cache[(a, b)])
-            totals = [loc[-1] for loc in local]
-            z = mpmath.fsum(totals)
-            before, acc = [], mpf(0)
-            for tot in totals:
-                before.append(acc)
-                acc += tot
-            after, acc = [mpf(0)] * len(totals), mpf(0)
-            for i in range(len(totals) - 1, -1, -1):
-                after[i] = acc
-                acc += totals[i]
-            outer, redo = [], set()
-            for i, (a, b, _, _) in enumerate(panels):
-                gs = g_cache.get((a, b))
-                if gs is None:
-                    gs = []
-                    for loc in local[i]:
-                        u = min((before[i] + loc) / z, (after[i] + totals[i] - loc) / z)
-                        if u not in g_memo:
-                            g_memo[u] = _phi_of_ndtri(u, floor)
-                        gs.append(g_memo[u])
-                    g_cache[(a, b)] = gs
-                    if not resolved(a, b, gs, tol):
-                        redo.add(i)
-                outer.append(half[i] * mpmath.fdot(rule.weights, gs))
-            if not redo:
-                break
-            new = []
-            for i, p in enumerate(panels):
-                if i in redo:
-                    m = (p[0] + p[1]) / 2
-                    new += refine([(p[0], m), (m, p[1])])
-                else:
-                    new.append(p)
-            panels = sorted(new, key=lambda p: p[0])
-        else:
-            raise RuntimeError(f"student_t reference did not converge at mu={mu} sigma={sigma}")
-        sigma_qp = mpmath.fsum(outer)
-        mean = (
-            mpmath.fsum(
-                h * mpmath.fdot(rule.weights, [f * q for f, q in zip(fs, qs)])
-                for h, (_, _, fs, qs) in zip(half, panels)
-            )
-            / z
+        sigma_qp, log_z, mean, std, n_panels = integrate_tilted(
+            model,
+            cuts,
+            top,
+            width,
+            rule,
+            dps,
+            digits,
+            what=f"student_t nu={nu} scale={scale} mu={mu} sigma={sigma} y={y}",
+            start_width=4,  # the polynomial tails are wide: start finer than the default 16
+            cutoff=-5 * digits,
+            max_panels=_MAX_PANELS,
         )
-        var = (
-            mpmath.fsum(
-                h * mpmath.fdot(rule.weights, [(f - mean) ** 2 * q for f, q in zip(fs, qs)])
-                for h, (_, _, fs, qs) in zip(half, panels)
-            )
-            / z
-        )
-        log_z = mpmath.log(z) + top
-        std = mpmath.sqrt(var)
     with mp.workdps(dps):
-        return ReferencePoint(+sigma_qp, +log_z, +mean, +std, len(panels))
+        return ReferencePoint(+sigma_qp, +log_z, +mean, +std, n_panels)
 
 
 @lru_cache(maxsize=4096)
