@@ -68,7 +68,6 @@ from qptables.mp_panels import phi_of_ndtri as _phi_of_ndtri
 from qptables.mp_panels import rule as _rule
 from qptables.mp_panels import to_fixed as _to_fixed
 from qptables.reference_logit import MODELS as LOGIT_MODELS
-from qptables.reference_logit import check_point as check_logit_point
 
 __all__ = [
     "LIKELIHOODS",
@@ -103,9 +102,17 @@ class ReferencePoint(NamedTuple):
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_point(likelihood_name: str, mu: float, sigma: float, y: float) -> tuple[str, int]:
-    if likelihood_name not in LIKELIHOODS:
-        raise ValueError(f"likelihood_name must be one of {LIKELIHOODS}, got {likelihood_name!r}")
+#: what each likelihood's label is: a class label in {-1, +1} or a count >= 0
+_LABELS = {"probit": "sign", "logit": "sign", "poisson_square": "count", "poisson_log": "count"}
+
+
+def _check_point(
+    likelihood_name: str, mu: float, sigma: float, y: float, allowed: tuple = LIKELIHOODS
+) -> tuple[str, int]:
+    """Validate one point of a likelihood in ``allowed`` (``ValueError`` naming the argument);
+    the label as an int."""
+    if likelihood_name not in allowed:
+        raise ValueError(f"likelihood_name must be one of {allowed}, got {likelihood_name!r}")
     for name, value in (("mu", mu), ("sigma", sigma)):
         if not math.isfinite(float(value)):
             raise ValueError(f"{name} must be finite, got {value!r}")
@@ -115,10 +122,11 @@ def _check_point(likelihood_name: str, mu: float, sigma: float, y: float) -> tup
     if not math.isfinite(yf) or yf != round(yf):
         raise ValueError(f"y must be an integer label/count, got {y!r}")
     yi = round(yf)
-    if likelihood_name == "probit" and yi not in (-1, 1):
-        raise ValueError(f"y must be -1 or +1 for the probit likelihood, got {y!r}")
-    if likelihood_name == "poisson_square" and yi < 0:
-        raise ValueError(f"y must be a count >= 0 for the poisson_square likelihood, got {y!r}")
+    kind = _LABELS[likelihood_name]
+    if kind == "sign" and yi not in (-1, 1):
+        raise ValueError(f"y must be -1 or +1 for the {likelihood_name} likelihood, got {y!r}")
+    if kind == "count" and yi < 0:
+        raise ValueError(f"y must be a count >= 0 for the {likelihood_name} likelihood, got {y!r}")
     return likelihood_name, yi
 
 
@@ -406,10 +414,7 @@ def reference_point(
     given floats. Results are cached per process. ``nodes`` is the panel degree ``N`` (changing
     it gives an independent discretisation, used by the self-consistency tests).
     """
-    if likelihood_name in LOGIT_MODELS:  # issue #15: qptables.reference_logit
-        name, yi = check_logit_point(likelihood_name, mu, sigma, y)
-    else:
-        name, yi = _check_point(likelihood_name, mu, sigma, y)
+    name, yi = _check_point(likelihood_name, mu, sigma, y, LIKELIHOODS + tuple(LOGIT_MODELS))
     if int(dps) < 15:
         raise ValueError(f"dps must be >= 15, got {dps!r}")
     if int(nodes) < 8:

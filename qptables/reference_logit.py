@@ -19,34 +19,10 @@ Results agree with the engine's own self-consistency (other panel degree) to ~1e
 
 from __future__ import annotations
 
-import math
-
 import mpmath
 from mpmath import mp, mpf
 
-__all__ = ["LIKELIHOODS", "check_point"]
-
-LIKELIHOODS = ("logit", "poisson_log")
-
-
-def check_point(likelihood_name: str, mu: float, sigma: float, y: float) -> tuple[str, int]:
-    """Validate one point (``ValueError`` naming the argument); the label as an int."""
-    if likelihood_name not in LIKELIHOODS:
-        raise ValueError(f"likelihood_name must be one of {LIKELIHOODS}, got {likelihood_name!r}")
-    for name, value in (("mu", mu), ("sigma", sigma)):
-        if not math.isfinite(float(value)):
-            raise ValueError(f"{name} must be finite, got {value!r}")
-    if not float(sigma) > 0:
-        raise ValueError(f"sigma must be > 0, got {sigma!r}")
-    yf = float(y)
-    if not math.isfinite(yf) or yf != round(yf):
-        raise ValueError(f"y must be an integer label/count, got {y!r}")
-    yi = round(yf)
-    if likelihood_name == "logit" and yi not in (-1, 1):
-        raise ValueError(f"y must be -1 or +1 for the logit likelihood, got {y!r}")
-    if likelihood_name == "poisson_log" and yi < 0:
-        raise ValueError(f"y must be a count >= 0 for the poisson_log likelihood, got {y!r}")
-    return likelihood_name, yi
+__all__ = ["MODELS"]
 
 
 class _LogitTilted:
