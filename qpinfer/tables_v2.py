@@ -68,12 +68,13 @@ def _store_files(root: Path) -> dict[str, bytes]:
     return out
 
 
-def integrity_record(
-    root: str | os.PathLike, attrs: dict, files: dict[str, bytes] | None = None
-) -> dict:
-    """The ``integrity`` attribute of the store at ``root`` as it is now (see module doc);
-    ``files``: its contents if read already (:func:`_store_files`)."""
-    files = _store_files(Path(root)) if files is None else files
+def integrity_record(root: str | os.PathLike, attrs: dict) -> dict:
+    """The ``integrity`` attribute of the store at ``root`` as it is now (see module doc)."""
+    return _record(attrs, _store_files(Path(root)))
+
+
+def _record(attrs: dict, files: dict[str, bytes]) -> dict:
+    """The integrity record of a store's attributes and file contents (:func:`_store_files`)."""
     hashes = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
     attributes = {
         k: hashlib.sha256(_canonical(v)).hexdigest()
@@ -92,7 +93,7 @@ def _integrity_changes(attrs: dict, files: dict[str, bytes]) -> list[str]:
     want = attrs.get("integrity")
     if not isinstance(want, dict) or "digest" not in want:
         return ["the integrity record is missing"]
-    have = integrity_record("", attrs, files)
+    have = _record(attrs, files)
     if have["digest"] == want["digest"]:
         return []
     out = []
@@ -145,10 +146,6 @@ class ReducedTable:
 
     def close(self) -> None:
         """Nothing to release (the cells live in memory); kept for the v1 table's interface."""
-
-    def _box_rho(self, k: int, label_index, coords) -> np.ndarray:
-        """The stored ratio from box ``k``'s cells."""
-        return evaluate(self._coefs[k], self._boxes[k].axes, coords, label_index * self._cells[k])
 
     accepts_moments = True  # QuantileMatching passes the EP moments it computed already
 
@@ -218,7 +215,7 @@ class ReducedTable:
                 label_index, coords = label_index[inside], tuple(c[inside] for c in coords)
             else:
                 return None
-            values = self._box_rho(k, label_index, coords)
+            values = evaluate(self._coefs[k], box.axes, coords, label_index * self._cells[k])
         if inside is None:
             return (slice(None) if idx is None else idx), values
         if not inside.any():
