@@ -380,3 +380,30 @@ def _sweep_to_convergence(client, submit, states, settings, n, compute_evidence)
         n_skipped=n_skipped,
         history=control.history,
     )
+
+
+def fit_on_scheduler(est: Any, kernel: Any, X, y, Z, projection) -> tuple[SparsePEPResult, Any]:
+    """:meth:`qpinfer.SparseGPClassifier.fit` with ``scheduler`` set: the sites at the
+    estimator's fixed kernel and inducing inputs by :func:`run_sparse_pep_dask`."""
+    if est.optimizer is not None:
+        raise ValueError(
+            f"scheduler={est.scheduler!r} fits at fixed hyperparameters: optimizer must be None, "
+            f"got {est.optimizer!r}"
+        )
+    if est.schedule != "parallel":
+        raise ValueError(
+            f"scheduler={est.scheduler!r} runs the parallel schedule: schedule must be "
+            f"'parallel', got {est.schedule!r}"
+        )
+    return run_sparse_pep_dask(
+        kernel,
+        X,
+        y,
+        Z,
+        projection,
+        scheduler=est.scheduler,
+        jitter=est.jitter,
+        damping=est.damping,
+        max_iter=int(est.max_iter),
+        tol=float(est.tol),
+    )
