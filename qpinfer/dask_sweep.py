@@ -18,10 +18,12 @@ whitened pseudo-points (:mod:`qpinfer.pseudo_points`) needs only two sums over t
 
 Each worker holds its partition's ``X_p, y_p`` (sent once) and computes ``A_p = Lu^-1 K(Z, X_p)``
 and ``h_p`` itself from the kernel and ``Z`` (:func:`~qpinfer.pseudo_points.whitened_cross`): no
-N x M array travels, only ``O(M^2)`` per partition and sweep. The sites ``(tau_p, nu_p)`` stay on
-the workers (one future per partition and sweep, pinned to its worker; the best sweep's futures
-are kept) and are gathered once at the end. QP's sigma* table is opened once per worker process
-(:data:`_WORKER_TABLES`, keyed by the table's path), not shipped with every task.
+N x M array travels, only ``O(M^2)`` per partition and sweep. A partition is a dask actor
+(:class:`_PartitionActor`) on its worker: the client calls it directly, one round trip per sweep
+(a task graph would add several scheduler hops per sweep). The sites ``(tau_p, nu_p)`` stay on
+the workers (with a copy of the best sweep's) and are gathered once at the end. QP's sigma*
+table is opened once per worker process (:data:`_WORKER_TABLES`, keyed by the table's path), not
+shipped with every call.
 
 The result equals the in-process :func:`~qpinfer.sparse_sites.run_sparse_pep` (parallel
 schedule) to round-off: the same arithmetic, with only the order of the sums over sites changed.
@@ -120,61 +122,52 @@ class _BroadcastPosterior:
         return self.marginals
 
 
-@dataclass
-class _Partition:
-    """One data partition on its worker: ``A_p``, the site update, the sites, and the partial
-    sums of the last sweep (``finite`` False: a site went non-finite, the sums are not formed)."""
+class _PartitionActor:
+    """One data partition on its worker (a dask actor: the client calls it directly, one round
+    trip per sweep): ``A_p``, the site update, the current sites and a copy of the best ones."""
 
-    A: np.ndarray
-    sites: _PseudoPointSites
-    tau: np.ndarray
-    nu: np.ndarray
-    sumsq: float = 0.0
-    n_clipped: int = 0
-    n_skipped: int = 0
-    finite: bool = True
-    AtauAt: np.ndarray | None = None
-    Anu: np.ndarray | None = None
+    def __init__(self, X, y, kernel, Z, Lu, spec, tau, nu) -> None:
+        self.A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
+        self.sites = _PseudoPointSites(spec.build(), h, np.asarray(y))
+        self.tau, self.nu = tau, nu
+        self.best = (tau, nu)
 
-    def with_sites(self, tau, nu, sumsq=0.0, n_clipped=0, n_skipped=0) -> _Partition:
-        """A new state with sites ``(tau, nu)`` and their partial sums (``A_p`` shared)."""
-        finite = bool(np.all(np.isfinite(tau)) and np.all(np.isfinite(nu)))
-        AtauAt = (self.A * tau) @ self.A.T if finite else None
-        Anu = self.A @ nu if finite else None
-        return _Partition(
-            self.A, self.sites, tau, nu, sumsq, n_clipped, n_skipped, finite, AtauAt, Anu
-        )
+    def sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """``A_p S_p A_p^T`` and ``A_p nu_p`` of the current sites."""
+        return (self.A * self.tau) @ self.A.T, self.A @ self.nu
 
+    def sweep(self, L, mean_v, damping: float, floor, keep_as_best: bool) -> tuple:
+        """One damped parallel sweep of the partition's sites under the broadcast posterior
+        (first saving the current sites as the best if ``keep_as_best``); returns the new
+        partial sums, the squared site change, ``n_clipped``, ``n_skipped`` and whether every
+        site is finite (if not, no sums)."""
+        if keep_as_best:
+            self.best = (self.tau, self.nu)
+        rep = _BroadcastPosterior(self.A, L, mean_v)
+        tau, nu, nc, ns = _parallel_sweep(rep, self.sites, self.tau, self.nu, damping, floor)
+        diff = np.concatenate((tau - self.tau, nu - self.nu))
+        self.tau, self.nu = tau, nu
+        if not (np.all(np.isfinite(tau)) and np.all(np.isfinite(nu))):
+            return None, None, 0.0, nc, ns, False
+        return *self.sums(), float(diff @ diff), nc, ns, True
 
-def _init_partition(X, y, kernel, Z, Lu, spec, tau, nu) -> _Partition:
-    A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
-    sites = _PseudoPointSites(spec.build(), h, np.asarray(y))
-    return _Partition(A, sites, tau, nu).with_sites(tau, nu)
+    def use(self, which: str) -> tuple[np.ndarray, np.ndarray]:
+        """Make the ``"current"``, ``"best"`` or ``"zero"`` (prior) sites current; their sums."""
+        if which == "best":
+            self.tau, self.nu = self.best
+        elif which == "zero":
+            self.tau, self.nu = np.zeros_like(self.tau), np.zeros_like(self.nu)
+        return self.sums()
 
-
-def _sweep_partition(part: _Partition, L, mean_v, damping: float, floor) -> _Partition:
-    rep = _BroadcastPosterior(part.A, L, mean_v)
-    tau, nu, nc, ns = _parallel_sweep(rep, part.sites, part.tau, part.nu, damping, floor)
-    diff = np.concatenate((tau - part.tau, nu - part.nu))
-    return part.with_sites(tau, nu, float(diff @ diff), nc, ns)
-
-
-def _summary(part: _Partition) -> tuple:
-    return part.AtauAt, part.Anu, part.sumsq, part.n_clipped, part.n_skipped, part.finite
-
-
-def _zero_sites(part: _Partition) -> _Partition:
-    z = np.zeros_like(part.tau)
-    return part.with_sites(z, z.copy())
-
-
-def _final(part: _Partition, L, mean_v, compute_evidence: bool) -> tuple:
-    marg = _BroadcastPosterior(part.A, L, mean_v).marginals
-    n = part.tau.size
-    log_z, cav_mean, cav_var = 0.0, np.full(n, np.nan), np.full(n, np.nan)
-    if compute_evidence:
-        log_z, cav_mean, cav_var = part.sites.log_evidence(marg, part.tau, part.nu)
-    return part.tau, part.nu, marg.mean, marg.var, log_z, cav_mean, cav_var
+    def final(self, L, mean_v, compute_evidence: bool) -> tuple:
+        """Sites, marginals, this partition's part of the evidence (eq. (110) without the
+        ``log det B`` term) and cavities, under the broadcast posterior."""
+        marg = _BroadcastPosterior(self.A, L, mean_v).marginals
+        n = self.tau.size
+        log_z, cav_mean, cav_var = 0.0, np.full(n, np.nan), np.full(n, np.nan)
+        if compute_evidence:
+            log_z, cav_mean, cav_var = self.sites.log_evidence(marg, self.tau, self.nu)
+        return self.tau, self.nu, marg.mean, marg.var, log_z, cav_mean, cav_var
 
 
 # -- the client side ------------------------------------------------------------------------------
@@ -295,77 +288,66 @@ def run_sparse_pep_dask(
     tau0, nu0 = initial_sites(init, n, settings.floor)
     _, Lu, _ = inducing_factor(kernel, Z, jitter)
     spec = _ProjectionSpec(projection)
-    with client_for(scheduler) as client:
+    with client_for(scheduler) as client, client.as_current():  # the actors bind to it
         workers = sorted(client.scheduler_info()["workers"])
         if not workers:
             raise ValueError("the dask cluster has no workers")
         bounds = _partition_bounds(n, n_partitions, partition_sizes, len(workers))
-        where = [[workers[p % len(workers)]] for p in range(len(bounds))]
-        submit = _pinned(client, where)
-        states = []
+        actors = []
         for p, sl in enumerate(bounds):
-            Xp, yp = client.scatter([X[sl], y[sl]], workers=where[p])
+            where = [workers[p % len(workers)]]
+            Xp, yp = client.scatter([X[sl], y[sl]], workers=where)
             args = (Xp, yp, kernel, Z, Lu, spec, tau0[sl], nu0[sl])
-            states.append(submit(p, _init_partition, *args))
-        result = _sweep_to_convergence(client, submit, states, settings, n, compute_evidence)
+            actors.append(client.submit(_PartitionActor, *args, workers=where, actor=True))
+        actors = [a.result() for a in actors]
+        result = _sweep_to_convergence(actors, settings, n, compute_evidence)
     return result, Lu
 
 
-def _pinned(client: Any, where: list):
-    """``submit(p, f, *args)``: a task of partition ``p`` on its worker only (the state's size is
-    unknown to dask, so it must not move it)."""
-
-    def submit(p, f, *args):
-        return client.submit(f, *args, workers=where[p], allow_other_workers=False, pure=False)
-
-    return submit
+def _call(actors: list, method: str, *args) -> list:
+    """``method(*args)`` on every partition at once; their results in partition order."""
+    pending = [getattr(a, method)(*args) for a in actors]
+    return [f.result() for f in pending]
 
 
-def _reduce(client, submit, states) -> tuple:
-    """Gather the partitions' partial sums: ``(sums of A S A^T, A nu, squared change),
-    n_clipped, n_skipped, finite``."""
-    parts = client.gather([submit(p, _summary, s) for p, s in enumerate(states)])
-    if not all(part[5] for part in parts):
-        return None, 0, 0, False
-    sums = (sum(part[0] for part in parts), sum(part[1] for part in parts))
-    sumsq = sum(part[2] for part in parts)
-    return (*sums, sumsq), sum(part[3] for part in parts), sum(part[4] for part in parts), True
+def _factor(parts: list) -> tuple[np.ndarray, np.ndarray]:
+    """The reduce: ``L``, ``mean_v`` from the partitions' ``(A_p S_p A_p^T, A_p nu_p, ...)``."""
+    return low_rank_factor(sum(p[0] for p in parts), sum(p[1] for p in parts))
 
 
-def _sweep_to_convergence(client, submit, states, settings, n, compute_evidence):
-    control = SweepControl(settings, states)
-    sums, _, _, _ = _reduce(client, submit, states)
-    L, mean_v = low_rank_factor(sums[0], sums[1])  # the prior or init: B >= I
+def _sweep_to_convergence(actors, settings, n, compute_evidence) -> SparsePEPResult:
+    """The loop of :func:`~qpinfer.site_loop.run_sites` (parallel schedule) over the partitions:
+    the state :class:`~qpinfer.site_loop.SweepControl` keeps is the sweep number, the partitions
+    keep the sites (``keep_as_best``: the sites they hold are the best so far)."""
+    control = SweepControl(settings, 0)
+    L, mean_v = _factor(_call(actors, "sums"))  # the prior or init: B >= I
     n_clipped = n_skipped = 0
-    for _ in control.sweeps():
-        args = (L, mean_v, control.damping, settings.floor)
-        new = [submit(p, _sweep_partition, s, *args) for p, s in enumerate(states)]
-        sums, nc, ns, finite = _reduce(client, submit, new)
-        if not finite:
+    best_is_current = False
+    for it in control.sweeps():
+        parts = _call(actors, "sweep", L, mean_v, control.damping, settings.floor, best_is_current)
+        if not all(p[5] for p in parts):
+            best_is_current = False  # the partitions hold non-finite sites now
             break
-        n_clipped, n_skipped, states = nc, ns, new
-        stop = control.record(float(np.sqrt(sums[2] / (2 * n))), states)
+        n_clipped, n_skipped = sum(p[3] for p in parts), sum(p[4] for p in parts)
+        stop = control.record(float(np.sqrt(sum(p[2] for p in parts) / (2 * n))), it)
+        best_is_current = control.best == it
         try:
-            L, mean_v = low_rank_factor(sums[0], sums[1])
+            L, mean_v = _factor(parts)
         except np.linalg.LinAlgError:
             break
         if stop:
             break
-    rms, states = control.finish("sparse Power EP (dask)", 3)
-    if not np.isfinite(rms):  # not even one sweep succeeded: the prior
-        states = [submit(p, _zero_sites, s) for p, s in enumerate(states)]
-    sums, _, _, _ = _reduce(client, submit, states)
-    L, mean_v = low_rank_factor(sums[0], sums[1])
-    parts = client.gather(
-        [submit(p, _final, s, L, mean_v, compute_evidence) for p, s in enumerate(states)]
-    )
-    tau, nu, mean, var, _, cav_mean, cav_var = (
-        np.concatenate([part[k] for part in parts]) if k != 4 else None for k in range(7)
+    rms, _ = control.finish("sparse Power EP (dask)", 3)
+    which = "zero" if not np.isfinite(rms) else "current" if best_is_current else "best"
+    L, mean_v = _factor(_call(actors, "use", which))
+    parts = _call(actors, "final", L, mean_v, compute_evidence)
+    tau, nu, mean, var, cav_mean, cav_var = (
+        np.concatenate([p[k] for p in parts]) for k in (0, 1, 2, 3, 5, 6)
     )
     post = LowRankPosterior(L=L, mean_v=mean_v, mean=mean, var=var)
     log_z = np.nan
     if compute_evidence:
-        log_z = sum(part[4] for part in parts) - post.half_logdet_B()
+        log_z = sum(p[4] for p in parts) - post.half_logdet_B()
     return SparsePEPResult(
         tau=tau,
         nu=nu,

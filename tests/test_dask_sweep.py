@@ -24,7 +24,7 @@ TOL = 1e-10  # issue #17: the dask sweep equals the in-process sweep to <= 1e-10
 def client():
     with (
         distributed.LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
         ) as cluster,
         distributed.Client(cluster) as c,
     ):
