@@ -63,8 +63,9 @@ from qpinfer.sparse_sites import SparsePEPResult, _PseudoPointSites
 
 __all__ = ["run_sparse_pep_dask"]
 
-#: sigma* tables opened in this (worker) process, keyed by path: opened once per process
-_WORKER_TABLES: dict[str, Any] = {}
+#: sigma* tables opened in this (worker) process, keyed by (type, path, how it reopens): each
+#: opened once per process
+_WORKER_TABLES: dict[tuple, Any] = {}
 
 
 # -- the projection, shipped without its table ---------------------------------------------------
@@ -79,8 +80,8 @@ class _ProjectionSpec:
         self.table_pickle = b""
         self.projection = projection
         if table is not None and getattr(table, "path", None) is not None:
-            self.key = f"{type(table).__name__}:{table.path}"
             self.table_pickle = pickle.dumps(table)
+            self.key = (type(table).__name__, str(table.path), self.table_pickle)
             self.projection = copy.copy(projection)
             self.projection.table = None
 

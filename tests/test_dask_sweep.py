@@ -88,9 +88,9 @@ def test_dask_sweep_equals_in_process_sweep(client, problem, method, partitions)
     _assert_same(res, ref)
     np.testing.assert_array_equal(Lu, prior.Lu)
     if method == "qp-shipped":  # the table: opened in each worker process, once
-        opened = client.run(lambda: sorted(dask_sweep._WORKER_TABLES))
+        opened = client.run(lambda: [key[:2] for key in dask_sweep._WORKER_TABLES])
         assert len(opened) == 2
-        assert all(keys == [f"ReducedTable:{proj.table.path}"] for keys in opened.values())
+        assert all(keys == [("ReducedTable", str(proj.table.path))] for keys in opened.values())
 
 
 def test_best_state_and_warning_when_not_converged(client, problem):
