@@ -113,8 +113,18 @@ def test_warm_start_equals_in_process(client, problem):
     start = run_sparse_pep(prior.A, prior.h, y, proj, tol=1e-3)
     init = (start.tau, start.nu)
     ref = run_sparse_pep(prior.A, prior.h, y, proj, init=init, tol=1e-9)
-    res, _ = run_sparse_pep_dask(kern, X, y, Z, proj, scheduler=client, init=init, tol=1e-9)
+    address = client.scheduler.address  # a scheduler address: connects, disconnects after
+    res, _ = run_sparse_pep_dask(kern, X, y, Z, proj, scheduler=address, init=init, tol=1e-9)
     _assert_same(res, ref)
+
+
+@pytest.mark.slow
+def test_classifier_on_a_local_cluster_it_starts(problem):
+    _, X, y, _, _ = problem
+    params = dict(n_inducing=10, alpha=1.0, optimizer=None, random_state=0, tol=1e-9)
+    ref = SparseGPClassifier(**params).fit(X, y)
+    est = SparseGPClassifier(**params, scheduler="local").fit(X, y)
+    np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=0, atol=TOL)
 
 
 def test_classifier_with_scheduler_equals_in_process(client, problem):
