@@ -93,16 +93,33 @@ def pseudo_point_prior(
 ) -> PseudoPointPrior:
     """``Kuu``, ``Kuf``, ``A = Lu^-1 Kuf`` and ``h = diag(Kff - Qff)``; jitter relative to the
     kernel's variance (``Kuu + jitter * variance * I``)."""
-    Kuu = kernel(Z)
+    Kuu, Lu, jit = inducing_factor(kernel, Z, jitter)
     Kuf = kernel(Z, X)
     kdiag = kernel.diag(X)
+    A, h = whitened_cross(Lu, Kuf, kdiag)
+    return PseudoPointPrior(Kuu=Kuu, Kuf=Kuf, Lu=Lu, A=A, kdiag=kdiag, h=h, jitter=jit)
+
+
+def inducing_factor(
+    kernel: Any, Z: np.ndarray, jitter: float = 1e-6
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(Kuu, Lu, jit)``: ``K(Z, Z)``, ``chol(Kuu + jit I)`` with ``jit = jitter * mean diag
+    Kuu`` (the jitter relative to the kernel's variance, as :func:`pseudo_point_prior`)."""
+    Kuu = kernel(Z)
     jit = float(jitter) * float(np.mean(np.diag(Kuu)))
     Kj = Kuu.copy()
     Kj[np.diag_indices_from(Kj)] += jit
-    Lu = _chol(Kj, "Kuu + jitter I")
+    return Kuu, _chol(Kj, "Kuu + jitter I"), jit
+
+
+def whitened_cross(
+    Lu: np.ndarray, Kuf: np.ndarray, kdiag: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``A = Lu^-1 Kuf`` and ``h = diag(Kff - Qff) >= 0`` for the columns of ``Kuf`` (any subset
+    of the data: column ``n`` depends on ``x_n`` only, so data partitions compute their own)."""
     A = solve_triangular(Lu, Kuf, lower=True, check_finite=False)
     h = np.maximum(kdiag - np.einsum("mn,mn->n", A, A), 0.0)
-    return PseudoPointPrior(Kuu=Kuu, Kuf=Kuf, Lu=Lu, A=A, kdiag=kdiag, h=h, jitter=jit)
+    return A, h
 
 
 def _se_cross_contract(
@@ -164,14 +181,31 @@ class LowRankPosterior:
 
 
 def low_rank_posterior(A: np.ndarray, tau: np.ndarray, nu: np.ndarray) -> LowRankPosterior:
-    """Eqs. (119)-(120) in whitened form, O(N M^2)."""
-    B = (A * tau) @ A.T
+    """Eqs. (119)-(120) in whitened form, O(N M^2): :func:`low_rank_factor` of the sums
+    ``A S A^T``, ``A nu`` and :func:`low_rank_marginals` (the two halves of a map-reduce over
+    data partitions, :mod:`qpinfer.dask_sweep`)."""
+    L, mean_v = low_rank_factor((A * tau) @ A.T, A @ nu)
+    mean, var = low_rank_marginals(A, L, mean_v)
+    return LowRankPosterior(L=L, mean_v=mean_v, mean=mean, var=var)
+
+
+def low_rank_factor(AtauAt: np.ndarray, Anu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``L = chol(I + A S A^T)`` and ``mean_v = B^-1 A nu`` from ``A S A^T`` (overwritten) and
+    ``A nu`` (sums over the sites)."""
+    B = AtauAt
     B[np.diag_indices_from(B)] += 1.0
     L = _chol(B, "B = I + A S A^T")
-    mean_v = cho_solve((L, True), A @ nu, check_finite=False)
+    return L, cho_solve((L, True), Anu, check_finite=False)
+
+
+def low_rank_marginals(
+    A: np.ndarray, L: np.ndarray, mean_v: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Means ``A^T mean_v`` and variances ``||L^-1 A[:, n]||^2`` of the site variables (any
+    subset of the columns of ``A``)."""
     V = solve_triangular(L, A, lower=True, check_finite=False)
     var = np.maximum(np.einsum("mn,mn->n", V, V), np.finfo(np.float64).tiny)
-    return LowRankPosterior(L=L, mean_v=mean_v, mean=A.T @ mean_v, var=var)
+    return A.T @ mean_v, var
 
 
 def _q_weights(

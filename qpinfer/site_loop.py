@@ -46,6 +46,7 @@ __all__ = [
     "SCHEDULES",
     "ConvergenceWarning",
     "SiteResult",
+    "SweepControl",
     "SweepSettings",
     "initial_sites",
     "resolve_floor",
@@ -218,6 +219,65 @@ class SweepSettings:
         return cls(schedule, damping, max_iter, tol, floor, bool(adaptive_damping))
 
 
+class SweepControl:
+    """What :func:`run_sites` does between sweeps, for any loop that sweeps the sites (also the
+    map-reduce sweep of :mod:`qpinfer.dask_sweep`): count the sweeps (``sweeps()``), keep the
+    RMS history and the state with the smallest RMS change, halve the damping after
+    :data:`STALL_SWEEPS` sweeps without a new smallest change (``adaptive_damping``, parallel
+    schedule), stop below ``tol``, and warn if that never happened (``finish``).
+    """
+
+    def __init__(self, settings: SweepSettings, initial_state: Any) -> None:
+        self.settings = settings
+        self.damping = settings.damping
+        self.best_rms = np.inf
+        self.best = initial_state
+        self.history: list[float] = []
+        self.converged = False
+        self.n_iter = 0
+        self._stalled = 0
+
+    def sweeps(self):
+        """Sweep numbers ``1 .. max_iter`` (``n_iter`` follows them)."""
+        for it in range(1, int(self.settings.max_iter) + 1):
+            self.n_iter = it
+            yield it
+
+    def record(self, rms: float, state: Any) -> bool:
+        """Record a sweep's RMS change and the state it produced; ``True``: stop (converged)."""
+        s = self.settings
+        self.history.append(rms)
+        if rms < self.best_rms:
+            self.best_rms, self.best, self._stalled = rms, state, 0
+        else:
+            self._stalled += 1
+        if rms < s.tol:
+            self.converged = True
+            return True
+        if (
+            s.adaptive_damping
+            and s.schedule == "parallel"
+            and self._stalled >= STALL_SWEEPS
+            and self.damping > MIN_DAMPING
+        ):  # oscillation: damping keeps the fixed points
+            self.damping, self._stalled = self.damping / 2.0, 0
+        return False
+
+    def finish(self, what: str, stacklevel: int) -> tuple[float, Any]:
+        """``(best RMS change, best state)``, with a :class:`ConvergenceWarning` unless converged
+        (best RMS ``inf``: no sweep succeeded, the caller returns the prior)."""
+        if not self.converged:
+            s = self.settings
+            warnings.warn(
+                f"{what} did not converge within max_iter={s.max_iter} sweeps "
+                f"(best RMS change of site parameters {self.best_rms:.3g}, tol={s.tol:.3g}); "
+                "returning the sites with the smallest change",
+                ConvergenceWarning,
+                stacklevel=stacklevel + 1,
+            )
+        return self.best_rms, self.best
+
+
 def initial_sites(init: Any, n: int, floor: float | None) -> tuple[np.ndarray, np.ndarray]:
     """Starting sites: ``init`` (a warm start; precisions raised to 0 unless negative sites are
     allowed, ``floor is None``; all zero if not finite) or all zero (posterior = prior)."""
@@ -305,54 +365,28 @@ def run_sites(
     """Sweep the sites from ``init`` (:func:`initial_sites`) to convergence as ``settings`` say
     (module docstring) and return ``result_type`` with the best sites, their posterior and
     (``compute_evidence``) their evidence; ``what`` names the method in the warning."""
-    schedule, damping, floor = settings.schedule, settings.damping, settings.floor
-    max_iter, tol = settings.max_iter, settings.tol
     n = representation.n_sites
-    tau, nu = initial_sites(init, n, floor)
-    sweep = _parallel_sweep if schedule == "parallel" else _sequential_sweep
-    best = (np.inf, tau, nu)
-    history: list[float] = []
-    converged = False
-    n_clipped = n_skipped = stalled = 0
-    it = 0
-    for it in range(1, int(max_iter) + 1):
+    tau, nu = initial_sites(init, n, settings.floor)
+    sweep = _parallel_sweep if settings.schedule == "parallel" else _sequential_sweep
+    control = SweepControl(settings, (tau, nu))
+    n_clipped = n_skipped = 0
+    for _ in control.sweeps():
         try:
-            tau_new, nu_new, nc, ns = sweep(representation, update, tau, nu, damping, floor)
+            tau_new, nu_new, nc, ns = sweep(
+                representation, update, tau, nu, control.damping, settings.floor
+            )
         except np.linalg.LinAlgError:
             break
         if not (np.all(np.isfinite(tau_new)) and np.all(np.isfinite(nu_new))):
             break
         n_clipped, n_skipped = nc, ns
         diff = np.concatenate((tau_new - tau, nu_new - nu))
-        rms = float(np.sqrt(np.mean(diff * diff)))
-        history.append(rms)
         tau, nu = tau_new, nu_new
-        if rms < best[0]:
-            best, stalled = (rms, tau, nu), 0
-        else:
-            stalled += 1
-        if rms < tol:
-            converged = True
+        if control.record(float(np.sqrt(np.mean(diff * diff))), (tau, nu)):
             break
-        if (
-            settings.adaptive_damping
-            and schedule == "parallel"
-            and stalled >= STALL_SWEEPS
-            and damping > MIN_DAMPING
-        ):
-            damping, stalled = damping / 2.0, 0  # oscillation: damping keeps the fixed points
-
-    rms, tau, nu = best
-    if not converged:
-        warnings.warn(
-            f"{what} did not converge within max_iter={max_iter} sweeps "
-            f"(best RMS change of site parameters {rms:.3g}, tol={tol:.3g}); "
-            "returning the sites with the smallest change",
-            ConvergenceWarning,
-            stacklevel=stacklevel,
-        )
-        if not np.isfinite(rms):  # not even one sweep succeeded: the prior
-            tau, nu = np.zeros(n), np.zeros(n)
+    rms, (tau, nu) = control.finish(what, stacklevel)
+    if not np.isfinite(rms):  # not even one sweep succeeded: the prior
+        tau, nu = np.zeros(n), np.zeros(n)
     post = representation.refresh(tau, nu)
     log_z = np.nan
     cav_mean = cav_var = np.full(n, np.nan)
@@ -365,10 +399,10 @@ def run_sites(
         log_marginal_likelihood=log_z,
         cavity_mean=cav_mean,
         cavity_var=cav_var,
-        n_iter=it,
-        converged=converged,
+        n_iter=control.n_iter,
+        converged=control.converged,
         rms_change=rms,
         n_clipped=n_clipped,
         n_skipped=n_skipped,
-        history=history,
+        history=control.history,
     )

@@ -64,6 +64,11 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         As :class:`qpinfer.GPClassifier`.
     inducing_points, optimize_inducing, max_optimizer_iter, jitter, random_state :
         As :class:`SparseGPRegressor`.
+    scheduler : None, "local", address or distributed.Client, default None
+        Where the site sweeps run: ``None`` in this process; otherwise on dask, one map-reduce
+        over data partitions per parallel sweep (:mod:`qpinfer.dask_sweep`; ``"local"`` starts a
+        LocalCluster of one single-threaded worker process per core). Needs ``optimizer=None``
+        (fixed hyperparameters and inducing inputs) and ``schedule="parallel"``.
 
     Attributes
     ----------
@@ -95,6 +100,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         random_state: Any = None,
         method: str = "pep",
         table: Any = None,
+        scheduler: Any = None,
     ) -> None:
         self._store_params(locals())
 
@@ -128,7 +134,11 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         d = X.shape[1]
         n_theta = kernel.theta.size
         n_evals = 1
-        if self.optimizer == "lbfgs":
+        if self.scheduler is not None:  # fixed hyperparameters, the sweeps on dask
+            from qpinfer.dask_sweep import fit_on_scheduler  # dask only when asked for
+
+            result, Lu = fit_on_scheduler(self, kernel, X, y_pm, Z, final)
+        elif self.optimizer == "lbfgs":
             state: dict[str, Any] = {"init": None, "best": None, "n": 0}
             opt_Z = bool(self.optimize_inducing)
 
@@ -172,7 +182,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         else:
             prior = pseudo_point_prior(kernel, X, Z, self.jitter)
             result = None if final is not projection else self._run(prior, y_pm, projection)
-        if final is not projection:  # QP at the (fitted or given) values, from EP's sites
+        if final is not projection and self.scheduler is None:  # QP at the fitted/given values
             init = None if result is None else (result.tau, result.nu)
             result = self._run(prior, y_pm, final, init)
         self.table_ = table
@@ -184,7 +194,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         self.inducing_points_ = Z
         self.projection_ = final
         self.pep_result_ = result
-        self._Lu = prior.Lu
+        self._Lu = prior.Lu if self.scheduler is None else Lu
         self.log_marginal_likelihood_ = result.log_marginal_likelihood
         self.n_iter_ = result.n_iter
         self.n_evaluations_ = n_evals

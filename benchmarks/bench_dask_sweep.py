@@ -1,0 +1,178 @@
+"""The sparse EP/QP sweep on dask: time per sweep with 1 vs 2 worker processes, and in-process
+(issue #17 target: >= 1.7x from 1 to 2 workers on a sweep-bound problem).
+
+A sweep-bound problem: synthetic N x D inputs (default N = 2e5, D = 10), M inducing inputs (k-means
+of a subsample), fixed hyperparameters, a fixed number of parallel sweeps (``tol`` below reach).
+Per sweep is ``(t(S sweeps) - t(1 sweep)) / (S - 1)`` of two adjacent runs, the best of
+``--repeats``, so the once-per-run work (sending the data, ``A_p = Lu^-1 K(Z, X_p)``, gathering
+the sites) cancels.
+Three engines, interleaved in every repeat (a shared machine's load hits all three alike):
+
+* ``in-process``: :func:`qpinfer.sparse.run_sparse_pep` (``A`` computed in this process);
+* ``dask 1 worker`` / ``dask 2 workers``: :func:`qpinfer.dask_sweep.run_sparse_pep_dask` on a
+  ``LocalCluster(n_workers=k, processes=True, threads_per_worker=1)`` (one partition per worker;
+  ``OPENBLAS_NUM_THREADS=1`` and ``OMP_NUM_THREADS=1`` in the workers, checked).
+
+Besides wall-clock time it reports the CPU time per sweep of the busiest process (this one for
+in-process, the busiest worker for dask): on a machine shared with other jobs the wall clock
+measures the load, while the CPU time shows how the work splits between the workers.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_dask_sweep.py [--n 200000] [--m 100]
+        [--sweeps 10] [--repeats 3] [--method qp|ep] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import warnings
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"  # before numpy: this process and the worker processes it spawns
+
+import numpy as np  # noqa: E402
+
+from qpinfer.dask_sweep import run_sparse_pep_dask  # noqa: E402
+from qpinfer.kernels import ARDSquaredExponential  # noqa: E402
+from qpinfer.likelihoods import Probit  # noqa: E402
+from qpinfer.projections import MomentMatching, QuantileMatching  # noqa: E402
+from qpinfer.pseudo_points import kmeans_inducing_points, pseudo_point_prior  # noqa: E402
+from qpinfer.shipped import open_shipped  # noqa: E402
+from qpinfer.site_loop import ConvergenceWarning  # noqa: E402
+from qpinfer.sparse_sites import run_sparse_pep  # noqa: E402
+
+
+def synthetic(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs ``N(0, I)``; labels the sign of a smooth function plus noise (probit: -1/+1)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    f = np.sin(1.5 * X[:, 0]) + 0.5 * X[:, 1] * X[:, 2] - 0.3 * X[:, 3] + 0.4 * rng.normal(size=n)
+    return X, np.where(f > 0, 1.0, -1.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--d", type=int, default=10)
+    ap.add_argument("--m", type=int, default=100)
+    ap.add_argument("--sweeps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--method", choices=("qp", "ep"), default="qp")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=str, default=None)
+    args = ap.parse_args()
+    from distributed import Client, LocalCluster
+
+    X, y = synthetic(args.n, args.d, args.seed)
+    Z = kmeans_inducing_points(X[:: max(1, args.n // 20_000)], args.m, args.seed)
+    kern = ARDSquaredExponential(2.0, np.full(args.d, np.sqrt(args.d)))
+    lik = Probit()
+    proj = (
+        QuantileMatching(lik, open_shipped("probit"))
+        if args.method == "qp"
+        else MomentMatching(lik)
+    )
+    run_opts = {"tol": 1e-300, "damping": 0.5}  # never converges: exactly max_iter sweeps
+
+    def in_process(sweeps):
+        prior = pseudo_point_prior(kern, X, Z)
+        return run_sparse_pep(prior.A, prior.h, y, proj, max_iter=sweeps, **run_opts)
+
+    def on(client):
+        return lambda sweeps: run_sparse_pep_dask(
+            kern, X, y, Z, proj, scheduler=client, max_iter=sweeps, **run_opts
+        )[0]
+
+    load_before = os.getloadavg()
+    clusters = {k: LocalCluster(n_workers=k, processes=True, threads_per_worker=1,
+                                dashboard_address=":0") for k in (1, 2)}  # fmt: skip
+    clients = {k: Client(c) for k, c in clusters.items()}
+    worker_env = {
+        k: c.run(
+            lambda: (os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS"))
+        )
+        for k, c in clients.items()
+    }
+    engines = {
+        "in-process": in_process,
+        "dask 1 worker": on(clients[1]),
+        "dask 2 workers": on(clients[2]),
+    }
+    cpu_of = {  # the busiest process's CPU seconds so far (this one, or the engine's workers)
+        "in-process": lambda: time.process_time(),
+        "dask 1 worker": lambda: clients[1].run(time.process_time),
+        "dask 2 workers": lambda: clients[2].run(time.process_time),
+    }
+    times: dict[str, dict[int, list[float]]] = {e: {1: [], args.sweeps: []} for e in engines}
+    cpu: dict[str, dict[int, list[float]]] = {e: {1: [], args.sweeps: []} for e in engines}
+    results = {}
+    try:
+        for rep in range(args.repeats):
+            for name, run in engines.items():
+                for sweeps in (args.sweeps, 1):
+                    c0 = cpu_of[name]()
+                    t0 = time.perf_counter()
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", ConvergenceWarning)
+                        res = run(sweeps)
+                    times[name][sweeps].append(time.perf_counter() - t0)
+                    c1 = cpu_of[name]()
+                    busiest = max(c1[w] - c0[w] for w in c0) if isinstance(c0, dict) else c1 - c0
+                    cpu[name][sweeps].append(busiest)
+                    if sweeps == args.sweeps:
+                        results[name] = res
+            print(f"repeat {rep + 1}: " + ", ".join(
+                f"{k} {times[k][args.sweeps][-1]:.2f}/{times[k][1][-1]:.2f} s" for k in engines
+            ), f"(load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
+    finally:
+        for c in clients.values():
+            c.close()
+        for c in clusters.values():
+            c.close()
+
+    def per(t):  # best of the repeats, each the difference of two adjacent runs
+        pairs = zip(t[args.sweeps], t[1], strict=True)
+        return min(long - short for long, short in pairs) / (args.sweeps - 1)
+
+    per_sweep = {k: per(t) for k, t in times.items()}
+    cpu_per_sweep = {k: per(t) for k, t in cpu.items()}
+    cpu_scaling = cpu_per_sweep["dask 1 worker"] / cpu_per_sweep["dask 2 workers"]
+    ref = results["in-process"]
+    max_diff = {
+        k: float(max(np.max(np.abs(r.tau - ref.tau)), np.max(np.abs(r.nu - ref.nu))))
+        for k, r in results.items()
+    }
+    scaling = per_sweep["dask 1 worker"] / per_sweep["dask 2 workers"]
+    print(f"\nN = {args.n}, D = {args.d}, M = {args.m}, {args.method}, {args.sweeps} sweeps, "
+          f"best of {args.repeats}; load average before {load_before[0]:.2f}, "
+          f"after {os.getloadavg()[0]:.2f}; worker (OPENBLAS, OMP) threads {worker_env}")  # fmt: skip
+    print(f"{'engine':16s} {'s/sweep':>8s} {'vs in-process':>14s} {'CPU s/sweep':>12s} "
+          f"{'max |site diff|':>16s}")  # fmt: skip
+    for k, t in per_sweep.items():
+        print(f"{k:16s} {t:8.3f} {per_sweep['in-process'] / t:13.2f}x {cpu_per_sweep[k]:12.3f} "
+              f"{max_diff[k]:16.2e}")  # fmt: skip
+    print(f"scaling 1 -> 2 workers: {scaling:.2f}x wall clock (target >= 1.7x); "
+          f"{cpu_scaling:.2f}x in the busiest worker's CPU time per sweep")  # fmt: skip
+    if args.json:
+        out = {
+            "args": vars(args),
+            "seconds_per_sweep": per_sweep,
+            "scaling_1_to_2_workers": scaling,
+            "busiest_process_cpu_seconds_per_sweep": cpu_per_sweep,
+            "cpu_scaling_1_to_2_workers": cpu_scaling,
+            "raw_cpu_seconds": {k: {str(s): v for s, v in t.items()} for k, t in cpu.items()},
+            "raw_seconds": {k: {str(s): v for s, v in t.items()} for k, t in times.items()},
+            "max_abs_site_diff_vs_in_process": max_diff,
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+            "cpu_count": os.cpu_count(),
+            "worker_threads_env": {str(k): v for k, v in worker_env.items()},
+        }
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,392 @@
+"""Pseudo-point Power EP / QP (:func:`qpinfer.sparse_sites.run_sparse_pep`, parallel schedule)
+as a map-reduce over data partitions on a dask cluster (issue #17).
+
+In the parallel schedule every site update needs only its own marginal, and the posterior of the
+whitened pseudo-points (:mod:`qpinfer.pseudo_points`) needs only two sums over the sites,
+``B = I + sum_p A_p diag(tau_p) A_p^T`` and ``b = sum_p A_p nu_p``. So one sweep is
+
+* **map** (one task per partition ``p``, on the worker that holds it): from the broadcast
+  ``L = chol(B)`` and ``mean_v = B^-1 b``, the marginals of the partition's site variables
+  (:func:`~qpinfer.pseudo_points.low_rank_marginals`), their damped site updates
+  (:func:`qpinfer.site_loop._parallel_sweep` with the partition's own
+  :class:`~qpinfer.sparse_sites._PseudoPointSites`), and the partition's new partial sums
+  ``A_p S_p A_p^T``, ``A_p nu_p`` and squared site change;
+* **reduce** (on the client): the M x M and M-vector sums, ``L`` and ``mean_v``
+  (:func:`~qpinfer.pseudo_points.low_rank_factor`), and the RMS change, which
+  :class:`qpinfer.site_loop.SweepControl` -- the same bookkeeping as
+  :func:`~qpinfer.site_loop.run_sites` -- turns into damping, stopping and the best state.
+
+Each worker holds its partition's ``X_p, y_p`` (sent once) and computes ``A_p = Lu^-1 K(Z, X_p)``
+and ``h_p`` itself from the kernel and ``Z`` (:func:`~qpinfer.pseudo_points.whitened_cross`): no
+N x M array travels, only ``O(M^2)`` per partition and sweep. A partition is a dask actor
+(:class:`_PartitionActor`) on its worker: the client calls it directly, one round trip per sweep
+(a task graph would add several scheduler hops per sweep). The sites ``(tau_p, nu_p)`` stay on
+the workers (with a copy of the best sweep's) and are gathered once at the end. QP's sigma*
+table is opened once per worker process (:data:`_WORKER_TABLES`, keyed by the table's path), not
+shipped with every call.
+
+The result equals the in-process :func:`~qpinfer.sparse_sites.run_sparse_pep` (parallel
+schedule) to round-off: the same arithmetic, with only the order of the sums over sites changed.
+
+``dask`` and ``distributed`` are imported inside the functions that need them (``pip install
+quantile-propagation[dask]``); ``import qpinfer`` never imports them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qpinfer.pseudo_points import (
+    LowRankPosterior,
+    _check_kernel,
+    inducing_factor,
+    low_rank_factor,
+    low_rank_marginals,
+    whitened_cross,
+)
+from qpinfer.site_loop import (
+    MIN_SITE_PRECISION,
+    SweepControl,
+    SweepSettings,
+    _parallel_sweep,
+    initial_sites,
+)
+from qpinfer.sparse_sites import SparsePEPResult, _PseudoPointSites
+
+__all__ = ["run_sparse_pep_dask"]
+
+#: sigma* tables opened in this (worker) process, keyed by (type, path, how it reopens): each
+#: opened once per process
+_WORKER_TABLES: dict[tuple, Any] = {}
+
+
+# -- the projection, shipped without its table ---------------------------------------------------
+class _ProjectionSpec:
+    """A projection to rebuild on a worker: a copy without its ``table`` (a table with a
+    ``path`` travels as that path, pickled by its own ``__reduce__``, and is opened once per
+    worker process into :data:`_WORKER_TABLES`)."""
+
+    def __init__(self, projection: Any) -> None:
+        table = getattr(projection, "table", None)
+        self.key = None
+        self.table_pickle = b""
+        self.projection = projection
+        if table is not None and getattr(table, "path", None) is not None:
+            self.table_pickle = pickle.dumps(table)
+            self.key = (type(table).__name__, str(table.path), self.table_pickle)
+            self.projection = copy.copy(projection)
+            self.projection.table = None
+
+    def build(self) -> Any:
+        if self.key is None:
+            return self.projection
+        table = _WORKER_TABLES.get(self.key)
+        if table is None:
+            table = _WORKER_TABLES[self.key] = pickle.loads(self.table_pickle)  # noqa: S301
+        proj = copy.copy(self.projection)
+        proj.table = table
+        return proj
+
+
+# -- what a worker holds and does -------------------------------------------------------------------
+@dataclass
+class _Marginals:
+    """The marginals of one partition's site variables under the broadcast posterior: what
+    :func:`~qpinfer.site_loop._parallel_sweep` reads from ``refresh`` (``mean``, ``var``), and
+    :func:`~qpinfer.power_ep.power_ep_log_evidence` (the global ``log det B`` term is added on the
+    client, so it is 0 here)."""
+
+    mean: np.ndarray
+    var: np.ndarray
+
+    def half_logdet_B(self) -> float:
+        return 0.0
+
+
+class _BroadcastPosterior:
+    """The representation :func:`~qpinfer.site_loop._parallel_sweep` refreshes on a worker: the
+    posterior of the current sites was reduced on the client (``L``, ``mean_v``); ``refresh``
+    returns its marginals on this partition."""
+
+    def __init__(self, A: np.ndarray, L: np.ndarray, mean_v: np.ndarray) -> None:
+        self.marginals = _Marginals(*low_rank_marginals(A, L, mean_v))
+
+    def refresh(self, tau: np.ndarray, nu: np.ndarray) -> _Marginals:
+        return self.marginals
+
+
+class _PartitionActor:
+    """One data partition on its worker (a dask actor: the client calls it directly, one round
+    trip per sweep): ``A_p``, the site update, the current sites and a copy of the best ones."""
+
+    def __init__(self, X, y, kernel, Z, Lu, spec, tau, nu) -> None:
+        self.A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
+        self.sites = _PseudoPointSites(spec.build(), h, np.asarray(y))
+        self.tau, self.nu = tau, nu
+        self.best = (tau, nu)
+
+    def sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """``A_p S_p A_p^T`` and ``A_p nu_p`` of the current sites."""
+        return (self.A * self.tau) @ self.A.T, self.A @ self.nu
+
+    def sweep(self, L, mean_v, damping: float, floor, keep_as_best: bool) -> tuple:
+        """One damped parallel sweep of the partition's sites under the broadcast posterior
+        (first saving the current sites as the best if ``keep_as_best``); returns the new
+        partial sums, the squared site change, ``n_clipped``, ``n_skipped`` and whether every
+        site is finite (if not, no sums)."""
+        if keep_as_best:
+            self.best = (self.tau, self.nu)
+        rep = _BroadcastPosterior(self.A, L, mean_v)
+        tau, nu, nc, ns = _parallel_sweep(rep, self.sites, self.tau, self.nu, damping, floor)
+        diff = np.concatenate((tau - self.tau, nu - self.nu))
+        self.tau, self.nu = tau, nu
+        if not (np.all(np.isfinite(tau)) and np.all(np.isfinite(nu))):
+            return None, None, 0.0, nc, ns, False
+        return *self.sums(), float(diff @ diff), nc, ns, True
+
+    def use(self, which: str) -> tuple[np.ndarray, np.ndarray]:
+        """Make the ``"current"``, ``"best"`` or ``"zero"`` (prior) sites current; their sums."""
+        if which == "best":
+            self.tau, self.nu = self.best
+        elif which == "zero":
+            self.tau, self.nu = np.zeros_like(self.tau), np.zeros_like(self.nu)
+        return self.sums()
+
+    def final(self, L, mean_v, compute_evidence: bool) -> tuple:
+        """Sites, marginals, this partition's part of the evidence (eq. (110) without the
+        ``log det B`` term) and cavities, under the broadcast posterior."""
+        marg = _BroadcastPosterior(self.A, L, mean_v).marginals
+        n = self.tau.size
+        log_z, cav_mean, cav_var = 0.0, np.full(n, np.nan), np.full(n, np.nan)
+        if compute_evidence:
+            log_z, cav_mean, cav_var = self.sites.log_evidence(marg, self.tau, self.nu)
+        return self.tau, self.nu, marg.mean, marg.var, log_z, cav_mean, cav_var
+
+
+# -- the client side ------------------------------------------------------------------------------
+@contextlib.contextmanager
+def client_for(scheduler: Any) -> Iterator[Any]:
+    """A ``distributed.Client`` for ``scheduler``: a ``Client`` (used as is), ``"local"`` (a
+    ``LocalCluster`` of one single-threaded worker process per core, closed afterwards) or a
+    scheduler address such as ``"tcp://host:8786"`` (connected, closed afterwards)."""
+    from distributed import Client, LocalCluster
+
+    if isinstance(scheduler, Client):
+        yield scheduler
+    elif isinstance(scheduler, str) and scheduler == "local":
+        n = os.cpu_count() or 1
+        with (
+            LocalCluster(n_workers=n, threads_per_worker=1, processes=True) as cluster,
+            Client(cluster) as client,
+        ):
+            yield client
+    elif isinstance(scheduler, str) and scheduler:
+        with Client(scheduler) as client:
+            yield client
+    else:
+        raise ValueError(
+            "scheduler must be 'local', a scheduler address (e.g. 'tcp://host:8786') or a "
+            f"distributed.Client, got {scheduler!r}"
+        )
+
+
+def _partition_bounds(n: int, n_partitions: Any, partition_sizes: Any, n_workers: int) -> list:
+    if partition_sizes is not None:
+        if n_partitions is not None:
+            raise ValueError("give n_partitions or partition_sizes, not both")
+        sizes = np.asarray(partition_sizes)
+        ok = sizes.ndim == 1 and sizes.size >= 1 and np.issubdtype(sizes.dtype, np.integer)
+        if not (ok and np.all(sizes >= 1) and int(sizes.sum()) == n):
+            raise ValueError(
+                f"partition_sizes must be positive integers summing to the {n} data rows, got "
+                f"{partition_sizes!r}"
+            )
+    else:
+        k = n_workers if n_partitions is None else n_partitions
+        is_int = isinstance(k, int | np.integer) and not isinstance(k, bool)
+        if not (is_int and 1 <= k <= n):
+            raise ValueError(
+                f"n_partitions must be None (one per worker) or an integer in [1, {n}] (the data "
+                f"rows), got {n_partitions!r}"
+            )
+        sizes = np.full(k, n // k) + (np.arange(k) < n % k)
+    ends = np.cumsum(sizes)
+    return [slice(int(e - s), int(e)) for s, e in zip(sizes, ends, strict=True)]
+
+
+def _check_data(kernel, X, y, Z) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    _check_kernel(kernel)
+    X = np.asarray(X, dtype=np.float64)
+    Z = np.asarray(Z, dtype=np.float64)
+    y = np.asarray(y)
+    if X.ndim != 2 or X.shape[0] < 1:
+        raise ValueError(f"X must be a 2-D array with at least one row, got shape {X.shape}")
+    if y.shape != (X.shape[0],):
+        raise ValueError(
+            f"y must have shape ({X.shape[0]},) (one label per row of X), got {y.shape}"
+        )
+    if Z.ndim != 2 or Z.shape[1] != X.shape[1] or Z.shape[0] < 1:
+        raise ValueError(f"Z must be a (M, {X.shape[1]}) array with M >= 1, got shape {Z.shape}")
+    return X, y, Z
+
+
+def run_sparse_pep_dask(
+    kernel: Any,
+    X: Any,
+    y: Any,
+    Z: Any,
+    projection: Any,
+    *,
+    scheduler: Any = "local",
+    n_partitions: int | None = None,
+    partition_sizes: Sequence[int] | None = None,
+    jitter: float = 1e-6,
+    init: tuple[np.ndarray, np.ndarray] | None = None,
+    damping: float | None = None,
+    max_iter: int = 1000,
+    tol: float = 1e-6,
+    compute_evidence: bool = True,
+) -> tuple[SparsePEPResult, np.ndarray]:
+    """Pseudo-point Power EP / QP, parallel schedule, as a map-reduce over data partitions on
+    dask (module docstring). Equals :func:`~qpinfer.sparse_sites.run_sparse_pep` on
+    ``pseudo_point_prior(kernel, X, Z, jitter)`` to round-off.
+
+    Parameters
+    ----------
+    kernel, X, y, Z, jitter:
+        The prior (:func:`~qpinfer.pseudo_points.pseudo_point_prior`): an ARD SE kernel, the
+        (N, D) inputs, labels (probit: -1/+1), (M, D) inducing inputs.
+    projection:
+        As :func:`~qpinfer.sparse_sites.run_sparse_pep` (its table, if any, is opened once per
+        worker process from its path).
+    scheduler:
+        ``"local"``, a scheduler address or a ``distributed.Client`` (:func:`client_for`).
+    n_partitions, partition_sizes:
+        The data partitions (contiguous row blocks, dealt to the workers round-robin):
+        ``n_partitions`` of near-equal size (default: one per worker) or explicit sizes.
+    init, damping, max_iter, tol, compute_evidence:
+        As :func:`~qpinfer.sparse_sites.run_sparse_pep` (damping default 0.5, halved when
+        stalled; same stopping rule, same best state, same warning).
+
+    Returns
+    -------
+    ``(result, Lu)``: the :class:`~qpinfer.sparse_sites.SparsePEPResult` (sites, marginals,
+    posterior, evidence, all gathered on the client) and ``chol(Kuu + jitter I)`` (predictions).
+    """
+    X, y, Z = _check_data(kernel, X, y, Z)
+    if not (isinstance(jitter, int | float) and jitter >= 0):
+        raise ValueError(f"jitter must be a non-negative number, got {jitter!r}")
+    settings = SweepSettings.checked("parallel", damping, max_iter, tol, MIN_SITE_PRECISION, True)
+    n = X.shape[0]
+    tau0, nu0 = initial_sites(init, n, settings.floor)
+    _, Lu, _ = inducing_factor(kernel, Z, jitter)
+    spec = _ProjectionSpec(projection)
+    with client_for(scheduler) as client, client.as_current():  # the actors bind to it
+        workers = sorted(client.scheduler_info()["workers"])
+        if not workers:
+            raise ValueError("the dask cluster has no workers")
+        bounds = _partition_bounds(n, n_partitions, partition_sizes, len(workers))
+        actors = []
+        for p, sl in enumerate(bounds):
+            where = [workers[p % len(workers)]]
+            Xp, yp = client.scatter([X[sl], y[sl]], workers=where)
+            args = (Xp, yp, kernel, Z, Lu, spec, tau0[sl], nu0[sl])
+            actors.append(client.submit(_PartitionActor, *args, workers=where, actor=True))
+        actors = [a.result() for a in actors]
+        result = _sweep_to_convergence(actors, settings, n, compute_evidence)
+    return result, Lu
+
+
+def _call(actors: list, method: str, *args) -> list:
+    """``method(*args)`` on every partition at once; their results in partition order."""
+    pending = [getattr(a, method)(*args) for a in actors]
+    return [f.result() for f in pending]
+
+
+def _factor(parts: list) -> tuple[np.ndarray, np.ndarray]:
+    """The reduce: ``L``, ``mean_v`` from the partitions' ``(A_p S_p A_p^T, A_p nu_p, ...)``."""
+    return low_rank_factor(sum(p[0] for p in parts), sum(p[1] for p in parts))
+
+
+def _sweep_to_convergence(actors, settings, n, compute_evidence) -> SparsePEPResult:
+    """The loop of :func:`~qpinfer.site_loop.run_sites` (parallel schedule) over the partitions:
+    the state :class:`~qpinfer.site_loop.SweepControl` keeps is the sweep number, the partitions
+    keep the sites (``keep_as_best``: the sites they hold are the best so far)."""
+    control = SweepControl(settings, 0)
+    L, mean_v = _factor(_call(actors, "sums"))  # the prior or init: B >= I
+    n_clipped = n_skipped = 0
+    best_is_current = False
+    for it in control.sweeps():
+        parts = _call(actors, "sweep", L, mean_v, control.damping, settings.floor, best_is_current)
+        if not all(p[5] for p in parts):
+            best_is_current = False  # the partitions hold non-finite sites now
+            break
+        n_clipped, n_skipped = sum(p[3] for p in parts), sum(p[4] for p in parts)
+        stop = control.record(float(np.sqrt(sum(p[2] for p in parts) / (2 * n))), it)
+        best_is_current = control.best == it
+        try:
+            L, mean_v = _factor(parts)
+        except np.linalg.LinAlgError:
+            break
+        if stop:
+            break
+    rms, _ = control.finish("sparse Power EP (dask)", 3)
+    which = "zero" if not np.isfinite(rms) else "current" if best_is_current else "best"
+    L, mean_v = _factor(_call(actors, "use", which))
+    parts = _call(actors, "final", L, mean_v, compute_evidence)
+    tau, nu, mean, var, cav_mean, cav_var = (
+        np.concatenate([p[k] for p in parts]) for k in (0, 1, 2, 3, 5, 6)
+    )
+    post = LowRankPosterior(L=L, mean_v=mean_v, mean=mean, var=var)
+    log_z = np.nan
+    if compute_evidence:
+        log_z = sum(p[4] for p in parts) - post.half_logdet_B()
+    return SparsePEPResult(
+        tau=tau,
+        nu=nu,
+        posterior=post,
+        log_marginal_likelihood=float(log_z),
+        cavity_mean=cav_mean,
+        cavity_var=cav_var,
+        n_iter=control.n_iter,
+        converged=control.converged,
+        rms_change=rms,
+        n_clipped=n_clipped,
+        n_skipped=n_skipped,
+        history=control.history,
+    )
+
+
+def fit_on_scheduler(est: Any, kernel: Any, X, y, Z, projection) -> tuple[SparsePEPResult, Any]:
+    """:meth:`qpinfer.SparseGPClassifier.fit` with ``scheduler`` set: the sites at the
+    estimator's fixed kernel and inducing inputs by :func:`run_sparse_pep_dask`."""
+    if est.optimizer is not None:
+        raise ValueError(
+            f"scheduler={est.scheduler!r} fits at fixed hyperparameters: optimizer must be None, "
+            f"got {est.optimizer!r}"
+        )
+    if est.schedule != "parallel":
+        raise ValueError(
+            f"scheduler={est.scheduler!r} runs the parallel schedule: schedule must be "
+            f"'parallel', got {est.schedule!r}"
+        )
+    return run_sparse_pep_dask(
+        kernel,
+        X,
+        y,
+        Z,
+        projection,
+        scheduler=est.scheduler,
+        jitter=est.jitter,
+        damping=est.damping,
+        max_iter=int(est.max_iter),
+        tol=float(est.tol),
+    )

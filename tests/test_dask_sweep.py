@@ -1,0 +1,188 @@
+"""The sparse Power EP / QP sweep on dask (qpinfer.dask_sweep) on a real LocalCluster of two
+worker processes: it equals the in-process run_sparse_pep (parallel schedule) to round-off."""
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from qpinfer import dask_sweep  # noqa: E402
+from qpinfer.dask_sweep import run_sparse_pep_dask  # noqa: E402
+from qpinfer.kernels import ARDSquaredExponential  # noqa: E402
+from qpinfer.likelihoods import Probit  # noqa: E402
+from qpinfer.power_ep import PowerMomentMatching  # noqa: E402
+from qpinfer.projections import MomentMatching, QuantileMatching  # noqa: E402
+from qpinfer.pseudo_points import pseudo_point_prior  # noqa: E402
+from qpinfer.shipped import open_shipped  # noqa: E402
+from qpinfer.site_loop import ConvergenceWarning  # noqa: E402
+from qpinfer.sparse import SparseGPClassifier, run_sparse_pep  # noqa: E402
+
+TOL = 1e-10  # issue #17: the dask sweep equals the in-process sweep to <= 1e-10
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(7)
+    n, d, m = 301, 3, 15
+    X = rng.normal(size=(n, d))
+    f = np.sin(2.0 * X[:, 0]) + 0.5 * X[:, 1] + 0.3 * rng.normal(size=n)
+    y = np.where(f > 0, 1.0, -1.0)
+    Z = X[rng.choice(n, m, replace=False)]
+    kern = ARDSquaredExponential(1.5, np.array([1.2, 0.8, 2.0]))
+    return kern, X, y, Z, pseudo_point_prior(kern, X, Z)
+
+
+PROJECTIONS = {
+    "ep": lambda: MomentMatching(Probit()),
+    "pep0.5": lambda: PowerMomentMatching(Probit(), 0.5),
+    "qp-shipped": lambda: QuantileMatching(Probit(), open_shipped("probit")),
+}
+PARTITIONS = {
+    "one-per-worker": {},
+    "uneven": {"partition_sizes": [100, 1, 200]},
+    "more-than-workers": {"n_partitions": 5},
+}
+
+
+def _assert_same(res, ref):
+    assert res.n_iter == ref.n_iter and res.converged == ref.converged
+    for name in ("tau", "nu", "cavity_mean", "cavity_var"):
+        np.testing.assert_allclose(getattr(res, name), getattr(ref, name), rtol=0, atol=TOL)
+    for name in ("mean", "var", "L", "mean_v"):
+        a, b = getattr(res.posterior, name), getattr(ref.posterior, name)
+        np.testing.assert_allclose(a, b, rtol=0, atol=TOL)
+    assert abs(res.log_marginal_likelihood - ref.log_marginal_likelihood) <= TOL
+    assert res.n_clipped == ref.n_clipped and res.n_skipped == ref.n_skipped
+
+
+@pytest.mark.parametrize(
+    ("method", "partitions"),
+    [
+        ("ep", "one-per-worker"),
+        ("ep", "uneven"),
+        ("ep", "more-than-workers"),
+        ("pep0.5", "uneven"),
+        ("qp-shipped", "one-per-worker"),
+        ("qp-shipped", "more-than-workers"),
+    ],
+)
+def test_dask_sweep_equals_in_process_sweep(client, problem, method, partitions):
+    kern, X, y, Z, prior = problem
+    proj = PROJECTIONS[method]()
+    ref = run_sparse_pep(prior.A, prior.h, y, proj, tol=1e-10)
+    res, Lu = run_sparse_pep_dask(
+        kern, X, y, Z, proj, scheduler=client, tol=1e-10, **PARTITIONS[partitions]
+    )
+    assert ref.converged and ref.n_iter > 10
+    _assert_same(res, ref)
+    np.testing.assert_array_equal(Lu, prior.Lu)
+    if method == "qp-shipped":  # the table: opened in each worker process, once
+        opened = client.run(lambda: [key[:2] for key in dask_sweep._WORKER_TABLES])
+        assert len(opened) == 2
+        assert all(keys == [("ReducedTable", str(proj.table.path))] for keys in opened.values())
+
+
+def test_best_state_and_warning_when_not_converged(client, problem):
+    kern, X, y, Z, prior = problem
+    proj = MomentMatching(Probit())
+    with pytest.warns(ConvergenceWarning, match="did not converge within max_iter=3"):
+        ref = run_sparse_pep(prior.A, prior.h, y, proj, max_iter=3, damping=0.3)
+    with pytest.warns(ConvergenceWarning, match=r"\(dask\) did not converge within max_iter=3"):
+        res, _ = run_sparse_pep_dask(
+            kern, X, y, Z, proj, scheduler=client, max_iter=3, damping=0.3, n_partitions=3
+        )
+    assert not res.converged and len(res.history) == 3
+    np.testing.assert_allclose(res.history, ref.history, rtol=1e-12)
+    _assert_same(res, ref)
+
+
+def test_warm_start_equals_in_process(client, problem):
+    kern, X, y, Z, prior = problem
+    proj = MomentMatching(Probit())
+    start = run_sparse_pep(prior.A, prior.h, y, proj, tol=1e-3)
+    init = (start.tau, start.nu)
+    ref = run_sparse_pep(prior.A, prior.h, y, proj, init=init, tol=1e-9)
+    address = client.scheduler.address  # a scheduler address: connects, disconnects after
+    res, _ = run_sparse_pep_dask(kern, X, y, Z, proj, scheduler=address, init=init, tol=1e-9)
+    _assert_same(res, ref)
+
+
+@pytest.mark.slow
+def test_classifier_on_a_local_cluster_it_starts(problem):
+    _, X, y, _, _ = problem
+    params = dict(n_inducing=10, alpha=1.0, optimizer=None, random_state=0, tol=1e-9)
+    ref = SparseGPClassifier(**params).fit(X, y)
+    est = SparseGPClassifier(**params, scheduler="local").fit(X, y)
+    np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=0, atol=TOL)
+
+
+def test_classifier_with_scheduler_equals_in_process(client, problem):
+    _, X, y, _, _ = problem
+    params = dict(n_inducing=15, method="qp", optimizer=None, random_state=0, tol=1e-9)
+    ref = SparseGPClassifier(**params).fit(X, y)
+    est = SparseGPClassifier(**params, scheduler=client).fit(X, y)
+    assert est.get_params()["scheduler"] is client
+    assert abs(est.log_marginal_likelihood_ - ref.log_marginal_likelihood_) <= TOL
+    np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=0, atol=TOL)
+    np.testing.assert_array_equal(est.predict(X), ref.predict(X))
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"optimizer": "lbfgs"}, "optimizer must be None"),
+        ({"optimizer": None, "schedule": "sequential"}, "schedule must be 'parallel'"),
+    ],
+)
+def test_classifier_scheduler_needs_fixed_hyperparameters_and_parallel_sweeps(
+    client, problem, params, match
+):
+    _, X, y, _, _ = problem
+    with pytest.raises(ValueError, match=match):
+        SparseGPClassifier(n_inducing=5, scheduler=client, **params).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_partitions": 0}, r"n_partitions must be None .* integer in \[1, 301\]"),
+        ({"n_partitions": 302}, r"n_partitions must be None"),
+        ({"n_partitions": 2.0}, r"n_partitions must be None"),
+        ({"partition_sizes": [100, 200]}, "partition_sizes must be positive integers summing"),
+        ({"partition_sizes": [302, -1]}, "partition_sizes must be positive integers summing"),
+        ({"n_partitions": 2, "partition_sizes": [1, 300]}, "not both"),
+        ({"scheduler": 42}, "scheduler must be 'local', a scheduler address"),
+        ({"jitter": -1.0}, "jitter must be a non-negative number"),
+        ({"damping": 0.0}, "damping must be in"),
+        ({"y": np.ones(300)}, r"y must have shape \(301,\)"),
+        ({"Z": np.zeros((4, 2))}, r"Z must be a \(M, 3\) array"),
+        ({"kernel": "rbf"}, "ARDSquaredExponential"),
+    ],
+)
+def test_bad_input_raises_value_error(client, problem, kwargs, match):
+    kern, X, y, Z, _ = problem
+    args = {"kernel": kern, "X": X, "y": y, "Z": Z, "scheduler": client} | kwargs
+    with pytest.raises(ValueError, match=match):
+        run_sparse_pep_dask(projection=MomentMatching(Probit()), **args)
+
+
+def test_import_qpinfer_keeps_dask_out():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, qpinfer.dask_sweep; print('distributed' in sys.modules, 'dask' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
