@@ -50,6 +50,16 @@ def _check_targets(y: Any, n_samples: int | None) -> np.ndarray:
     return _finite("y", check_target_vector(y, n_samples, "GPStudentTRegressor", "y"))
 
 
+def _back_to(best: Any, theta: np.ndarray) -> tuple[float, np.ndarray]:
+    """The objective where the evidence is undefined: ``inf`` before any success, else the
+    best value plus a quadratic wall ``10 (1 + |theta - theta_best|^2)`` whose gradient points
+    back, so that L-BFGS-B's line search backtracks (an ``inf`` ends it on the spot)."""
+    if best is None:
+        return np.inf, np.zeros_like(theta)
+    d = theta - best[3]
+    return -best[2].log_marginal_likelihood + 10.0 * (1.0 + d @ d), 20.0 * d
+
+
 class GPStudentTRegressor(GPEstimatorBase):
     """GP regression with Student-t noise ``t_nu(0, scale)``, by EP, QP, Laplace or VB.
 
@@ -155,7 +165,13 @@ class GPStudentTRegressor(GPEstimatorBase):
     def _evaluate(self, kern, X, K, y, likelihood, init, ep_phase):
         """Inner fit at ``(kernel, scale)`` and the gradient in ``(theta, log scale)``."""
         self._use(likelihood)
-        res = self._inner(kern, X, K, y, init, MomentMatching(likelihood) if ep_phase else None)
+        projection = MomentMatching(likelihood) if ep_phase else None
+        try:
+            res = self._inner(kern, X, K, y, init, projection)
+        except (np.linalg.LinAlgError, ValueError):
+            if init is None:
+                raise
+            res = self._inner(kern, X, K, y, None, projection)  # the warm start was the problem
         g_k = self._gradient(kern, X, K, y, res)
         g_s = scale_gradient("ep" if ep_phase else self.method, K, res, y, likelihood)
         return res, np.append(g_k, g_s)
@@ -172,14 +188,15 @@ class GPStudentTRegressor(GPEstimatorBase):
             kern, lik = kernel.with_theta(theta[:nk]), StudentT(self.nu, np.exp(theta[nk]))
             try:
                 res, grad = self._evaluate(kern, X, kern(X), y, lik, state["init"], ep_phase)
+                value = res.log_marginal_likelihood
+                ok = np.isfinite(value) and np.all(np.isfinite(grad))
             except (np.linalg.LinAlgError, ValueError):
-                return np.inf, np.zeros_like(theta)
-            value = res.log_marginal_likelihood
-            if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                return np.inf, np.zeros_like(theta)
+                ok = False
+            if not ok:  # e.g. EP at a tiny scale: improper cavities, no evidence
+                return _back_to(state["best"], theta)
             state["init"] = self._warm_start(res)
             if state["best"] is None or value > state["best"][2].log_marginal_likelihood:
-                state["best"] = (kern, lik, res)
+                state["best"] = (kern, lik, res, theta.copy())
             return -value, -grad
 
         x0 = np.append(kernel.theta, np.log(self.likelihood_.scale))
@@ -197,7 +214,7 @@ class GPStudentTRegressor(GPEstimatorBase):
             )
         if state["best"] is None:
             raise ValueError(f"{self.method} inference failed at every hyperparameter value tried")
-        kern, lik, result = state["best"]
+        kern, lik, result, _ = state["best"]
         self._use(lik)
         return kern, result, state["n"]
 
