@@ -50,6 +50,10 @@ def _check_targets(y: Any, n_samples: int | None) -> np.ndarray:
     return _finite("y", check_target_vector(y, n_samples, "GPStudentTRegressor", "y"))
 
 
+#: half-width (log units) of the box trust region of the scale-and-kernel optimisation
+TRUST = 2.0
+
+
 def _back_to(best: Any, theta: np.ndarray) -> tuple[float, np.ndarray]:
     """The objective where the evidence is undefined: ``inf`` before any success, else the
     best value plus a quadratic wall ``10 (1 + |theta - theta_best|^2)`` whose gradient points
@@ -199,19 +203,37 @@ class GPStudentTRegressor(GPEstimatorBase):
                 state["best"] = (kern, lik, res, theta.copy())
             return -value, -grad
 
-        x0 = np.append(kernel.theta, np.log(self.likelihood_.scale))
+        x = np.append(kernel.theta, np.log(self.likelihood_.scale))
         bounds = np.vstack([kernel.bounds, np.log(np.asarray(self.scale_bounds, float))])
+        budget = int(self.optimizer_maxiter)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", RuntimeWarning)
-            minimize(
-                objective,
-                x0,
-                jac=True,
-                method="L-BFGS-B",
-                bounds=bounds,
-                options={**LBFGS_OPTIONS, "maxiter": int(self.optimizer_maxiter)},
-            )
+            # a box trust region of +-TRUST (log units) about the current point: L-BFGS-B's
+            # first step follows the raw gradient, which for the scale reaches its bound, where
+            # EP may spend max_iter sweeps failing (no proper cavities); re-centred until the
+            # optimum lies inside the box
+            while budget > 0:
+                box = np.column_stack(
+                    [np.maximum(bounds[:, 0], x - TRUST), np.minimum(bounds[:, 1], x + TRUST)]
+                )
+                res = minimize(
+                    objective,
+                    x,
+                    jac=True,
+                    method="L-BFGS-B",
+                    bounds=box,
+                    options={**LBFGS_OPTIONS, "maxiter": budget},
+                )
+                budget -= max(int(res.nit), 1)
+                if state["best"] is None:
+                    break
+                x_new = state["best"][3]
+                inner = (box[:, 0] == bounds[:, 0]) | (x_new > box[:, 0] + 1e-8)
+                inner &= (box[:, 1] == bounds[:, 1]) | (x_new < box[:, 1] - 1e-8)
+                if np.all(inner) or np.array_equal(x_new, x):
+                    break
+                x = x_new
         if state["best"] is None:
             raise ValueError(f"{self.method} inference failed at every hyperparameter value tried")
         kern, lik, result, _ = state["best"]
