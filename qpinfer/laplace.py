@@ -29,9 +29,19 @@ mode for every mode). On each half-line, however, log p is strictly concave
   ``Psi = -inf`` and is always rejected, so the iterates never leave the region and converge to
   its mode (a concave maximisation with a barrier);
 * ``W`` is positive at every iterate, so the Cholesky factor of ``B = I + W^1/2 K W^1/2`` always
-  exists and the evidence and its gradient are the standard ones. (A likelihood with genuinely
-  negative curvature would need an indefinite ``W``; for probit and the square link only
-  round-off can produce ``W < 0``, and ``W`` is clipped at 0.)
+  exists and the evidence and its gradient are the standard ones. (For probit and the square
+  link only round-off can produce ``W < 0``, and ``W`` is clipped at 0.)
+
+Likelihoods that are not log-concave (``log_concave = False``: Student-t noise, issue #15) have
+genuinely negative ``W`` where a residual exceeds the curvature scale. Newton then takes the exact
+step ``(K^-1 + W)^-1 (W f + grad log p)`` wherever ``K^-1 + W`` is positive definite (checked by
+the inertia of the indefinite ``M = diag(sign W) + |W|^1/2 K |W|^1/2``, as for EP's negative
+sites in :mod:`qpinfer.dense_posterior`), and clips W at 0 elsewhere (an ascent direction, so
+the backtracking line search always progresses; GPML's ``infLaplace`` does the same with
+``Wmin = 0``). At the mode ``K^-1 + W`` is positive definite (a maximum), and the evidence uses
+``log det(I + K W) = log |det M|``; the gradient (R&W Alg. 5.1) uses
+``Z = (K + W^-1)^-1 = |W|^1/2 M^-1 |W|^1/2`` in place of ``W^1/2 B^-1 W^1/2``. The mode found is
+one of possibly several (the Student-t posterior can be multimodal).
 
 The approximation ignores the mirror mode and any other sign pattern: it is the Laplace
 approximation of the posterior restricted to the positive branch (for EP/QP see

@@ -36,6 +36,10 @@ hyperparameter gradient unchanged but takes the ill-conditioning of ``K`` out of
 ``alpha``-block (without it, L-BFGS-B's relative-reduction test stops up to 0.02 nats short of
 the optimum on the coal data).
 
+Student-t noise (not log-concave): the optimal ``lambda = -2 F_v`` is negative where
+``E_q[d^2 log p] > 0``; :func:`vb_fixed_point` then keeps negative ``lambda`` (with
+``K^-1 + diag(lambda)`` positive definite, see :func:`_elbo_indefinite`) instead of clipping it.
+
 The square link: the ELBO is invariant under ``(alpha, beta) -> (-alpha, beta)`` and ``alpha = 0``
 is a saddle point of it, so the optimisation starts on the positive branch
 (:func:`qpinfer.laplace.positive_branch_start`); the ELBO is finite everywhere (no barrier at
