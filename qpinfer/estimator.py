@@ -334,7 +334,7 @@ class GPEstimatorBase(ParamsMixin):
         if self.method == "laplace":
             return laplace_log_evidence_gradient(kern, X, res, self.likelihood_, y, K)
         if self.method == "vb":  # the partial derivative; total at the optimum (envelope)
-            _, _, _, G, _ = elbo(K, res.alpha, res.beta, y, self.likelihood_)
+            _, _, _, G, _ = elbo(K, res.alpha, res.beta, y, self.likelihood_, lam=res.tau)
             return np.asarray(kern.gradient_contract(X, G, K), dtype=np.float64)
         return log_evidence_gradient(kern, X, res, K)
 

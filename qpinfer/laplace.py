@@ -29,9 +29,19 @@ mode for every mode). On each half-line, however, log p is strictly concave
   ``Psi = -inf`` and is always rejected, so the iterates never leave the region and converge to
   its mode (a concave maximisation with a barrier);
 * ``W`` is positive at every iterate, so the Cholesky factor of ``B = I + W^1/2 K W^1/2`` always
-  exists and the evidence and its gradient are the standard ones. (A likelihood with genuinely
-  negative curvature would need an indefinite ``W``; for probit and the square link only
-  round-off can produce ``W < 0``, and ``W`` is clipped at 0.)
+  exists and the evidence and its gradient are the standard ones. (For probit and the square
+  link only round-off can produce ``W < 0``, and ``W`` is clipped at 0.)
+
+Likelihoods that are not log-concave (``log_concave = False``: Student-t noise, issue #15) have
+genuinely negative ``W`` where a residual exceeds the curvature scale. Newton then takes the exact
+step ``(K^-1 + W)^-1 (W f + grad log p)`` wherever ``K^-1 + W`` is positive definite (checked by
+the inertia of the indefinite ``M = diag(sign W) + |W|^1/2 K |W|^1/2``, as for EP's negative
+sites in :mod:`qpinfer.dense_posterior`), and clips W at 0 elsewhere (an ascent direction, so
+the backtracking line search always progresses; GPML's ``infLaplace`` does the same with
+``Wmin = 0``). At the mode ``K^-1 + W`` is positive definite (a maximum), and the evidence uses
+``log det(I + K W) = log |det M|``; the gradient (R&W Alg. 5.1) uses
+``Z = (K + W^-1)^-1 = |W|^1/2 M^-1 |W|^1/2`` in place of ``W^1/2 B^-1 W^1/2``. The mode found is
+one of possibly several (the Student-t posterior can be multimodal).
 
 The approximation ignores the mirror mode and any other sign pattern: it is the Laplace
 approximation of the posterior restricted to the positive branch (for EP/QP see
@@ -46,7 +56,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
-from qpinfer.dense_posterior import Posterior, PosteriorMoments, _chol_B
+from qpinfer.dense_posterior import Posterior, PosteriorMoments, _chol_B, posterior_from_sites
 from qpinfer.loglik import log_lik_derivatives
 
 __all__ = [
@@ -106,6 +116,49 @@ def positive_branch_start(
     )
 
 
+def _indefinite(likelihood: Any) -> bool:
+    """Whether W = -d^2 log p may legitimately be negative (``log_concave = False``)."""
+    return getattr(likelihood, "log_concave", True) is False
+
+
+def _newton_a(
+    K: np.ndarray, f: np.ndarray, d1: np.ndarray, W: np.ndarray, indefinite: bool
+) -> np.ndarray:
+    """``a`` of the Newton target ``f_new = (K^-1 + W)^-1 (W f + d1) = K a``.
+
+    With negative entries of W (a likelihood that is not log-concave) the exact Newton step is
+    taken where ``K^-1 + W`` is positive definite (the Woodbury form of
+    :func:`qpinfer.dense_posterior.posterior_from_sites`, whose ``b`` is this ``a``); where it is
+    not, the Newton direction need not ascend, and W is clipped at 0 instead: the step
+    ``(K^-1 + W_+)^-1 grad Psi`` is an ascent direction (``K^-1 + W_+`` is positive definite),
+    so the line search of :func:`laplace_mode` always makes progress. For log-concave
+    likelihoods W is only clipped against round-off (R&W Alg. 3.1).
+    """
+    if indefinite and np.any(W < 0):
+        try:
+            return posterior_from_sites(K, W, W * f + d1).b
+        except np.linalg.LinAlgError:
+            pass
+    W = np.maximum(W, 0.0)
+    s = np.sqrt(W)
+    L = _chol_B(K, s)
+    b = W * f + d1
+    return b - s * cho_solve((L, True), s * (K @ b), check_finite=False)
+
+
+def _z_matrix(post: Posterior) -> np.ndarray:
+    """``Z = (K + W^-1)^-1 = S^1/2 B^-1 S^1/2`` (``S^1/2 M^-1 S^1/2`` with negative W)."""
+    s = post.sqrt_tau
+    if post.L is None:
+        return s[:, None] * post.solve_B(np.diag(s))
+    Binv, info = lapack.dpotri(post.L, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
+    Binv = np.tril(Binv)
+    Binv += np.tril(Binv, -1).T
+    return (s[:, None] * Binv) * s[None, :]
+
+
 def _psi(likelihood: Any, a: np.ndarray, f: np.ndarray, y: np.ndarray) -> float:
     lp = log_lik_derivatives(likelihood, f, y)[0]
     value = float(np.sum(lp) - 0.5 * a @ f)
@@ -149,10 +202,7 @@ def laplace_mode(
     it = 0
     for it in range(1, int(max_iter) + 1):
         _, d1, d2, _ = log_lik_derivatives(likelihood, f, y)
-        s = np.sqrt(np.maximum(-d2, 0.0))
-        L = _chol_B(K, s)
-        b = s * s * f + d1
-        a_new = b - s * cho_solve((L, True), s * (K @ b), check_finite=False)
+        a_new = _newton_a(K, f, d1, -d2, _indefinite(likelihood))
         f_new = K @ a_new
         step_f = f_new - f
         step_a = a_new - a
@@ -186,14 +236,23 @@ def laplace_mode(
 
 def _result(K, y, likelihood, a, f, n_iter, converged, history) -> LaplaceResult:
     lp, d1, d2, _ = log_lik_derivatives(likelihood, f, y)
-    W = np.maximum(-d2, 0.0)
-    s = np.sqrt(W)
-    L = _chol_B(K, s)
-    V = solve_triangular(L, s[:, None] * K, lower=True, check_finite=False)
-    var = np.maximum(np.diag(K) - np.einsum("ij,ij->j", V, V), np.finfo(np.float64).tiny)
-    log_z = float(np.sum(lp) - 0.5 * a @ f - np.sum(np.log(np.diag(L))))
     residual = float(np.max(np.abs(f - K @ d1)) / (1.0 + np.max(np.abs(f))))
-    post = Posterior(mean=f, var=var, L=L, sqrt_tau=s, b=d1)
+    if _indefinite(likelihood) and np.any(d2 > 0):
+        # W with negative entries: the posterior N(f^, (K^-1 + W)^-1) in Woodbury form with the
+        # indefinite M = diag(sign W) + |W|^1/2 K |W|^1/2 (eigh; LinAlgError if K^-1 + W is not
+        # positive definite, i.e. f^ is a saddle). log det(I + K W) = log |det M|.
+        W = -d2
+        post = posterior_from_sites(K, W, W * f + d1)
+        post.mean, post.b = f, d1  # equal in exact arithmetic at the mode; keep the mode's
+        log_z = float(np.sum(lp) - 0.5 * a @ f - post.half_logdet_B())
+    else:
+        W = np.maximum(-d2, 0.0)
+        s = np.sqrt(W)
+        L = _chol_B(K, s)
+        V = solve_triangular(L, s[:, None] * K, lower=True, check_finite=False)
+        var = np.maximum(np.diag(K) - np.einsum("ij,ij->j", V, V), np.finfo(np.float64).tiny)
+        log_z = float(np.sum(lp) - 0.5 * a @ f - np.sum(np.log(np.diag(L))))
+        post = Posterior(mean=f, var=var, L=L, sqrt_tau=s, b=d1)
     return LaplaceResult(
         f=f,
         a=a,
@@ -226,14 +285,8 @@ def laplace_log_evidence_gradient(
     if K is None:
         K = kernel(X)
     post = result.posterior
-    s = post.sqrt_tau
     _, d1, _, d3 = log_lik_derivatives(likelihood, result.f, y)
-    Binv, info = lapack.dpotri(post.L, lower=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
-    Binv = np.tril(Binv)
-    Binv += np.tril(Binv, -1).T
-    Z = (s[:, None] * Binv) * s[None, :]
+    Z = _z_matrix(post)
     s2 = 0.5 * post.var * d3  # d(-log|B|/2)/df^ = diag((K^-1 + W)^-1) d^3 log p / 2
     u = s2 - Z @ (K @ s2)
     R = 0.5 * (np.outer(result.a, result.a) - Z)

@@ -9,6 +9,9 @@ on ``likelihood.name``) so that :mod:`qpinfer.likelihoods` keeps its small EP/QP
 * :func:`expected_log_lik` -- ``E[log p(y|f)]`` under ``f ~ N(m, v)`` and its derivatives in ``m``
   and ``v`` (the data term of the ELBO, Opper & Archambeau 2009).
 
+logit and poisson_log are in :mod:`qpinfer.loglik_logit_poisson_log`, Student-t noise (any
+``StudentT(nu, scale)``) in :mod:`qpinfer.loglik_student_t`.
+
 Probit (paper 000 App. C.1), ``log Phi(y f)``: derivatives from ``r = phi(z)/Phi(z)``, ``z = y f``,
 in the cancellation-free form of :func:`qpinfer.normal_ratios.probit_moment_terms`; expectations
 by composite Gauss-Legendre quadrature (3 panels x 40 nodes per site, edges at ``z = -+6``; relative
@@ -39,7 +42,7 @@ from typing import Any
 import numpy as np
 from scipy.special import dawsn, gammaln, log_ndtr, psi
 
-from qpinfer import loglik_logit_poisson_log
+from qpinfer import loglik_logit_poisson_log, loglik_student_t
 from qpinfer.normal_ratios import probit_moment_terms
 
 __all__ = ["expected_log_f2", "expected_log_lik", "log_lik_derivatives"]
@@ -74,18 +77,28 @@ _DFACT_OVER_N = np.exp(np.cumsum(np.log(2.0 * _N - 1.0)) - np.log(_N))
 
 
 def _name(likelihood: Any) -> str:
+    if loglik_student_t.is_student_t(likelihood):
+        return "student_t"
     name = getattr(likelihood, "name", None)
     if name not in ("probit", "poisson_square", "logit", "poisson_log"):
         raise ValueError(
-            "Laplace and VB support the 'probit', 'poisson_square', 'logit' and 'poisson_log' "
-            f"likelihoods; got {name!r}"
+            "Laplace and VB support the 'probit', 'poisson_square', 'logit', 'poisson_log' and "
+            f"'student_t' likelihoods; got {name!r}"
         )
     return name
 
 
 def _other_module(likelihood: Any):
-    """The module with the derivatives/expectations of logit and poisson_log, or None."""
-    return loglik_logit_poisson_log if _name(likelihood) in ("logit", "poisson_log") else None
+    """The module with the derivatives/expectations of logit, poisson_log and student_t."""
+    name = _name(likelihood)
+    if name == "student_t":
+        return loglik_student_t
+    return loglik_logit_poisson_log if name in ("logit", "poisson_log") else None
+
+
+def _arg(likelihood: Any) -> Any:
+    """What the other module takes: the likelihood's name (logit, poisson_log) or itself."""
+    return likelihood if _name(likelihood) == "student_t" else likelihood.name
 
 
 def log_lik_derivatives(
@@ -99,7 +112,7 @@ def log_lik_derivatives(
     f = np.asarray(f, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if (other := _other_module(likelihood)) is not None:
-        return other.log_lik_derivatives(likelihood.name, f, y)
+        return other.log_lik_derivatives(_arg(likelihood), f, y)
     if _name(likelihood) == "probit":
         z = y * f
         r, z_plus_r, var_factor = probit_moment_terms(np.atleast_1d(z).astype(np.float64))
@@ -155,7 +168,7 @@ def expected_log_lik(
     v = np.asarray(v, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if (other := _other_module(likelihood)) is not None:
-        return other.expected_log_lik(likelihood.name, m, v, y)
+        return other.expected_log_lik(_arg(likelihood), m, v, y)
     if _name(likelihood) == "probit":
         m, v, y = np.broadcast_arrays(m, v, y)
         # nodes placed in z = y f (log Phi(z)); E over f ~ N(m, v) is E over z ~ N(y m, v)

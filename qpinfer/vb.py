@@ -36,6 +36,10 @@ hyperparameter gradient unchanged but takes the ill-conditioning of ``K`` out of
 ``alpha``-block (without it, L-BFGS-B's relative-reduction test stops up to 0.02 nats short of
 the optimum on the coal data).
 
+Student-t noise (not log-concave): the optimal ``lambda = -2 F_v`` is negative where
+``E_q[d^2 log p] > 0``; :func:`vb_fixed_point` then keeps negative ``lambda`` (with
+``K^-1 + diag(lambda)`` positive definite, see :func:`_elbo_indefinite`) instead of clipping it.
+
 The square link: the ELBO is invariant under ``(alpha, beta) -> (-alpha, beta)`` and ``alpha = 0``
 is a saddle point of it, so the optimisation starts on the positive branch
 (:func:`qpinfer.laplace.positive_branch_start`); the ELBO is finite everywhere (no barrier at
@@ -52,7 +56,7 @@ import numpy as np
 from scipy.linalg import cho_solve, lapack, solve_triangular
 from scipy.optimize import minimize
 
-from qpinfer.dense_posterior import Posterior, PosteriorMoments, _chol_B
+from qpinfer.dense_posterior import Posterior, PosteriorMoments, _chol_B, posterior_from_sites
 from qpinfer.laplace import positive_branch_start
 from qpinfer.loglik import expected_log_lik
 
@@ -101,13 +105,18 @@ def elbo(
     *,
     gradient: bool = True,
     kernel_gradient: bool = True,
+    lam: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray | None, np.ndarray | None, np.ndarray | None, Posterior]:
     """The ELBO at ``(alpha, beta)`` and its gradients ``(d/dalpha, d/dbeta, d/dK)``.
 
     ``d/dK`` is the symmetric matrix ``G`` with ``dELBO = sum_ab G_ab dK_ab`` (``None`` unless
     ``kernel_gradient``: it costs three more N^3 products). Also returns the
     :class:`qpinfer.ep.Posterior` of ``q`` (``b = alpha``, ``sqrt_tau = |beta|``) for predictions.
+    ``lam`` (instead of ``beta^2``) may have negative entries (a likelihood that is not
+    log-concave, see :func:`_elbo_indefinite`).
     """
+    if lam is not None and np.any(lam < 0):
+        return _elbo_indefinite(K, alpha, lam, y, likelihood, gradient, kernel_gradient)
     n = y.shape[0]
     s = np.abs(beta)
     L = _chol_B(K, s)
@@ -134,6 +143,45 @@ def elbo(
     G = 0.5 * (np.outer(alpha, F_m) + np.outer(F_m, alpha)) - 0.5 * np.outer(alpha, alpha)
     G += A.T @ (F_v[:, None] * A)
     G -= 0.5 * (s[:, None] * (Binv - Binv @ Binv)) * s[None, :]
+    G = 0.5 * (G + G.T)
+    return value, g_alpha, g_beta, G, post
+
+
+def _elbo_indefinite(K, alpha, lam, y, likelihood, gradient, kernel_gradient):
+    """:func:`elbo` with negative entries in ``lam`` (``K^-1 + diag(lam)`` positive definite).
+
+    For a likelihood that is not log-concave the ELBO's stationary point over all Gaussians has
+    ``lam = -2 F_v``, negative where ``E_q[d^2 log p] > 0`` (Student-t outliers). With
+    ``s = |lam|^1/2``, ``D = diag(sign lam)`` and ``M = D + s K s`` (symmetric indefinite,
+    ``eigh``; its inertia certifies the posterior, :func:`qpinfer.dense_posterior.posterior_from_sites`)
+    ``log|I + K Lambda| = log|det M|`` and ``tr((I + Lambda K)^-1) = tr(M^-1 D)``, so
+    ``KL = 1/2 (log|det M| + tr(M^-1 D) + alpha^T K alpha - N)``; in ``d/dK`` the matrices
+    ``B^-1`` and ``B^-2`` become ``M^-1`` and ``M^-1 D M^-1``, and ``A = I - K s M^-1 s``.
+    """
+    n = y.shape[0]
+    m = K @ alpha
+    post = posterior_from_sites(K, lam, alpha + lam * m, full_cov=gradient)
+    post.mean, post.b = m, alpha
+    ev, Q = post.eig
+    sign = np.where(lam < 0, -1.0, 1.0)
+    s = post.sqrt_tau
+    tr_md = float(np.sum(((Q * Q) * sign[:, None]).sum(axis=0) / ev))
+    kl = 0.5 * (2.0 * post.half_logdet_B() + tr_md + alpha @ m - n)
+    F, F_m, F_v = expected_log_lik(likelihood, m, post.var, y)
+    value = float(np.sum(F) - kl)
+    if not gradient:
+        return value, None, None, None, post
+    S = post.Sigma
+    g_alpha = K @ (F_m - alpha)
+    g_lam = -((S * S) @ (F_v + 0.5 * lam))
+    g_beta = 2.0 * np.sqrt(np.abs(lam)) * g_lam
+    if not kernel_gradient:
+        return value, g_alpha, g_beta, None, post
+    Minv = (Q / ev[None, :]) @ Q.T
+    A = np.eye(n) - (K * s[None, :]) @ (Minv * s[None, :])
+    G = 0.5 * (np.outer(alpha, F_m) + np.outer(F_m, alpha)) - 0.5 * np.outer(alpha, alpha)
+    G += A.T @ (F_v[:, None] * A)
+    G -= 0.5 * (s[:, None] * (Minv - Minv @ (sign[:, None] * Minv))) * s[None, :]
     G = 0.5 * (G + G.T)
     return value, g_alpha, g_beta, G, post
 
@@ -198,16 +246,30 @@ def vb_fixed_point(
         lam, nu = (np.asarray(v, dtype=np.float64).copy() for v in init)
     tiny = np.finfo(np.float64).tiny
 
+    indefinite = getattr(likelihood, "log_concave", True) is False
+
     def evaluate(lam, nu):
-        alpha = _alpha_from_sites(K, lam, nu)
-        value, *_, post = elbo(K, alpha, np.sqrt(lam), y, likelihood, gradient=False)
+        if np.any(lam < 0):  # LinAlgError if K^-1 + diag(lam) is not positive definite
+            alpha = posterior_from_sites(K, lam, nu).b
+        else:
+            alpha = _alpha_from_sites(K, lam, nu)
+        value, *_, post = elbo(
+            K, alpha, np.sqrt(np.abs(lam)), y, likelihood, gradient=False, lam=lam
+        )
         return value, alpha, post
 
-    value, alpha, post = evaluate(lam, nu)
+    try:
+        value, alpha, post = evaluate(lam, nu)
+    except np.linalg.LinAlgError:  # a warm start with negative sites, improper at this K
+        alpha, beta = vb_start(K, y, likelihood)
+        lam, nu = beta * beta, alpha + beta * beta * (K @ alpha)
+        value, alpha, post = evaluate(lam, nu)
     history, converged = [value], False
     for _ in range(1, int(max_iter) + 1):
         _, F_m, F_v = expected_log_lik(likelihood, post.mean, post.var, y)
-        lam_t = np.maximum(-2.0 * F_v, tiny)
+        # not log-concave (Student-t): the stationary lam = -2 F_v may be negative; a step to
+        # an improper q (K^-1 + diag(lam) indefinite) raises LinAlgError and is halved
+        lam_t = -2.0 * F_v if indefinite else np.maximum(-2.0 * F_v, tiny)
         nu_t = F_m + lam_t * post.mean
         rho = 1.0
         for _ in range(30):
@@ -234,7 +296,7 @@ def vb_fixed_point(
             break
     return VBResult(
         alpha=alpha,
-        beta=np.sqrt(lam),
+        beta=np.sqrt(np.maximum(lam, 0.0)),
         posterior=post,
         log_marginal_likelihood=float(value),
         theta=np.empty(0),

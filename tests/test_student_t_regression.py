@@ -85,13 +85,33 @@ sklearn_checks = pytest.importorskip("sklearn.utils.estimator_checks")
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Estimator GPStudentTRegressor does not inherit")
     _with_checks = sklearn_checks.parametrize_with_checks(
-        [GPStudentTRegressor("ep", optimizer=None, max_iter=200)],
+        [
+            GPStudentTRegressor("ep", optimizer=None, max_iter=200),
+            GPStudentTRegressor("laplace", optimizer=None),
+        ],
+        expected_failed_checks=lambda est: {},
+    )
+    # the other methods and the scale fit: slow (~2 min under load), same checks
+    _with_checks_slow = sklearn_checks.parametrize_with_checks(
+        [
+            GPStudentTRegressor("qp", optimizer=None, max_iter=200),
+            GPStudentTRegressor("vb", optimizer=None, max_iter=200),
+            GPStudentTRegressor("laplace", optimize_scale=True, optimizer_maxiter=5),
+        ],
         expected_failed_checks=lambda est: {},
     )
 
 
 @_with_checks
 def test_sklearn_estimator_checks(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+@pytest.mark.slow
+@_with_checks_slow
+def test_sklearn_estimator_checks_slow(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         check(estimator)
