@@ -170,8 +170,10 @@ class LowRankPosterior:
 COLUMN_CHUNK = 8192
 
 
-def column_blocks(n: int, chunk: int = COLUMN_CHUNK) -> list[slice]:
-    """``range(n)`` as consecutive slices of at most ``chunk`` columns."""
+def column_blocks(n: int, chunk: int | None = None) -> list[slice]:
+    """``range(n)`` as consecutive slices of at most ``chunk`` (default :data:`COLUMN_CHUNK`,
+    read at call time) columns."""
+    chunk = COLUMN_CHUNK if chunk is None else int(chunk)
     return [slice(s, min(s + chunk, n)) for s in range(0, n, chunk)]
 
 
@@ -245,17 +247,20 @@ def _q_weights(
     triangular solves with N right-hand sides); temporaries M x COLUMN_CHUNK, output N x M."""
     A = prior.A
     m, n = A.shape
-    Luinv_T = _tri_inv(prior.Lu, "Kuu + jitter I").T
+    Luinv = _tri_inv(prior.Lu, "Kuu + jitter I")
     Linv = post.Linv if post.Linv is not None else _tri_inv(post.L, "B")
-    C = Luinv_T @ (Linv.T @ Linv)  # Lu^-T B^-1
-    r = Luinv_T @ (A @ b)
+    Ct = (Linv.T @ Linv) @ Luinv  # (Lu^-T B^-1)^T
+    r = (A @ b) @ Luinv  # (Lu^-T A b)^T
     G_fu = np.empty((n, m))
     G_uu = np.zeros((m, m))
     for c in column_blocks(n):
-        P = Luinv_T @ A[:, c]
-        Gt = np.outer(r, b[c]) - (C @ A[:, c]) * tau[c] - 2.0 * P * eps[c]
-        G_fu[c] = Gt.T
-        G_uu -= 0.5 * (P @ Gt.T)
+        At = A[:, c].T  # a Fortran-order view: the GEMMs read it in place
+        Pt = At @ Luinv  # rows of (Kuu^-1 Kuf)^T
+        G = np.outer(b[c], r)
+        G -= (At @ Ct) * tau[c, None]
+        G -= Pt * (2.0 * eps[c, None])
+        G_fu[c] = G
+        G_uu -= 0.5 * (Pt.T @ G)
     return G_fu, 0.5 * (G_uu + G_uu.T)
 
 
