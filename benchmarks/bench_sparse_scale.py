@@ -8,8 +8,8 @@ Two parts, one JSON (``--json``) and a printed table:
   inducing inputs) for sparse EP and for QP (``method="qp"``, the shipped sigma* table), the two
   interleaved ``--repeats`` times in one process. Fit time (wall, best of; CPU time beside it,
   as the machine is shared), test error, NTLL, exact sigma* fallbacks (QP), L-BFGS evaluations.
-* ``synthetic`` -- :func:`experiments.datasets.synthetic_classification` (10 features, 5% label
-  noise; test set: 10,000 points of another seed) at ``--sizes`` (default 1e4, 3e4, 1e5), each
+* ``synthetic`` -- :func:`experiments.datasets.synthetic_classification` (10 features, probit
+  label noise, 8.8% Bayes error; test set: 10,000 points of another seed) at ``--sizes`` (default 1e4, 3e4, 1e5), each
   fit in a fresh child process that reports its own peak RSS
   (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, also before the fit: data + imports), fit
   time, error and NTLL; the RSS growth per point between sizes shows whether memory is linear

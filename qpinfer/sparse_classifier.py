@@ -41,12 +41,14 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
       change of the site parameters; warm-started, that is one to three sweeps per evaluation
       instead of ~20 at 1e-6), and at the best values found they are then converged to ``tol``;
       the gradient's fixed-point assumption holds to that tolerance, which L-BFGS tolerates;
-    * the search stops when the energy has improved by at most ``optimizer_rtol`` (default 1e-3)
-      of its size over the last 10 L-BFGS iterations. On ``magic`` the test error and NTLL are
-      flat after ~30 evaluations while eq. (110) keeps creeping up (the inducing inputs are
-      1000 parameters): the old rule (only ``ftol`` = 1e-9 and ``max_optimizer_iter``) ran
-      ~500 evaluations for the same 12.5-14% error. ``optimizer_rtol=None, search_tol=None``
-      restore it.
+    * the search stops when the energy has improved by at most ``optimizer_rtol`` (default 3e-3)
+      of its size over the last 10 L-BFGS iterations. Measured on ``magic`` and on the
+      synthetic problem of the benchmark (N = 1e4): the test error and NTLL are flat (NTLL
+      even rises) after 30-60 evaluations while eq. (110) keeps creeping up, the kernel
+      variance and the 1000 inducing-input coordinates overfitting; the old rule (only
+      ``ftol`` = 1e-9 and ``max_optimizer_iter``) ran ~500 evaluations on ``magic`` for 12.4%
+      test error, 3e-3 stops after ~70 at 12.8% and 1e-3 after ~120 at 12.5%.
+      ``optimizer_rtol=None, search_tol=None`` restore the old search.
 
     QP with pseudo-points (``method="qp"``): the alpha = 1 moment projection of every site is
     replaced by the L2-Wasserstein projection of paper 000 eq. (7). A site is a factor of ``u``
@@ -78,7 +80,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         As :class:`qpinfer.GPClassifier`.
     inducing_points, optimize_inducing, max_optimizer_iter, jitter, random_state :
         As :class:`SparseGPRegressor`.
-    optimizer_rtol : float or None, default 1e-3
+    optimizer_rtol : float or None, default 3e-3
         The energy-stall stopping rule of the L-BFGS search (above); ``None``: off.
     search_tol : float or None, default 1e-3
         Site tolerance during the search (``max(tol, search_tol)``); ``None``: ``tol``
@@ -106,7 +108,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         optimizer: str | None = "lbfgs",
         optimize_inducing: bool = True,
         max_optimizer_iter: int = 1000,
-        optimizer_rtol: float | None = 1e-3,
+        optimizer_rtol: float | None = 3e-3,
         search_tol: float | None = 1e-3,
         schedule: str = "parallel",
         max_iter: int = 1000,

@@ -114,7 +114,7 @@ def test_gradient_is_the_same_for_any_column_blocking(ionosphere, monkeypatch):
 
 
 def test_fast_search_ends_at_sites_converged_to_tol_and_matches_the_full_search(ionosphere):
-    """Defaults (search_tol=1e-3, optimizer_rtol=1e-3) against the exhaustive search
+    """Defaults (search_tol=1e-3, optimizer_rtol=3e-3) against the exhaustive search
     (``None, None``: sites to ``tol`` at every evaluation, L-BFGS to ftol 1e-9): fewer
     evaluations, at least 90% of its energy gain over the initial values, the same test accuracy
     to 3 points; and the
@@ -158,22 +158,23 @@ def test_bad_search_settings_are_value_errors(ionosphere, name, value):
         SparseGPClassifier(5, **{name: value}).fit(X, y)
 
 
-def test_synthetic_classification_is_seeded_and_shares_its_decision_function():
+def test_synthetic_classification_is_seeded_and_shares_its_latent_function():
     from experiments.datasets import synthetic_classification
 
-    X, y = synthetic_classification(2000, seed=3)
-    X2, y2 = synthetic_classification(2000, seed=3)
+    X, y = synthetic_classification(4000, seed=3)
+    X2, y2 = synthetic_classification(4000, seed=3)
     np.testing.assert_array_equal(X, X2)
     np.testing.assert_array_equal(y, y2)
-    assert X.shape == (2000, 10) and set(np.unique(y)) == {-1.0, 1.0}
-    clean, yc = synthetic_classification(2000, seed=3, label_noise=0.0)
+    assert X.shape == (4000, 10) and set(np.unique(y)) == {-1.0, 1.0}
+    clean, yc = synthetic_classification(4000, seed=3, noise_std=0.0)
     np.testing.assert_array_equal(clean, X)
-    flipped = np.mean(yc != y)
-    assert 0.03 < flipped < 0.07  # 5% label noise (binomial, n = 2000)
+    assert 0.07 < np.mean(yc != y) < 0.11  # probit label noise: 8.8% of labels over 1e5 points
+    other, _ = synthetic_classification(4000, seed=4)
+    assert not np.array_equal(other, X)
     for name, kwargs in [
         ("n", {"n": 0}),
         ("n_features", {"n": 10, "n_features": 0}),
-        ("label_noise", {"n": 10, "label_noise": 0.5}),
+        ("noise_std", {"n": 10, "noise_std": -0.1}),
     ]:
         with pytest.raises(ValueError, match=name):
             synthetic_classification(**kwargs)
