@@ -52,6 +52,7 @@ __all__ = [
     "low_rank_posterior",
     "predict_latent_low_rank",
     "pseudo_point_prior",
+    "site_sums",
     "sparse_regression_energy",
 ]
 
