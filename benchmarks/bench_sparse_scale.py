@@ -6,14 +6,17 @@ Two parts, one JSON (``--json``) and a printed table:
   2,000 test points, 10 standardised features), ``SparseGPClassifier(n_inducing=100,
   alpha=1.0)`` as a new user calls it (defaults otherwise: L-BFGS over the kernel and the
   inducing inputs) for sparse EP and for QP (``method="qp"``, the shipped sigma* table), the two
-  interleaved ``--repeats`` times in one process. Fit time (wall, best of; CPU time beside it,
+  interleaved ``--repeats`` times in one process (repeat ``r``: ``random_state=r`` for both, so
+  EP and QP start from the same k-means inducing inputs and their times compare). Fit time (wall, best of; CPU time beside it,
   as the machine is shared), test error, NTLL, exact sigma* fallbacks (QP), L-BFGS evaluations.
 * ``synthetic`` -- :func:`experiments.datasets.synthetic_classification` (10 features, probit
   label noise, 8.8% Bayes error; test set: 10,000 points of another seed) at ``--sizes`` (default 1e4, 3e4, 1e5), each
   fit in a fresh child process that reports its own peak RSS
-  (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, also before the fit: data + imports), fit
-  time, error and NTLL; the RSS growth per point between sizes shows whether memory is linear
-  in N.
+  (``resource.getrusage(RUSAGE_SELF).ru_maxrss``; Linux carries a parent's peak across
+  ``fork``/``exec`` into it, so ``VmHWM`` of ``/proc/self/status`` -- the peak of the child's own
+  address space -- is reported beside it, and its RSS before the fit: imports + data), fit
+  time, error and NTLL; the peak's growth per point between sizes shows whether memory is
+  linear in N.
 
     python benchmarks/bench_sparse_scale.py [--part all|magic|synthetic] [--repeats 2]
         [--sizes 10000 30000 100000] [--json bench_sparse_scale.json]
@@ -78,7 +81,7 @@ def run_magic(repeats: int, seed: int) -> dict:
     runs: dict[str, list[dict]] = {"pep": [], "qp": []}
     for r in range(repeats):
         for method in ("pep", "qp"):  # interleaved: same load for both
-            res = fit_once(method, Xtr, ytr, Xte, yte)
+            res = fit_once(method, Xtr, ytr, Xte, yte, random_state=r)
             if method == "qp":  # the shipped table object is shared: count this fit's fallbacks
                 prev = runs["qp"][-1]["table_fallbacks_total"] if runs["qp"] else 0
                 res["exact_fallbacks"] = res["table_fallbacks_total"] - (prev or 0)
@@ -97,18 +100,33 @@ def run_magic(repeats: int, seed: int) -> dict:
         }
     summary["qp_over_pep_fit_time"] = summary["qp"]["fit_s_best"] / summary["pep"]["fit_s_best"]
     summary["qp_over_pep_cpu_time"] = summary["qp"]["cpu_s_best"] / summary["pep"]["cpu_s_best"]
+    summary["qp_over_pep_per_repeat"] = [  # paired: same inducing-input start
+        q["fit_s"] / p["fit_s"] for p, q in zip(runs["pep"], runs["qp"], strict=True)
+    ]
     return {"n_train": int(ytr.size), "n_test": int(yte.size), "runs": runs, "summary": summary}
+
+
+def _proc_status_mb(field: str) -> float | None:
+    """``VmHWM`` / ``VmRSS`` of this process in MB (Linux), else ``None``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
 
 
 def child(n: int, method: str, seed: int) -> None:
     """One synthetic fit in this (fresh) process; prints one JSON line."""
     Xtr, ytr = synthetic_classification(n, seed=seed)
     Xte, yte = synthetic_classification(SYNTH_TEST, seed=seed + 1000)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    rss_before = _proc_status_mb("VmRSS")
     res = fit_once(method, Xtr, ytr, Xte, yte, random_state=seed)
     res.update(
         n=n,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        vmhwm_mb=_proc_status_mb("VmHWM"),
         rss_before_fit_mb=rss_before,
     )
     print(json.dumps(res))
@@ -129,7 +147,8 @@ def run_synthetic(sizes: list[int], methods: list[str], seed: int) -> dict:
     for method in methods:
         rs = [r for r in rows if r["method"] == method]
         for a, b in zip(rs, rs[1:], strict=False):
-            per_point = (b["peak_rss_mb"] - a["peak_rss_mb"]) / (b["n"] - a["n"]) * 1024.0
+            key = "vmhwm_mb" if a.get("vmhwm_mb") is not None else "peak_rss_mb"
+            per_point = (b[key] - a[key]) / (b["n"] - a["n"]) * 1024.0
             growth[f"{method} {a['n']}->{b['n']}"] = round(per_point, 3)  # KB per training point
     return {"rows": rows, "peak_rss_growth_kb_per_point": growth}
 
@@ -155,22 +174,24 @@ def print_tables(out: dict) -> None:
             )
         print(
             f"QP / EP fit time: {s['qp_over_pep_fit_time']:.3f} (wall), "
-            f"{s['qp_over_pep_cpu_time']:.3f} (CPU)"
+            f"{s['qp_over_pep_cpu_time']:.3f} (CPU); per repeat (wall): "
+            + "/".join(f"{x:.3f}" for x in s["qp_over_pep_per_repeat"])
         )
     if "synthetic" in out:
         print(f"\nsynthetic (10 features, M={M}, test {SYNTH_TEST})")
         print(
-            f"{'N':>7} {'method':6} {'fit s':>7} {'cpu s':>7} {'peak MB':>8} {'pre-fit MB':>10} "
+            f"{'N':>7} {'method':6} {'fit s':>7} {'cpu s':>7} {'maxrss':>7} {'VmHWM':>7} {'pre-fit':>7} "
             f"{'error':>6} {'NTLL':>6} {'evals':>5}"
         )
         for r in out["synthetic"]["rows"]:
             print(
                 f"{r['n']:7d} {r['method']:6} {r['fit_s']:7.1f} {r['cpu_s']:7.1f} "
-                f"{r['peak_rss_mb']:8.0f} {r['rss_before_fit_mb']:10.0f} {r['error']:6.3f} "
+                f"{r['peak_rss_mb']:7.0f} {r.get('vmhwm_mb') or float('nan'):7.0f} "
+                f"{r['rss_before_fit_mb'] or float('nan'):7.0f} {r['error']:6.3f} "
                 f"{r['ntll']:6.3f} {r['lbfgs_evaluations']:5d}"
             )
         print(
-            "peak RSS growth (KB per training point):",
+            "peak (VmHWM) growth, KB per training point:",
             out["synthetic"]["peak_rss_growth_kb_per_point"],
         )
 
