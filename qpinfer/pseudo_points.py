@@ -107,15 +107,21 @@ def pseudo_point_prior(
 
 
 def _se_cross_contract(
-    kernel: ARDSquaredExponential, X: np.ndarray, Z: np.ndarray, W: np.ndarray, K: np.ndarray
+    kernel: ARDSquaredExponential,
+    X: np.ndarray,
+    Z: np.ndarray,
+    W: np.ndarray,
+    K: np.ndarray,
+    overwrite_W: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``sum_ab W_ab dK(X, Z)_ab`` with respect to the log hyperparameters and to ``Z``.
 
     ``dk/dlog(variance) = k``, ``dk/dlog(l_d) = k (x_d - z_d)^2 / l_d^2``,
-    ``dk/dz_d = k (x_d - z_d) / l_d^2``; with ``P = W * K``: O(N M D).
+    ``dk/dz_d = k (x_d - z_d) / l_d^2``; with ``P = W * K`` (formed in ``W`` if
+    ``overwrite_W``: no second N x M array): O(N M D).
     """
     ls = kernel.length_scale
-    P = W * K
+    P = np.multiply(W, K, out=W) if overwrite_W else W * K
     rs = P.sum(axis=1)
     cs = P.sum(axis=0)
     Xs = X / ls
@@ -137,8 +143,9 @@ def _contract_prior_gradient(
     G_uu: np.ndarray,
     g_kdiag: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``dF = sum G_fu * dKfu + sum G_uu * dKuu + g_kdiag . d diag(Kff)`` in (theta, Z)."""
-    g1, gz1 = _se_cross_contract(kernel, X, Z, G_fu, prior.Kuf.T)
+    """``dF = sum G_fu * dKfu + sum G_uu * dKuu + g_kdiag . d diag(Kff)`` in (theta, Z);
+    ``G_fu`` (N x M, a temporary of the callers) is overwritten."""
+    g1, gz1 = _se_cross_contract(kernel, X, Z, G_fu, prior.Kuf.T, overwrite_W=True)
     g2, gz2 = _se_cross_contract(kernel, Z, Z, G_uu, prior.Kuu)  # G_uu symmetric: Z twice
     g_theta = g1 + g2
     # jitter * variance and diag(Kff) = variance both scale with the variance

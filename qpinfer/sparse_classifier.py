@@ -181,8 +181,9 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
                     return np.inf, np.zeros_like(p)
                 state["init"] = (res.tau, res.nu)
                 best = state["best"]
-                if best is None or value > best[3].log_marginal_likelihood:
-                    state["best"] = (kern, Zp.copy(), prior, res)
+                if best is None or value > best[2].log_marginal_likelihood:
+                    # no prior kept: its two M x N arrays are recomputed once at the end
+                    state["best"] = (kern, Zp.copy(), res)
                 return -value, -grad
 
             p0 = np.concatenate([kernel.theta] + ([Z.ravel()] if opt_Z else []))
@@ -193,7 +194,8 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
                 self._lbfgs(objective, p0, bounds, self.optimizer_rtol)
             if state["best"] is None:
                 raise ValueError("sparse Power EP failed at every hyperparameter value tried")
-            kernel, Z, prior, result = state["best"]
+            kernel, Z, result = state["best"]
+            prior = pseudo_point_prior(kernel, X, Z, self.jitter)
             n_evals = state["n"]
             if loose > tol and final is projection:  # the search's sites, converged to tol
                 with warnings.catch_warnings():
