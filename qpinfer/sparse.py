@@ -26,6 +26,7 @@ from qpinfer.pseudo_points import (  # noqa: F401 (re-exported)
     kmeans_inducing_points,
     low_rank_posterior,
     pseudo_point_prior,
+    site_sums,
     sparse_regression_energy,
 )
 from qpinfer.sparse_classifier import SparseGPClassifier
@@ -46,6 +47,7 @@ __all__ = [
     "kmeans_inducing_points",
     "low_rank_posterior",
     "run_sparse_pep",
+    "site_sums",
     "sparse_pep_gradient",
     "sparse_regression_energy",
 ]

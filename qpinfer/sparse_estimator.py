@@ -15,6 +15,8 @@ from qpinfer.pseudo_points import _check_kernel, kmeans_inducing_points
 __all__ = ["DEFAULT_N_INDUCING", "SparseEstimatorBase"]
 
 LBFGS_FTOL = 1e-9  # paper 000 Sec. 6 (as GPClassifier)
+#: the energy-stall stopping rule (:meth:`SparseEstimatorBase._lbfgs`): the window, in iterations
+STALL_WINDOW = 10
 #: pseudo-points used by default (``n_inducing=None``): ``min(DEFAULT_N_INDUCING, n_samples)``
 DEFAULT_N_INDUCING = 50
 
@@ -37,11 +39,37 @@ class SparseEstimatorBase(ParamsMixin):
         for name in self._PARAM_NAMES:
             setattr(self, name, args[name])
 
-    def _lbfgs(self, objective: Any, p0: np.ndarray, bounds: list) -> Any:
+    def _lbfgs(
+        self, objective: Any, p0: np.ndarray, bounds: list, stall_rtol: float | None = None
+    ) -> Any:
         """L-BFGS-B on ``objective`` (value and gradient) from ``p0``: at most
-        ``max_optimizer_iter`` iterations, relative function tolerance 1e-9 (paper 000 Sec. 6)."""
+        ``max_optimizer_iter`` iterations, relative function tolerance 1e-9 (paper 000 Sec. 6).
+
+        ``stall_rtol`` (``None``: off) adds the energy-stall rule: stop once the objective has
+        decreased by at most ``stall_rtol * max(|f|, 1)`` over the last :data:`STALL_WINDOW`
+        iterations. A window, not L-BFGS-B's one-iteration ``ftol``, so one short step does not
+        end the search; relative to ``|f|`` (which grows like N), so it is a per-point rule."""
         options = {"maxiter": int(self.max_optimizer_iter), "ftol": LBFGS_FTOL}
-        return minimize(objective, p0, jac=True, method="L-BFGS-B", bounds=bounds, options=options)
+        callback = None
+        if stall_rtol is not None:
+            history: list[float] = []
+
+            def callback(intermediate_result: Any) -> None:
+                history.append(float(intermediate_result.fun))
+                if len(history) > STALL_WINDOW:
+                    old, new = history[-1 - STALL_WINDOW], history[-1]
+                    if old - new <= stall_rtol * max(abs(new), 1.0):
+                        raise StopIteration
+
+        return minimize(
+            objective,
+            p0,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options=options,
+            callback=callback,
+        )
 
     def _n_inducing_for(self, n_samples: int) -> int:
         """The number of pseudo-points M for ``n_samples`` training rows, resolved at fit time:

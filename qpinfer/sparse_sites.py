@@ -171,8 +171,11 @@ class SparsePEPResult(SiteResult):
 
 class LowRankSiteRepresentation:
     """The pseudo-point posterior (eqs. (119)-(120)) as the site loop's representation:
-    ``refresh`` is :func:`~qpinfer.pseudo_points.low_rank_posterior`; a sequential sweep keeps
-    ``B^-1`` and ``mean_v`` and updates them by rank one per site, O(M^2)."""
+    ``refresh`` is :func:`~qpinfer.pseudo_points.low_rank_posterior`, a function of ``(A, tau,
+    nu)`` only -- site sums (:func:`~qpinfer.pseudo_points.site_sums`, a reduce over any
+    partition of the sites), an M x M Cholesky, then per-site marginals (a map) -- so a
+    distributed sweep can mirror it partition by partition; a sequential sweep keeps ``B^-1``
+    and ``mean_v`` and updates them by rank one per site, O(M^2)."""
 
     def __init__(self, A: np.ndarray) -> None:
         self.A = A
