@@ -175,16 +175,15 @@ def _coal20(outlier):
     return X, y
 
 
-def test_gp_poisson_regressor_fits_one_count_of_1e6_among_20_in_seconds():
+def test_gp_poisson_regressor_fits_one_count_of_1e6_among_20():
     """The issue's case, on real counts: the coal-mining disasters of 1851-1870 with 1870's
     replaced by 1e6, fitted with the defaults (QP, exact sigma*, hyperparameters by L-BFGS-B).
-    ~3.5 s on one core here; more than a minute before."""
+    (~3.5 s on one core here, more than a minute before: speed is the benchmarks' business, this
+    test checks the fit is finite.)"""
     X, y = _coal20(1e6)
-    t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no installed sigma* table ...: computing exactly"
         reg = qpinfer.GPPoissonRegressor().fit(X, y)
-    assert time.perf_counter() - t0 < 30.0
     assert np.isfinite(reg.log_marginal_likelihood_)
     mean, var = reg.predict_latent(X)
     assert np.all(np.isfinite(mean)) and np.all(var > 0)
