@@ -6,7 +6,8 @@ prior on f. The likelihood is not log-concave: sites may have negative precision
 damping 0.5 by default) and a run that does not converge warns with
 :class:`~qpinfer.ep.ConvergenceWarning` and returns the sites with the smallest change seen.
 
-Methods: ``"ep"`` (eq. (5)) and ``"qp"`` (eq. (7), sigma* by the exact kernel). The kernel
+Methods: ``"ep"`` (eq. (5)) and ``"qp"`` (eq. (7); sigma* from the v2 table of its nu shipped
+inside qpinfer, which serves every scale -- :mod:`qpinfer.tables_student_t` -- else exact). The kernel
 hyperparameters are fitted by maximising the evidence (eq. (4)) as for the other estimators;
 ``nu`` and ``scale`` are fixed constructor arguments in this version. Laplace and VB are not
 offered: their implementations (:mod:`qpinfer.laplace`, :mod:`qpinfer.vb`) are specific to the
@@ -43,6 +44,11 @@ class GPStudentTRegressor(GPEstimatorBase):
     Parameters
     ----------
     method : {"qp", "ep"}
+    table : None, "exact", path or table object
+        Where QP gets sigma* from. ``None``: an installed table, else the v2 table shipped for
+        ``nu`` (nu = 4; any scale), else exact computation (warned once); ``"exact"``: always
+        exact. A scale-1 Student-t table of the same nu serves every scale. Points outside a
+        table are computed exactly (counted in its ``fallback_count``).
     nu, scale : float
         Degrees of freedom and scale of the noise (> 0; fixed).
     kernel, variance, length_scale, ard, optimizer, optimizer_maxiter :
@@ -69,8 +75,10 @@ class GPStudentTRegressor(GPEstimatorBase):
         max_iter: int = 1000,
         tol: float = 1e-6,
         damping: float | None = None,
+        table: Any = None,
     ) -> None:
         self.method = method
+        self.table = table
         self.nu = nu
         self.scale = scale
         self.kernel = kernel
@@ -94,10 +102,12 @@ class GPStudentTRegressor(GPEstimatorBase):
             input_tags=InputTags(),
         )
 
-    @property
-    def table(self) -> str:
-        """QP computes sigma* exactly (no shipped Student-t table yet)."""
-        return "exact"
+    def _resolve_table(self, likelihood: Any) -> Any:
+        """The base rule (:meth:`GPEstimatorBase._resolve_table`), with a scale-1 Student-t
+        table of the same nu serving this scale (:func:`qpinfer.tables_student_t.for_likelihood`)."""
+        from qpinfer.tables_student_t import for_likelihood
+
+        return for_likelihood(super()._resolve_table(likelihood), likelihood)
 
     def fit(self, X: Any, y: Any) -> GPStudentTRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel

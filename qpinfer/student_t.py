@@ -101,8 +101,19 @@ def parse_name(name: Any) -> tuple[float, float] | None:
 def _log_ratio(m_t, m_g, d, sigma, nu):
     """log q(m + d) - log q(m), log q(f) = -(nu+1)/2 log(1 + f^2/nu) - (f - mu)^2/(2 sigma^2),
     for m given as m_t = m (from the t factor's centre) and m_g = m - mu (from the cavity's):
-    no cancellation for any m (both terms are formed from d)."""
-    t_part = -0.5 * (nu + 1.0) * np.log1p(d * (2.0 * m_t + d) / (nu + m_t * m_t))
+    no cancellation for any m (both terms are formed from d). Where m + d nears the t factor's
+    centre from a far mode (x -> -1: x rounds to -1 once |m| > ~1e8), the log of the ratio of
+    ``nu + f^2`` is taken directly (those nodes hold e^-(huge) of the mass; log1p(-1) = -inf
+    there made the moments NaN for d / s > ~2e4 with s > ~4e4)."""
+    x = d * (2.0 * m_t + d) / (nu + m_t * m_t)
+    far = x < -0.999
+    if np.any(far):
+        f = m_t + d
+        with np.errstate(divide="ignore"):
+            direct = np.log((nu + f * f) / (nu + m_t * m_t))
+        t_part = -0.5 * (nu + 1.0) * np.where(far, direct, np.log1p(np.maximum(x, -0.999)))
+    else:
+        t_part = -0.5 * (nu + 1.0) * np.log1p(x)
     return t_part - d * (d + 2.0 * m_g) / (2.0 * sigma * sigma)
 
 
@@ -387,7 +398,10 @@ class StudentT(Likelihood):
         return mask, values
 
     def _rescale(self, mu, sigma, y):
-        """Every cavity is computed in units of the scale (y = 0 after :meth:`canonical`)."""
+        """Every cavity is computed in units of the scale (y = 0 after :meth:`canonical`); none
+        to do at scale 1 (the v2 table's lookups then need no second EP moment computation)."""
+        if self.scale == 1.0:
+            return None
         return np.ones(mu.shape, dtype=bool), mu / self.scale, sigma / self.scale, self.scale
 
     # The kernel's coordinate is x = f - a, a = _anchor(mu, sigma): the cavity mean where the

@@ -1,0 +1,168 @@
+"""The shipped Student-t v2 table (issue #15; boxes: qpinfer.reduced_student_t): one table per nu
+(nu = 4 ships), built for scale 1 and serving every scale; lookups within 1e-12 of the exact
+kernel over the claimed domain without fallbacks, the gap (s > 100 with z < 25) answered by the
+kernel and counted, bimodal cavities against mpmath, the regressor's default use. (The
+bit-for-bit tile rebuild is tests/test_shipped_tables.py, parametrized over SHIPPED.)"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+import qpinfer
+from qpinfer.robust_regression import GPStudentTRegressor
+from qpinfer.shipped import open_shipped, shipped_path
+from qpinfer.student_t import StudentT, stationary_points
+from qpinfer.tables import TableError
+from qpinfer.tables_student_t import ScaledTable, for_likelihood
+from qpinfer.tables_v2 import open_reduced
+
+BASE = "student_t(nu=4.0, scale=1.0)"
+
+
+def _cavities(n, seed, scale):
+    """Random cavities over the claimed domain for ``scale``: s = sigma/scale log-uniform on
+    [1e-4, 1e2] with z = d / sqrt(1 + s^2) uniform on [0, 30] (the bimodal transition at z ~ 4..10
+    for s >= 3), or s log-uniform on [1e-4, 1e10] with d log-uniform on [1e-3, 1e15] (z >= 25:
+    the far box, or closed form)."""
+    rng = np.random.default_rng(seed)
+    s = 10.0 ** rng.uniform(-4, 2, n)
+    d = rng.uniform(0, 30, n) * np.hypot(1.0, s)
+    far = rng.random(n) < 0.3
+    s_far = 10.0 ** rng.uniform(-4, 10, n)
+    d_far = np.maximum(10.0 ** rng.uniform(-3, 15, n), 25.0 * np.hypot(1.0, s_far))
+    s, d = np.where(far, s_far, s), np.where(far, d_far, d)
+    y = rng.normal(0.0, 10.0, n) * scale
+    sign = rng.choice([-1.0, 1.0], n)
+    return y + sign * d * scale, s * scale, y
+
+
+def _err(table, lik, mu, sigma, y):
+    got = table.sigma_qp(mu, sigma, y)
+    exact = qpinfer.sigma_qp(lik, mu, sigma, y)
+    return np.max(np.abs(got / exact - 1.0))
+
+
+def test_store_records_its_verification_and_opens_with_open_table():
+    table = qpinfer.open_table(shipped_path(BASE))
+    assert type(table).__name__ == "ReducedTable" and table.likelihood == BASE
+    ver = table.attrs["verification"]
+    assert ver["passed"] and ver["mpmath_points"] >= 24 and ver["kernel_points"] >= 20_000
+    assert ver["mpmath_max_rel_err"] <= 1e-12 and ver["kernel_max_rel_err"] <= 1e-12
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.037, 250.0])
+def test_lookups_match_the_kernel_over_the_claimed_domain_at_any_scale(scale):
+    """~2e4 cavities per scale, bimodal ones included; zero fallbacks."""
+    lik = StudentT(4.0, scale)
+    table = open_shipped(lik.name)
+    assert table.likelihood == lik.name
+    assert isinstance(table, ScaledTable) == (scale != 1.0)
+    mu, sigma, y = _cavities(7_000, seed=int(scale * 1000) % 97, scale=scale)
+    d, s = np.abs(mu - y) / scale, sigma / scale
+    assert stationary_points(d, s, 4.0)[3].sum() >= 500  # bimodal tilts
+    assert _err(table, lik, mu, sigma, y) <= 1e-12
+    # as QP's projection calls it: EP's moments given, the ratio returned
+    mean, std = qpinfer.tilted_moments(lik, mu, sigma, y)
+    ratio = table.sigma_ratio(mu, sigma, y, moments=(mean, std))
+    exact = qpinfer.sigma_qp(lik, mu, sigma, y) / std
+    assert np.max(np.abs(ratio / exact - 1.0)) <= 1e-12
+    assert table.fallback_count == 0
+
+
+def test_ratio_is_even_in_d_and_the_same_at_every_scale():
+    table = open_reduced(shipped_path(BASE))
+    d = np.array([0.3, 2.0, 7.5, 40.0, 1e4])
+    s = np.array([0.05, 1.0, 30.0, 3.0, 80.0])
+    q1 = table.sigma_qp(d, s, 0.0)
+    assert np.array_equal(table.sigma_qp(-d, s, 0.0), q1)  # the fold is exact
+    for scale, y in ((0.5, 3.0), (8.0, -1.0)):  # powers of 2: the reduced cavities are exact
+        scaled = open_shipped(StudentT(4.0, scale).name)
+        got = scaled.sigma_qp(y + d * scale, s * scale, y)
+        np.testing.assert_allclose(got, q1 * scale, rtol=2e-16)
+
+
+def test_the_gap_is_answered_by_the_kernel_and_counted():
+    """Wide cavities (s > 100 scales) near the observation (z < 25): the exact kernel."""
+    table = open_shipped(StudentT(4.0, 0.5).name)
+    mu, sigma, y = np.array([1.0, 3e3, -2e4]), np.array([60.0, 500.0, 1e3]), np.array([0.0, 1, 2])
+    got = table.sigma_qp(mu, sigma, y)
+    np.testing.assert_allclose(got, qpinfer.sigma_qp(table.likelihood, mu, sigma, y), rtol=2e-15)
+    assert table.fallback_count == 3
+    assert table.contains([1.0, 1.0], [60.0, 40.0], 0.0).tolist() == [False, True]
+    assert table.fallback_count == 3  # contains() only asks
+    with pytest.raises(ValueError, match=r"^sigma must be <= 1e\+10 \* scale .*scale=0\.5"):
+        table.sigma_qp(0.0, 6e9, 1.0)
+    for args in ((np.nan, 1.0, 0.0), (0.0, -1.0, 0.0), (0.0, 1.0, np.inf)):
+        with pytest.raises(ValueError):
+            table.sigma_qp(*args)
+
+
+def test_bimodal_lookups_match_mpmath():
+    """Cavities across the bimodal transition (three stationary points) against the
+    independent mpmath reference (the build's stratified sample is in the store's
+    verification; these are chosen bimodal)."""
+    from qptables.student_t_reference import student_t_reference
+
+    table = open_reduced(shipped_path(BASE))
+    d = np.array([5.1, 60.0, 650.0])
+    s = np.array([1.3, 9.0, 95.0])
+    assert stationary_points(d, s, 4.0)[3].all()
+    got = table.sigma_qp(d, s, 0.0)
+    for i in range(d.size):
+        ref = float(student_t_reference(4.0, 1.0, d[i], s[i], 0.0, dps=25).sigma_qp)
+        assert abs(got[i] / ref - 1.0) <= 1e-12, (d[i], s[i])
+
+
+def test_regressor_uses_the_shipped_table_and_matches_exact_qp(monkeypatch, tmp_path):
+    monkeypatch.setenv("QPINFER_TABLES", str(tmp_path / "no-tables"))
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (30, 1))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(30)
+    y[::6] += 4.0  # outliers: bimodal tilts, negative sites
+    kw = {"nu": 4, "scale": 0.3, "variance": 1.0, "length_scale": 1.0, "optimizer": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "no table" warning
+        tab = GPStudentTRegressor("qp", **kw).fit(X, y)
+    exact = GPStudentTRegressor("qp", table="exact", **kw).fit(X, y)
+    assert isinstance(tab.table_, ScaledTable) and tab.table_.fallback_count == 0
+    assert (tab.result_.tau < 0).any()
+    assert abs(tab.log_marginal_likelihood_ - exact.log_marginal_likelihood_) <= 1e-9
+    np.testing.assert_allclose(tab.predict(X), exact.predict(X), rtol=1e-9, atol=1e-12)
+    # an explicitly passed scale-1 table serves this scale too
+    given = GPStudentTRegressor("qp", table=shipped_path(BASE), **kw).fit(X, y)
+    assert isinstance(given.table_, ScaledTable)
+    assert given.log_marginal_likelihood_ == tab.log_marginal_likelihood_
+
+
+def test_a_table_of_another_nu_is_refused_by_the_projection():
+    table = open_reduced(shipped_path(BASE))
+    assert for_likelihood(table, StudentT(3.0, 2.0)) is table  # not adapted
+    with pytest.raises(ValueError, match="table is for likelihood"):
+        qpinfer.QuantileMatching(StudentT(3.0, 2.0), for_likelihood(table, StudentT(3.0, 2.0)))
+    with pytest.raises(ValueError, match="^base must be a Student-t table for scale 1.0"):
+        ScaledTable(open_shipped("probit"), 2.0)
+
+
+def test_a_flipped_byte_in_the_shipped_store_is_refused(tmp_path):
+    dst = tmp_path / "student_t.zarr"
+    shutil.copytree(shipped_path(BASE), dst)
+    chunk = next(p for p in sorted((dst / "rho_wide").rglob("*")) if p.is_file() and "c" in p.parts)
+    data = bytearray(chunk.read_bytes())
+    data[100] ^= 1
+    chunk.write_bytes(bytes(data))
+    rel = chunk.relative_to(dst).as_posix()
+    with pytest.raises(TableError, match=f"file '{rel}' changed"):
+        qpinfer.open_table(dst)
+
+
+@pytest.mark.slow
+def test_lookups_match_the_kernel_on_a_million_points():
+    """The acceptance sample: 1e6 random cavities over the claimed domain (scale 1)."""
+    table = open_reduced(shipped_path(BASE))
+    mu, sigma, y = _cavities(1_000_000, seed=21, scale=1.0)
+    assert _err(table, BASE, mu, sigma, y) <= 1e-12
+    assert table.fallback_count == 0
