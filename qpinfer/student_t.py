@@ -388,13 +388,19 @@ class StudentT(Likelihood):
         """Shift and mirror: sigma*(mu, sigma, y) = sigma*(|mu - y|, sigma, 0)."""
         return np.abs(mu - y), np.zeros_like(y)
 
-    def _sigma_closed_form(self, mu, sigma, y):
-        """The Gaussian regime r = sigma' sqrt((nu+1)/(nu+mu'^2)) < GAUSSIAN_R: sigma* = EP std."""
+    _closed_form_takes_moments = True  # the v2 table passes the EP moments it has already
+
+    def _sigma_closed_form(self, mu, sigma, y, moments=None):
+        """The Gaussian regime r = sigma' sqrt((nu+1)/(nu+mu'^2)) < GAUSSIAN_R: sigma* = EP std
+        (``moments``: EP's ``(mean, std)`` at these cavities if the caller has them)."""
         d, s, _ = self.reduced(mu, sigma, y)
         mask = s * np.sqrt(self.nu + 1.0) < GAUSSIAN_R * np.sqrt(self.nu + d * d)
         values = np.zeros_like(d)
         if mask.any():
-            values[mask] = self.scale * canonical_moments(d[mask], s[mask], self.nu)[2]
+            if moments is not None:
+                values[mask] = np.broadcast_to(moments[1], d.shape)[mask]
+            else:
+                values[mask] = self.scale * canonical_moments(d[mask], s[mask], self.nu)[2]
         return mask, values
 
     def _rescale(self, mu, sigma, y):
