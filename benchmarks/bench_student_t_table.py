@@ -28,7 +28,7 @@ def cavities(n, seed, scale):
     d = rng.uniform(0, 30, n) * np.hypot(1.0, s)
     far = rng.random(n) < 0.3
     s_far = 10.0 ** rng.uniform(-4, 10, n)
-    d_far = np.maximum(10.0 ** rng.uniform(-3, 15, n), 25.0 * np.hypot(1.0, s_far))
+    d_far = np.maximum(10.0 ** rng.uniform(-3, 15, n), 25.000001 * np.hypot(1.0, s_far))
     s, d = np.where(far, s_far, s), np.where(far, d_far, d)
     y = rng.normal(0.0, 10.0, n) * scale
     return y + rng.choice([-1.0, 1.0], n) * d * scale, s * scale, y

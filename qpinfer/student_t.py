@@ -54,6 +54,7 @@ DEFAULT_NU = 4.0
 MAX_SIGMA_RATIO = 1e10
 #: r = sigma' sqrt((nu + 1) / (nu + mu'^2)) below which the tilt is Gaussian to double precision
 GAUSSIAN_R = 1e-3
+_SERIES_R2 = 1e-16  # r^2 below which the tilt's moments are its Laplace series (canonical_moments)
 _FAR = 1e100  # |mu - y| / s beyond which the tilt is the cavity (sigma / s <= 1e10)
 _EXTRA_LEVEL = 80.0  # nats: a deeper last level set for the polynomial tails of the t factor
 _BISECT = 40
@@ -263,6 +264,22 @@ def canonical_moments(mu, sigma, nu):
     out[0, narrow] = log_c - 0.5 * (nu + 1.0) * np.log1p(mu[narrow] ** 2 / nu)
     far |= narrow
     out[1, far], out[2, far] = mu[far], sigma[far]
+    # r = sigma sqrt((nu+1)/(nu+mu^2)) < 1e-8: the cavity is narrower than ~1e-8 of the t
+    # factor's curvature scale, and the second-order Laplace series of the tilt (l = log t_nu at
+    # mu) is exact to O(r^3) < 1e-24: log Z' = l + sigma^2 (l'' + l'^2)/2, mean = mu + sigma^2 l',
+    # var = sigma^2 (1 + sigma^2 l''). (The panels cannot serve these: past mu ~ 1e12 the mode's
+    # offset from mu is below mu's ulp, which can exceed sigma.)
+    with np.errstate(over="ignore"):
+        series = ~far & (sigma * sigma * (nu + 1.0) < _SERIES_R2 * (nu + mu * mu))
+    if series.any():
+        m, s2 = mu[series], sigma[series] ** 2
+        a = nu + m * m
+        d1 = -(nu + 1.0) * m / a
+        d2 = -(nu + 1.0) * (nu - m * m) / (a * a)
+        out[0, series] = log_c - 0.5 * (nu + 1.0) * np.log1p(m * m / nu) + 0.5 * s2 * (d2 + d1 * d1)
+        out[1, series] = m + s2 * d1
+        out[2, series] = sigma[series] * np.sqrt(1.0 + s2 * d2)
+        far |= series
     need = graded_need(mu, sigma, nu)
     for w in np.unique(need[~far]):
         sel = (need == w) & ~far
