@@ -60,6 +60,7 @@ _EXTRA_LEVEL = 80.0  # nats: a deeper last level set for the polynomial tails of
 _BISECT = 40
 _ROOT_BISECT = 64
 _N_NODES = 20
+_MOMENT_BATCH = 4096  # points per vectorized moment batch
 
 
 def _positive(name: str, value: Any) -> float:
@@ -282,8 +283,10 @@ def canonical_moments(mu, sigma, nu):
         far |= series
     need = graded_need(mu, sigma, nu)
     for w in np.unique(need[~far]):
-        sel = (need == w) & ~far
-        out[:, sel] = _moments_group(mu[sel], sigma[sel], nu, int(w))
+        sel = np.flatnonzero((need == w) & ~far)
+        for i in range(0, sel.size, _MOMENT_BATCH):  # bounded temporaries (~100 KB per point)
+            b = sel[i : i + _MOMENT_BATCH]
+            out[:, b] = _moments_group(mu[b], sigma[b], nu, int(w))
     return out[0], out[1], out[2]
 
 
