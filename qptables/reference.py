@@ -427,17 +427,10 @@ def sigma_qp_reference(likelihood_name: str, mu: float, sigma: float, y: int, dp
     """The QP standard deviation sigma* of paper 000 eq. (7), to about ``dps`` digits.
 
     Step-noise names (``"step_noise(eps=0.2)"``) go to the independent closed-CDF routine of
-    :mod:`qptables.step_noise_reference`, Student-t names (``"student_t(nu=4.0, scale=1.0)"``,
-    y real) to :mod:`qptables.student_t_reference`.
+    :mod:`qptables.step_noise_reference`.
     """
     from qpinfer.step_noise import parse_name
-    from qpinfer.student_t import parse_name as parse_student_t
 
-    student_t = parse_student_t(likelihood_name)
-    if student_t is not None:
-        from qptables.student_t_reference import student_t_reference
-
-        return student_t_reference(*student_t, float(mu), float(sigma), float(y), dps=dps).sigma_qp
     eps = parse_name(likelihood_name)
     if eps is not None:
         from qptables.step_noise_reference import step_noise_sigma_reference
