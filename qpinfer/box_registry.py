@@ -10,11 +10,20 @@ from qpinfer.reduced import Box, ProbitCore, ProbitTail, probit_boxes
 from qpinfer.reduced_boxes import KINDS, poisson_boxes, step_noise_boxes
 from qpinfer.reduced_logit import KINDS as LOGIT_KINDS
 from qpinfer.reduced_logit import logit_boxes, poisson_log_boxes
+from qpinfer.reduced_student_t import KINDS as STUDENT_T_KINDS
+from qpinfer.reduced_student_t import student_t_boxes
 from qpinfer.step_noise import parse_name
+from qpinfer.student_t import parse_name as parse_student_t
 
 __all__ = ["box_from_attrs", "boxes_for"]
 
-_KINDS = {"ProbitCore": ProbitCore, "ProbitTail": ProbitTail, **KINDS, **LOGIT_KINDS}
+_KINDS = {
+    "ProbitCore": ProbitCore,
+    "ProbitTail": ProbitTail,
+    **KINDS,
+    **LOGIT_KINDS,
+    **STUDENT_T_KINDS,
+}
 _LAYOUTS = {
     "probit": probit_boxes,
     "poisson_square": poisson_boxes,
@@ -26,14 +35,23 @@ _LAYOUTS = {
 def boxes_for(likelihood: str) -> tuple[Box, ...]:
     """The default v2 boxes of a likelihood name (``ValueError`` if it has none): probit,
     poisson_square (counts 1..1000), step_noise(eps=...) (one store per eps), logit and
-    poisson_log (no count axis, :mod:`qpinfer.reduced_logit`)."""
+    poisson_log (no count axis, :mod:`qpinfer.reduced_logit`), student_t(nu=..., scale=1.0)
+    (one store per nu, serving every scale: :mod:`qpinfer.reduced_student_t`)."""
     if likelihood.startswith("step_noise"):
         return step_noise_boxes(parse_name(likelihood))
+    student_t = parse_student_t(likelihood)
+    if student_t is not None:
+        if student_t[1] != 1.0:
+            raise ValueError(
+                f"a Student-t v2 table is built for scale 1.0 and serves every scale; got "
+                f"{likelihood!r} (build 'student_t(nu={student_t[0]!r}, scale=1.0)')"
+            )
+        return student_t_boxes()
     if likelihood in _LAYOUTS:
         return _LAYOUTS[likelihood]()
     raise ValueError(
         f"no v2 table layout for likelihood {likelihood!r}; available: probit, "
-        "poisson_square, step_noise(eps=...), logit, poisson_log"
+        "poisson_square, step_noise(eps=...), logit, poisson_log, student_t(nu=..., scale=1.0)"
     )
 
 

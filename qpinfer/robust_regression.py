@@ -6,7 +6,8 @@ prior on f. The likelihood is not log-concave: sites may have negative precision
 damping 0.5 by default) and a run that does not converge warns with
 :class:`~qpinfer.ep.ConvergenceWarning` and returns the sites with the smallest change seen.
 
-Methods: ``"ep"`` (eq. (5)), ``"qp"`` (eq. (7), sigma* by the exact kernel), ``"laplace"``
+Methods: ``"ep"`` (eq. (5)), ``"qp"`` (eq. (7); sigma* from the v2 table of its nu shipped inside qpinfer, which serves
+every scale -- :mod:`qpinfer.tables_student_t` -- else exact), ``"laplace"``
 (:mod:`qpinfer.laplace`: Newton with the exact step where ``K^-1 + W`` is positive definite and
 W clipped at 0 elsewhere, line-searched; evidence R&W eq. (3.32) with ``log det(I + K W)`` from
 the indefinite Woodbury factorisation when W has negative entries) and ``"vb"``
@@ -69,6 +70,11 @@ class GPStudentTRegressor(GPEstimatorBase):
     Parameters
     ----------
     method : {"qp", "ep", "laplace", "vb"}
+    table : None, "exact", path or table object
+        Where QP gets sigma* from. ``None``: an installed table, else the v2 table shipped for
+        ``nu`` (nu = 4; any scale), else exact computation (warned once); ``"exact"``: always
+        exact. A scale-1 Student-t table of the same nu serves every scale. Points outside a
+        table are computed exactly (counted in its ``fallback_count``).
     nu, scale : float
         Degrees of freedom (> 0, fixed) and scale (> 0; fixed, or the starting value with
         ``optimize_scale``) of the noise.
@@ -101,8 +107,10 @@ class GPStudentTRegressor(GPEstimatorBase):
         max_iter: int = 1000,
         tol: float = 1e-6,
         damping: float | None = None,
+        table: Any = None,
     ) -> None:
         self.method = method
+        self.table = table
         self.nu = nu
         self.scale = scale
         self.optimize_scale = optimize_scale
@@ -128,10 +136,12 @@ class GPStudentTRegressor(GPEstimatorBase):
             input_tags=InputTags(),
         )
 
-    @property
-    def table(self) -> str:
-        """QP computes sigma* exactly (no shipped Student-t table yet)."""
-        return "exact"
+    def _resolve_table(self, likelihood: Any) -> Any:
+        """The base rule (:meth:`GPEstimatorBase._resolve_table`), with a scale-1 Student-t
+        table of the same nu serving this scale (:func:`qpinfer.tables_student_t.for_likelihood`)."""
+        from qpinfer.tables_student_t import for_likelihood
+
+        return for_likelihood(super()._resolve_table(likelihood), likelihood)
 
     def fit(self, X: Any, y: Any) -> GPStudentTRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
@@ -162,7 +172,10 @@ class GPStudentTRegressor(GPEstimatorBase):
 
     # -- the noise scale by evidence (optimize_scale) ------------------------------------------
     def _use(self, likelihood: StudentT) -> None:
+        from qpinfer.tables_student_t import for_likelihood
+
         self.likelihood_ = likelihood
+        self.table_ = for_likelihood(self.table_, likelihood)  # the table serves this scale
         self.projection_ = self._projection(likelihood, self.table_)
 
     def _evaluate(self, kern, X, K, y, likelihood, init, ep_phase):

@@ -23,14 +23,22 @@ SHIPPED = {
     # issue #15 (boxes: qpinfer.reduced_logit)
     "logit": "logit.zarr",
     "poisson_log": "poisson_log.zarr",
+    # issue #15: one Student-t table per nu, built for scale 1, serving every scale
+    # (boxes: qpinfer.reduced_student_t; scaling: qpinfer.tables_student_t)
+    "student_t(nu=4.0, scale=1.0)": "student_t-nu4.zarr",
 }
 
 DATA_DIR = Path(__file__).with_name("tables_data")
 
 
 def shipped_path(likelihood_name: str) -> Path | None:
-    """The shipped store for a likelihood name, or ``None`` if none ships."""
+    """The shipped store for a likelihood name, or ``None`` if none ships (a Student-t name of
+    any scale: the store of its nu, built for scale 1)."""
     name = SHIPPED.get(likelihood_name)
+    if name is None and likelihood_name.startswith("student_t"):
+        from qpinfer.tables_student_t import base_name
+
+        name = SHIPPED.get(base_name(likelihood_name))
     return None if name is None else DATA_DIR / name
 
 
@@ -38,10 +46,15 @@ def shipped_path(likelihood_name: str) -> Path | None:
 def open_shipped(likelihood_name: str):
     """The shipped table of a likelihood, opened once per process (validated: schema, integrity,
     verification); ``None`` if none ships. A damaged shipped file raises
-    :class:`~qpinfer.tables.TableError` naming it."""
+    :class:`~qpinfer.tables.TableError` naming it. A Student-t name of a scale other than 1
+    gets its nu's table through :class:`qpinfer.tables_student_t.ScaledTable`."""
     path = shipped_path(likelihood_name)
     if path is None:
         return None
+    if likelihood_name not in SHIPPED:  # Student-t, another scale
+        from qpinfer.tables_student_t import base_name, for_likelihood
+
+        return for_likelihood(open_shipped(base_name(likelihood_name)), likelihood_name)
     from qpinfer.tables_v2 import open_reduced
 
     return open_reduced(path)

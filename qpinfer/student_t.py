@@ -54,11 +54,13 @@ DEFAULT_NU = 4.0
 MAX_SIGMA_RATIO = 1e10
 #: r = sigma' sqrt((nu + 1) / (nu + mu'^2)) below which the tilt is Gaussian to double precision
 GAUSSIAN_R = 1e-3
+_SERIES_R2 = 1e-16  # r^2 below which the tilt's moments are its Laplace series (canonical_moments)
 _FAR = 1e100  # |mu - y| / s beyond which the tilt is the cavity (sigma / s <= 1e10)
 _EXTRA_LEVEL = 80.0  # nats: a deeper last level set for the polynomial tails of the t factor
 _BISECT = 40
 _ROOT_BISECT = 64
 _N_NODES = 20
+_MOMENT_BATCH = 4096  # points per vectorized moment batch
 
 
 def _positive(name: str, value: Any) -> float:
@@ -101,8 +103,19 @@ def parse_name(name: Any) -> tuple[float, float] | None:
 def _log_ratio(m_t, m_g, d, sigma, nu):
     """log q(m + d) - log q(m), log q(f) = -(nu+1)/2 log(1 + f^2/nu) - (f - mu)^2/(2 sigma^2),
     for m given as m_t = m (from the t factor's centre) and m_g = m - mu (from the cavity's):
-    no cancellation for any m (both terms are formed from d)."""
-    t_part = -0.5 * (nu + 1.0) * np.log1p(d * (2.0 * m_t + d) / (nu + m_t * m_t))
+    no cancellation for any m (both terms are formed from d). Where m + d nears the t factor's
+    centre from a far mode (x -> -1: x rounds to -1 once |m| > ~1e8), the log of the ratio of
+    ``nu + f^2`` is taken directly (those nodes hold e^-(huge) of the mass; log1p(-1) = -inf
+    there made the moments NaN for d / s > ~2e4 with s > ~4e4)."""
+    x = d * (2.0 * m_t + d) / (nu + m_t * m_t)
+    far = x < -0.999
+    if np.any(far):
+        f = m_t + d
+        with np.errstate(divide="ignore"):
+            direct = np.log((nu + f * f) / (nu + m_t * m_t))
+        t_part = -0.5 * (nu + 1.0) * np.where(far, direct, np.log1p(np.maximum(x, -0.999)))
+    else:
+        t_part = -0.5 * (nu + 1.0) * np.log1p(x)
     return t_part - d * (d + 2.0 * m_g) / (2.0 * sigma * sigma)
 
 
@@ -242,7 +255,9 @@ def canonical_moments(mu, sigma, nu):
     """``(log Z', mean', std')`` of the tilted density in canonical units (mu >= 0), log Z'
     including the t normaliser: Z' = int t_nu(f) N(f | mu, sigma^2) df."""
     mu, sigma = np.broadcast_arrays(np.asarray(mu, float), np.asarray(sigma, float))
-    out = np.empty((3,) + mu.shape)
+    shape = mu.shape
+    mu, sigma = mu.ravel(), sigma.ravel()  # 1-D inside (the batches index by position)
+    out = np.empty((3, mu.size))
     # mu > 1e100 (sigma <= 1e10): the t factor is log-linear over the cavity to 1e-180, so the
     # tilt is the cavity itself and Z' = t_nu(mu) (log1p(mu^2/nu) = 2 log mu - log nu + O(1e-200))
     # sigma < 1e-100 (and mu <= 1e100): likewise, to 1e-100 relative (mean shift sigma^2 t'/t)
@@ -252,11 +267,29 @@ def canonical_moments(mu, sigma, nu):
     out[0, narrow] = log_c - 0.5 * (nu + 1.0) * np.log1p(mu[narrow] ** 2 / nu)
     far |= narrow
     out[1, far], out[2, far] = mu[far], sigma[far]
+    # r = sigma sqrt((nu+1)/(nu+mu^2)) < 1e-8: the cavity is narrower than ~1e-8 of the t
+    # factor's curvature scale, and the second-order Laplace series of the tilt (l = log t_nu at
+    # mu) is exact to O(r^3) < 1e-24: log Z' = l + sigma^2 (l'' + l'^2)/2, mean = mu + sigma^2 l',
+    # var = sigma^2 (1 + sigma^2 l''). (The panels cannot serve these: past mu ~ 1e12 the mode's
+    # offset from mu is below mu's ulp, which can exceed sigma.)
+    with np.errstate(over="ignore"):
+        series = ~far & (sigma * sigma * (nu + 1.0) < _SERIES_R2 * (nu + mu * mu))
+    if series.any():
+        m, s2 = mu[series], sigma[series] ** 2
+        a = nu + m * m
+        d1 = -(nu + 1.0) * m / a
+        d2 = -(nu + 1.0) * (nu - m * m) / (a * a)
+        out[0, series] = log_c - 0.5 * (nu + 1.0) * np.log1p(m * m / nu) + 0.5 * s2 * (d2 + d1 * d1)
+        out[1, series] = m + s2 * d1
+        out[2, series] = sigma[series] * np.sqrt(1.0 + s2 * d2)
+        far |= series
     need = graded_need(mu, sigma, nu)
     for w in np.unique(need[~far]):
-        sel = (need == w) & ~far
-        out[:, sel] = _moments_group(mu[sel], sigma[sel], nu, int(w))
-    return out[0], out[1], out[2]
+        sel = np.flatnonzero((need == w) & ~far)
+        for i in range(0, sel.size, _MOMENT_BATCH):  # bounded temporaries (~100 KB per point)
+            b = sel[i : i + _MOMENT_BATCH]
+            out[:, b] = _moments_group(mu[b], sigma[b], nu, int(w))
+    return out[0].reshape(shape), out[1].reshape(shape), out[2].reshape(shape)
 
 
 def _moments_group(mu, sigma, nu, need):
@@ -377,17 +410,26 @@ class StudentT(Likelihood):
         """Shift and mirror: sigma*(mu, sigma, y) = sigma*(|mu - y|, sigma, 0)."""
         return np.abs(mu - y), np.zeros_like(y)
 
-    def _sigma_closed_form(self, mu, sigma, y):
-        """The Gaussian regime r = sigma' sqrt((nu+1)/(nu+mu'^2)) < GAUSSIAN_R: sigma* = EP std."""
+    _closed_form_takes_moments = True  # the v2 table passes the EP moments it has already
+
+    def _sigma_closed_form(self, mu, sigma, y, moments=None):
+        """The Gaussian regime r = sigma' sqrt((nu+1)/(nu+mu'^2)) < GAUSSIAN_R: sigma* = EP std
+        (``moments``: EP's ``(mean, std)`` at these cavities if the caller has them)."""
         d, s, _ = self.reduced(mu, sigma, y)
         mask = s * np.sqrt(self.nu + 1.0) < GAUSSIAN_R * np.sqrt(self.nu + d * d)
         values = np.zeros_like(d)
         if mask.any():
-            values[mask] = self.scale * canonical_moments(d[mask], s[mask], self.nu)[2]
+            if moments is not None:
+                values[mask] = np.broadcast_to(moments[1], d.shape)[mask]
+            else:
+                values[mask] = self.scale * canonical_moments(d[mask], s[mask], self.nu)[2]
         return mask, values
 
     def _rescale(self, mu, sigma, y):
-        """Every cavity is computed in units of the scale (y = 0 after :meth:`canonical`)."""
+        """Every cavity is computed in units of the scale (y = 0 after :meth:`canonical`); none
+        to do at scale 1 (the v2 table's lookups then need no second EP moment computation)."""
+        if self.scale == 1.0:
+            return None
         return np.ones(mu.shape, dtype=bool), mu / self.scale, sigma / self.scale, self.scale
 
     # The kernel's coordinate is x = f - a, a = _anchor(mu, sigma): the cavity mean where the

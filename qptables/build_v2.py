@@ -164,14 +164,8 @@ def _verify(path: Path, likelihood: str, client: Any, kernel_points: int, sample
         n_kernel += n
         per = max(samples // len(table._boxes), 1)
         strata += [(box.name, float(mu[i]), float(sigma[i]), float(y[i])) for i in range(per)]
-    from qptables.reference import sigma_qp_reference
-
     refs = client.gather(
-        client.map(
-            lambda p: float(sigma_qp_reference(likelihood, p[1], p[2], int(p[3]))),
-            strata,
-            pure=False,
-        )
+        client.map(lambda p: _reference_sigma(likelihood, *p[1:]), strata, pure=False)
     )
     mu = np.array([p[1] for p in strata])
     got = table.sigma_qp(mu, np.array([p[2] for p in strata]), np.array([p[3] for p in strata]))
@@ -186,6 +180,21 @@ def _verify(path: Path, likelihood: str, client: Any, kernel_points: int, sample
         "mpmath_boxes": sorted({p[0] for p in strata}),
         "seed": seed,
     }
+
+
+def _reference_sigma(likelihood: str, mu: float, sigma: float, y: float) -> float:
+    """sigma* by the likelihood's mpmath reference (Student-t: :mod:`qptables.student_t_reference`,
+    y real; the others: :func:`qptables.reference.sigma_qp_reference`, y an integer label)."""
+    from qpinfer.student_t import parse_name
+
+    student_t = parse_name(likelihood)
+    if student_t is not None:
+        from qptables.student_t_reference import student_t_reference
+
+        return float(student_t_reference(*student_t, mu, sigma, y).sigma_qp)
+    from qptables.reference import sigma_qp_reference
+
+    return float(sigma_qp_reference(likelihood, mu, sigma, int(y)))
 
 
 def build_v2(
