@@ -55,6 +55,19 @@ class Box:
         in one pass, :func:`qpinfer.cheb_cells.evaluate_inside`); ``None`` otherwise."""
         return None
 
+    def axis_array(self, mu, sigma, y) -> np.ndarray | None:
+        """:meth:`axis_coords` of flattened cavities as one ``(n_axes, n)`` array, for
+        :func:`qpinfer.cheb_cells.evaluate_all_inside`; the cavities need not be checked (a
+        non-finite mean or a sigma <= 0 gives coordinates outside the axes)."""
+        with np.errstate(all="ignore"):
+            coords = self.axis_coords(mu, sigma, y)
+        if coords is None:
+            return None
+        u = np.empty((len(coords), np.size(mu)))
+        for d, x in enumerate(coords):
+            u[d] = np.ravel(x)
+        return u
+
     def to_attrs(self) -> dict:
         return {
             "name": self.name,
@@ -88,6 +101,14 @@ class ProbitCore(Box):
 
     def axis_coords(self, mu, sigma, y):
         return mu / np.hypot(1.0, sigma), np.log10(sigma)  # sigma > 0 (validated)
+
+    def axis_array(self, mu, sigma, y):
+        u = np.empty((2, np.size(mu)))
+        np.hypot(1.0, np.ravel(sigma), out=u[1])
+        np.divide(np.ravel(mu), u[1], out=u[0])
+        with np.errstate(divide="ignore", invalid="ignore"):  # sigma <= 0: outside
+            np.log10(np.ravel(sigma), out=u[1])
+        return u
 
 
 @dataclass(frozen=True)
