@@ -56,16 +56,16 @@ class Box:
         return None
 
     def axis_array(self, mu, sigma, y) -> np.ndarray | None:
-        """:meth:`axis_coords` of flattened cavities as one ``(n_axes, n)`` array, for
-        :func:`qpinfer.cheb_cells.evaluate_all_inside`; the cavities need not be checked (a
-        non-finite mean or a sigma <= 0 gives coordinates outside the axes)."""
-        with np.errstate(all="ignore"):
-            coords = self.axis_coords(mu, sigma, y)
+        """:meth:`axis_coords` of 1-D arrays of cavities as one ``(n_axes, n)`` array, for
+        :class:`qpinfer.cheb_cells.SweepEvaluator`. The cavities need not be checked (a
+        non-finite mean or a sigma <= 0 gives coordinates outside the axes); the caller
+        silences floating-point warnings."""
+        coords = self.axis_coords(mu, sigma, y)
         if coords is None:
             return None
         u = np.empty((len(coords), np.size(mu)))
         for d, x in enumerate(coords):
-            u[d] = np.ravel(x)
+            u[d] = x
         return u
 
     def to_attrs(self) -> dict:
@@ -103,11 +103,10 @@ class ProbitCore(Box):
         return mu / np.hypot(1.0, sigma), np.log10(sigma)  # sigma > 0 (validated)
 
     def axis_array(self, mu, sigma, y):
-        u = np.empty((2, np.size(mu)))
-        np.hypot(1.0, np.ravel(sigma), out=u[1])
-        np.divide(np.ravel(mu), u[1], out=u[0])
-        with np.errstate(divide="ignore", invalid="ignore"):  # sigma <= 0: outside
-            np.log10(np.ravel(sigma), out=u[1])
+        u = np.empty((2, mu.size))
+        np.hypot(1.0, sigma, out=u[1])
+        np.divide(mu, u[1], out=u[0])
+        np.log10(sigma, out=u[1])  # sigma <= 0: NaN or -inf, outside
         return u
 
 

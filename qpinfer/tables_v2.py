@@ -1,5 +1,7 @@
 """Reader of v2 sigma* tables: reduced coordinates, Chebyshev cells, near-exact lookups.
 
+(A little over 400 lines: opening, the integrity check and the lookup paths share one object.)
+
 A v2 store (``qp_schema_version == 2``, written by ``qptables build LIK OUT --grid v2``) is a
 zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
 :mod:`qpinfer.reduced` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
@@ -36,7 +38,7 @@ from typing import Any, Self
 import numpy as np
 
 from qpinfer.box_registry import box_from_attrs
-from qpinfer.cheb_cells import coefficients, evaluate, evaluate_all_inside, evaluate_inside
+from qpinfer.cheb_cells import SweepEvaluator, coefficients, evaluate, evaluate_inside
 from qpinfer.reduced import Box
 from qpinfer.registry import get_likelihood
 from qpinfer.sigma import _prepare
@@ -129,6 +131,9 @@ class ReducedTable:
         self._coefs = coefs  # per box: (labels * cells, nodes...) rows
         self._cells = [int(np.prod([ax.n_cells for ax in b.axes])) for b in boxes]
         self._direct = [k for k, b in enumerate(boxes) if b.denominator == "sigma"]
+        k = self._direct[0] if self._direct else None  # the first: whole sweeps in it (_sweep)
+        self._sweep_box = None if k is None else boxes[k]
+        self._sweep_cells = None if k is None else SweepEvaluator(coefs[k], boxes[k].axes)
         self.fallback_count = 0
 
     def __repr__(self) -> str:
@@ -274,28 +279,26 @@ class ReducedTable:
         return out, np.arange(m.size) if idx is None else idx
 
     def _sweep(self, mu, sigma, y):
-        """sigma* of a sweep's queries -- float arrays of one shape -- if every one lies in the
-        first box that stores sigma*/sigma (probit's core, a fit's every cavity), else ``None``.
+        """sigma* of a sweep's queries -- 1-D float arrays of one shape -- if every one lies in
+        the first box that stores sigma*/sigma (probit's core, a fit's every cavity), else
+        ``None``.
 
         No input checks but the labels': a cavity inside the box's axes has a finite mean and a
         finite sigma > 0 (:meth:`qpinfer.reduced.Box.axis_array`), any other one sends the
         whole batch to :meth:`_lookup`, which checks it."""
         if not (
-            self._direct
+            self._sweep_cells is not None
             and type(mu) is np.ndarray
             and type(sigma) is np.ndarray
+            and mu.ndim == 1
             and mu.dtype == sigma.dtype == np.float64
             and mu.shape == sigma.shape == np.shape(y)
         ):
             return None
         m, yy = self._lik.canonical(mu, self._lik.check_y(y))
-        k = self._direct[0]
-        box = self._boxes[k]
-        u = box.axis_array(m, sigma, yy)
-        value = None if u is None else evaluate_all_inside(self._coefs[k], box.axes, u)
-        if value is None:
-            return None
-        return value.reshape(mu.shape) * sigma
+        with np.errstate(all="ignore"):  # (outside: NaN, inf; the batch goes to _lookup)
+            u = self._sweep_box.axis_array(m, sigma, yy)
+            return None if u is None else self._sweep_cells(u, sigma)
 
     def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
         """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast);
