@@ -18,6 +18,7 @@ uses to check that every cell is resolved.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,7 +201,10 @@ class SweepEvaluator:
     checked its inputs; it silences floating-point warnings). The same sums as :func:`evaluate`
     (bit for bit on small 2-D batches), in the fewest array operations: at a few hundred points
     a lookup costs per operation, not per flop, and more so inside a fit, where the linear
-    algebra between two sweeps leaves the caches cold."""
+    algebra between two sweeps leaves the caches cold. So a 2-D evaluator keeps, per thread and
+    batch size, the basis array with ``U_0 = 2`` filled in and its views for the product blocks
+    (:func:`_chebyshev_basis`), and its coefficients pre-scaled by 1/4 (exact) for the doubled
+    bases."""
 
     def __init__(self, coef: np.ndarray, axes: tuple[CellAxis, ...]):
         self.coef = coef
@@ -210,6 +214,23 @@ class SweepEvaluator:
         self._later = tuple(ax.n_cells for ax in axes[1:])
         n = {ax.n for ax in axes}
         self._n = n.pop() if len(axes) == 2 and len(n) == 1 else None  # the 2-D fast path
+        self._coef4 = None if self._n is None else coef * 0.25
+        self._local = threading.local()
+
+    def _workspace(self, size: int):
+        """``(t, blocks)``: the ``(n, 2, size)`` basis array of this thread (``t[0] = 2``) and,
+        per product block, the views ``(out, t_p, factors, subtrahends)``."""
+        ws = getattr(self._local, "ws", None)
+        if ws is None or ws[0].shape[2] != size:
+            n = self._n
+            t = np.empty((n, 2, size))
+            t[0] = 2.0
+            blocks = tuple(
+                (t[p + 1 : p + k + 1], t[p], t[1 : k + 1], t[p - k : p][::-1])
+                for p, k in _product_blocks(n)
+            )
+            ws = self._local.ws = (t, blocks)
+        return ws
 
     def __call__(self, u: np.ndarray, factor: np.ndarray) -> np.ndarray | None:
         u -= self._start
@@ -218,10 +239,9 @@ class SweepEvaluator:
             return None
         top = u.max(axis=1)
         for d, stop in enumerate(self._top):
-            if not top[d] <= stop:
+            if not top[d] < stop:  # (a point on the last edge: the general path)
                 return None
-        cell = np.floor(u)
-        np.minimum(cell, self._last, out=cell)
+        cell = np.floor(u)  # <= n_cells - 1 on every axis
         u -= cell
         rows = cell[0]
         for d, n_cells in enumerate(self._later, 1):
@@ -234,12 +254,13 @@ class SweepEvaluator:
             u -= 1.0
             out = _evaluate_located(self.coef, self.axes, rows, u)
         else:  # _evaluate_gathered, inlined: U_1 = 2 (2 u - 1) = 4 u - 2, exactly
-            t = np.empty((n, *u.shape))
+            t, blocks = self._workspace(rows.size)
             np.multiply(u, 4.0, out=t[1])
             t[1] -= 2.0
-            _chebyshev_basis(u, n, t)
-            out = _vecdot(_matvec(self.coef[rows].reshape(-1, n, n), t[:, 1].T), t[:, 0].T)
-            out *= 0.25
+            for block, t_p, factors, subtrahends in blocks:
+                np.multiply(t_p, factors, out=block)
+                block -= subtrahends
+            out = _vecdot(_matvec(self._coef4[rows].reshape(-1, n, n), t[:, 1].T), t[:, 0].T)
         out *= factor
         return out
 
