@@ -197,8 +197,8 @@ class SweepEvaluator:
 
     ``evaluator(u, factor)`` is ``factor`` times the interpolant at the points with coordinates
     ``u`` (shape ``(n_axes, n)``, float64, C-contiguous; overwritten), or ``None`` unless every
-    point lies inside the axes' ranges (a NaN or an infinity does not: the caller need not have
-    checked its inputs; it silences floating-point warnings). The same sums as :func:`evaluate`
+    point lies inside the axes' ranges, last edges excluded (a NaN or an infinity does not: the
+    caller need not have checked its inputs; it silences floating-point warnings). The same sums as :func:`evaluate`
     (bit for bit on small 2-D batches), in the fewest array operations: at a few hundred points
     a lookup costs per operation, not per flop, and more so inside a fit, where the linear
     algebra between two sweeps leaves the caches cold. So a 2-D evaluator keeps, per thread and
