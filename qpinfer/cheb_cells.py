@@ -18,11 +18,12 @@ uses to check that every cell is resolved.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CellAxis", "coefficients", "evaluate", "tail_size"]
+__all__ = ["CellAxis", "SweepEvaluator", "coefficients", "evaluate", "tail_size"]
 
 
 @functools.cache
@@ -118,23 +119,35 @@ def coefficients(values: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
     return np.ascontiguousarray(v.transpose(order).reshape(b * n_cells, -1))
 
 
-def _chebyshev_basis(x: np.ndarray, n: int) -> np.ndarray:
-    """T_0(x) .. T_{n-1}(x) for x of any shape, stacked on a new first axis: ``(n, *x.shape)``.
-
-    By blocks of the product formula T_(p+m) = 2 T_p T_m - T_(p-m) (m = 1 .. p): from T_0..T_p
-    it gives T_(p+1)..T_(2p) in three array operations, so n = 12 takes 4 blocks instead of
-    10 steps of the three-term recurrence (EP's batches are small; the call count is the cost).
-    """
-    t = np.empty((n, *x.shape))
-    t[0] = 1.0
-    t[1] = x
-    p = 1
+@functools.cache
+def _product_blocks(n: int) -> tuple[tuple[int, int], ...]:
+    """``(p, k)`` per block of :func:`_chebyshev_basis`: U_(p+1)..U_(p+k) from U_0..U_p."""
+    out, p = [], 1
     while p + 1 < n:
-        k = min(p, n - 1 - p)  # T_(p+1) .. T_(p+k)
-        block = t[p + 1 : p + k + 1]
-        np.multiply(2.0 * t[p], t[1 : k + 1], out=block)
-        block -= t[p - k : p][::-1]
+        k = min(p, n - 1 - p)
+        out.append((p, k))
         p += k
+    return tuple(out)
+
+
+def _chebyshev_basis(x: np.ndarray, n: int, t: np.ndarray | None = None) -> np.ndarray:
+    """``2 T_0(x) .. 2 T_(n-1)(x)`` for x of any shape, stacked on a new first axis:
+    ``(n, *x.shape)``. (Twice the basis: the caller scales the sums by ``2^-n_axes``, exactly.)
+    ``t``: that array with ``t[1]`` (= 2x) filled in already.
+
+    By blocks of the product formula ``U_(p+m) = U_p U_m - U_(p-m)`` for ``U_k = 2 T_k``
+    (m = 1 .. p): from U_0..U_p it gives U_(p+1)..U_(2p) in two array operations, so n = 12
+    takes 4 blocks instead of 10 steps of the three-term recurrence (EP's batches are small; the
+    call count is the cost). Doubling is exact, so ``U_k / 2`` is what the same products give
+    for ``T_k``."""
+    if t is None:
+        t = np.empty((n, *x.shape))
+        np.multiply(x, 2.0, out=t[1])
+    t[0] = 2.0
+    for p, k in _product_blocks(n):
+        block = t[p + 1 : p + k + 1]
+        np.multiply(t[p], t[1 : k + 1], out=block)
+        block -= t[p - k : p][::-1]
     return t
 
 
@@ -176,6 +189,80 @@ def _axis_constants(axes: tuple[CellAxis, ...]):
     inv_width = np.array([[1.0 / ax.width] for ax in axes])
     last = np.array([[ax.n_cells - 1.0] for ax in axes])
     return start, inv_width, last
+
+
+class SweepEvaluator:
+    """The interpolant of one table's cells at batches that lie inside them (EP's sweeps: a few
+    hundred sites, every one inside probit's core box), with the axes' constants set up once.
+
+    ``evaluator(u, factor)`` is ``factor`` times the interpolant at the points with coordinates
+    ``u`` (shape ``(n_axes, n)``, float64, C-contiguous; overwritten), or ``None`` unless every
+    point lies inside the axes' ranges, last edges excluded (a NaN or an infinity does not: the
+    caller need not have checked its inputs; it silences floating-point warnings). The same sums as :func:`evaluate`
+    (bit for bit on small 2-D batches), in the fewest array operations: at a few hundred points
+    a lookup costs per operation, not per flop, and more so inside a fit, where the linear
+    algebra between two sweeps leaves the caches cold. So a 2-D evaluator keeps, per thread and
+    batch size, the basis array with ``U_0 = 2`` filled in and its views for the product blocks
+    (:func:`_chebyshev_basis`), and its coefficients pre-scaled by 1/4 (exact) for the doubled
+    bases."""
+
+    def __init__(self, coef: np.ndarray, axes: tuple[CellAxis, ...]):
+        self.coef = coef
+        self.axes = axes
+        self._start, self._inv_width, self._last = _axis_constants(axes)
+        self._top = tuple(float(ax.n_cells) for ax in axes)
+        self._later = tuple(ax.n_cells for ax in axes[1:])
+        n = {ax.n for ax in axes}
+        self._n = n.pop() if len(axes) == 2 and len(n) == 1 else None  # the 2-D fast path
+        self._coef4 = None if self._n is None else coef * 0.25
+        self._local = threading.local()
+
+    def _workspace(self, size: int):
+        """``(t, blocks)``: the ``(n, 2, size)`` basis array of this thread (``t[0] = 2``) and,
+        per product block, the views ``(out, t_p, factors, subtrahends)``."""
+        ws = getattr(self._local, "ws", None)
+        if ws is None or ws[0].shape[2] != size:
+            n = self._n
+            t = np.empty((n, 2, size))
+            t[0] = 2.0
+            blocks = tuple(
+                (t[p + 1 : p + k + 1], t[p], t[1 : k + 1], t[p - k : p][::-1])
+                for p, k in _product_blocks(n)
+            )
+            ws = self._local.ws = (t, blocks)
+        return ws
+
+    def __call__(self, u: np.ndarray, factor: np.ndarray) -> np.ndarray | None:
+        u -= self._start
+        u *= self._inv_width
+        if not u.min() >= 0.0:  # (NaN fails)
+            return None
+        top = u.max(axis=1)
+        for d, stop in enumerate(self._top):
+            if not top[d] < stop:  # (a point on the last edge: the general path)
+                return None
+        cell = np.floor(u)  # <= n_cells - 1 on every axis
+        u -= cell
+        rows = cell[0]
+        for d, n_cells in enumerate(self._later, 1):
+            rows = rows * n_cells
+            rows += cell[d]
+        rows = rows.astype(np.intp)
+        n = self._n
+        if n is None or rows.size > _BATCH:
+            u *= 2.0
+            u -= 1.0
+            out = _evaluate_located(self.coef, self.axes, rows, u)
+        else:  # _evaluate_gathered, inlined: U_1 = 2 (2 u - 1) = 4 u - 2, exactly
+            t, blocks = self._workspace(rows.size)
+            np.multiply(u, 4.0, out=t[1])
+            t[1] -= 2.0
+            for block, t_p, factors, subtrahends in blocks:
+                np.multiply(t_p, factors, out=block)
+                block -= subtrahends
+            out = _vecdot(_matvec(self._coef4[rows].reshape(-1, n, n), t[:, 1].T), t[:, 0].T)
+        out *= factor
+        return out
 
 
 _BATCH = 4096  # queries per gathered block of coefficients (~4.7 MB at 12 x 12 nodes)
@@ -230,11 +317,22 @@ def _evaluate_located(coef, axes, rows, local) -> np.ndarray:
 
 
 def _bases(axes, local) -> list[np.ndarray]:
-    """Per axis, the ``(n_points, n)`` Chebyshev basis at the local coordinates, C-contiguous."""
+    """Per axis, the ``(n_points, n)`` doubled Chebyshev basis (:func:`_chebyshev_basis`) at the
+    local coordinates (strided views: the products below take them as they are)."""
     n = {ax.n for ax in axes}
-    if len(n) == 1:  # one pass for all axes, then one copy into (axis, point, degree)
-        return list(np.ascontiguousarray(_chebyshev_basis(local, n.pop()).transpose(1, 2, 0)))
-    return [np.ascontiguousarray(_chebyshev_basis(local[d], ax.n).T) for d, ax in enumerate(axes)]
+    if len(n) == 1:  # one pass for all axes
+        t = _chebyshev_basis(local, n.pop())
+        return [t[:, d].T for d in range(len(axes))]
+    return [_chebyshev_basis(local[d], ax.n).T for d, ax in enumerate(axes)]
+
+
+def _matvec(a, v):
+    """``a @ v`` over stacked matrices ``a`` and vectors ``v``."""
+    return np.matmul(a, v[..., None])[..., 0]
+
+
+_matvec = getattr(np, "matvec", _matvec)  # numpy >= 2.2: one gufunc call
+_vecdot = getattr(np, "vecdot", lambda a, b: np.einsum("pi,pi->p", a, b))
 
 
 def _evaluate_gathered(coef, axes, rows, local) -> np.ndarray:
@@ -242,10 +340,13 @@ def _evaluate_gathered(coef, axes, rows, local) -> np.ndarray:
     bases = _bases(axes, local)
     block = coef[rows]  # one contiguous row per query
     if len(axes) == 1:
-        return np.einsum("pi,pi->p", block, bases[0])
+        out = _vecdot(block, bases[0])
+        out *= 0.5  # the doubled basis
+        return out
     a, b = axes
-    inner = np.matmul(block.reshape(-1, a.n, b.n), bases[1][:, :, None])[:, :, 0]
-    return np.einsum("pi,pi->p", inner, bases[0])
+    out = _vecdot(_matvec(block.reshape(-1, a.n, b.n), bases[1]), bases[0])
+    out *= 0.25
+    return out
 
 
 def _evaluate_grouped(coef, axes, rows, local, counts, touched) -> np.ndarray:
@@ -264,7 +365,7 @@ def _evaluate_grouped(coef, axes, rows, local, counts, touched) -> np.ndarray:
         run_end = int(np.searchsorted(ends, lo + _BATCH * 4, side="right"))
         run_end = max(run_end, run_start + 1)
         hi = ends[run_end - 1]
-        ta, tb = _bases(axes, local[:, lo:hi])
+        ta, tb = (np.ascontiguousarray(t) for t in _bases(axes, local[:, lo:hi]))
         for row, s0, s1 in zip(
             touched[run_start:run_end].tolist(),
             (starts[run_start:run_end] - lo).tolist(),
@@ -273,6 +374,7 @@ def _evaluate_grouped(coef, axes, rows, local, counts, touched) -> np.ndarray:
         ):
             out[lo + s0 : lo + s1] = np.einsum("pj,pj->p", ta[s0:s1] @ blocks[row], tb[s0:s1])
         run_start = run_end
+    out *= 0.25  # the doubled bases
     result = np.empty(rows.size)
     result[order] = out
     return result

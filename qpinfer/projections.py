@@ -69,8 +69,9 @@ class QuantileMatching:
     """QP's projection: EP's mean (eq. (5)) and the L2-Wasserstein standard deviation (eq. (7)).
 
     With a ``table`` (from :func:`qpinfer.open_table`), sigma* is
-    ``table.sigma_ratio(mu, sigma, y) * sigma_EP`` -- one batched interpolation per parallel sweep,
-    with the table's own exact fallback outside its domain. Without one, sigma* is computed
+    ``table.sigma_ratio(mu, sigma, y) * sigma_EP`` (a v2 table, ``accepts_moments``:
+    ``table.sigma_qp(mu, sigma, y, moments=(mean, sigma_EP))``) -- one batched interpolation per
+    parallel sweep, with the table's own exact fallback outside its domain. Without one, sigma* is computed
     exactly by :func:`qpinfer.sigma_qp` (slower).
     """
 
@@ -92,10 +93,9 @@ class QuantileMatching:
         mean, std_ep = self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
         if self.table is not None:
             if getattr(self.table, "accepts_moments", False):  # v2: no second EP computation
-                ratio = self.table.sigma_ratio(cavity_mean, cavity_std, y, moments=(mean, std_ep))
+                std = self.table.sigma_qp(cavity_mean, cavity_std, y, moments=(mean, std_ep))
             else:
-                ratio = self.table.sigma_ratio(cavity_mean, cavity_std, y)
-            std = ratio * std_ep
+                std = self.table.sigma_ratio(cavity_mean, cavity_std, y) * std_ep
         else:
             from qpinfer.sigma import sigma_qp  # the exact kernel, imported when first needed
 

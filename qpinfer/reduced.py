@@ -55,6 +55,19 @@ class Box:
         in one pass, :func:`qpinfer.cheb_cells.evaluate_inside`); ``None`` otherwise."""
         return None
 
+    def axis_array(self, mu, sigma, y) -> np.ndarray | None:
+        """:meth:`axis_coords` of 1-D arrays of cavities as one ``(n_axes, n)`` array, for
+        :class:`qpinfer.cheb_cells.SweepEvaluator`. The cavities need not be checked (a
+        non-finite mean or a sigma <= 0 gives coordinates outside the axes); the caller
+        silences floating-point warnings."""
+        coords = self.axis_coords(mu, sigma, y)
+        if coords is None:
+            return None
+        u = np.empty((len(coords), np.size(mu)))
+        for d, x in enumerate(coords):
+            u[d] = x
+        return u
+
     def to_attrs(self) -> dict:
         return {
             "name": self.name,
@@ -88,6 +101,13 @@ class ProbitCore(Box):
 
     def axis_coords(self, mu, sigma, y):
         return mu / np.hypot(1.0, sigma), np.log10(sigma)  # sigma > 0 (validated)
+
+    def axis_array(self, mu, sigma, y):
+        u = np.empty((2, mu.size))
+        np.hypot(1.0, sigma, out=u[1])
+        np.divide(mu, u[1], out=u[0])
+        np.log10(sigma, out=u[1])  # sigma <= 0: NaN or -inf, outside
+        return u
 
 
 @dataclass(frozen=True)

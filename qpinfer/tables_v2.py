@@ -1,5 +1,7 @@
 """Reader of v2 sigma* tables: reduced coordinates, Chebyshev cells, near-exact lookups.
 
+(A little over 400 lines: opening, the integrity check and the lookup paths share one object.)
+
 A v2 store (``qp_schema_version == 2``, written by ``qptables build LIK OUT --grid v2``) is a
 zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
 :mod:`qpinfer.reduced` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
@@ -36,7 +38,7 @@ from typing import Any, Self
 import numpy as np
 
 from qpinfer.box_registry import box_from_attrs
-from qpinfer.cheb_cells import coefficients, evaluate, evaluate_inside
+from qpinfer.cheb_cells import SweepEvaluator, coefficients, evaluate, evaluate_inside
 from qpinfer.reduced import Box
 from qpinfer.registry import get_likelihood
 from qpinfer.sigma import _prepare
@@ -129,6 +131,9 @@ class ReducedTable:
         self._coefs = coefs  # per box: (labels * cells, nodes...) rows
         self._cells = [int(np.prod([ax.n_cells for ax in b.axes])) for b in boxes]
         self._direct = [k for k, b in enumerate(boxes) if b.denominator == "sigma"]
+        k = self._direct[0] if self._direct else None  # the first: whole sweeps in it (_sweep)
+        self._sweep_box = None if k is None else boxes[k]
+        self._sweep_cells = None if k is None else SweepEvaluator(coefs[k], boxes[k].axes)
         self.fallback_count = 0
 
     def __repr__(self) -> str:
@@ -147,7 +152,7 @@ class ReducedTable:
     def close(self) -> None:
         """Nothing to release (the cells live in memory); kept for the v1 table's interface."""
 
-    accepts_moments = True  # QuantileMatching passes the EP moments it computed already
+    accepts_moments = True  # QuantileMatching calls sigma_qp with the EP moments it has already
 
     def _lookup(self, mu, sigma, y, moments=None, need_ep=False):
         """``(sigma*, sigma_EP, shape, rest)`` over the flattened broadcast queries; ``rest``:
@@ -273,14 +278,41 @@ class ReducedTable:
         idx = todo.indices()
         return out, np.arange(m.size) if idx is None else idx
 
-    def sigma_qp(self, mu, sigma, y) -> np.ndarray:
-        """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast)."""
-        sig, _, shape, _ = self._lookup(mu, sigma, y)
+    def _sweep(self, mu, sigma, y):
+        """sigma* of a sweep's queries -- 1-D float arrays of one shape -- if every one lies in
+        the first box that stores sigma*/sigma (probit's core, a fit's every cavity), else
+        ``None``.
+
+        No input checks but the labels': a cavity inside the box's axes has a finite mean and a
+        finite sigma > 0 (:meth:`qpinfer.reduced.Box.axis_array`), any other one sends the
+        whole batch to :meth:`_lookup`, which checks it."""
+        if not (
+            self._sweep_cells is not None
+            and type(mu) is np.ndarray
+            and type(sigma) is np.ndarray
+            and mu.ndim == 1
+            and mu.dtype == sigma.dtype == np.float64
+            and mu.shape == sigma.shape == np.shape(y)
+        ):
+            return None
+        m, yy = self._lik.canonical(mu, self._lik.check_y(y))
+        with np.errstate(all="ignore"):  # (outside: NaN, inf; the batch goes to _lookup)
+            u = self._sweep_box.axis_array(m, sigma, yy)
+            return None if u is None else self._sweep_cells(u, sigma)
+
+    def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
+        """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast);
+        ``moments``: EP's ``(mean, std)`` at these cavities if the caller has them (used only
+        outside the boxes that store sigma*/sigma)."""
+        sig = self._sweep(mu, sigma, y)
+        if sig is not None:
+            return sig
+        sig, _, shape, _ = self._lookup(mu, sigma, y, moments)
         return sig.reshape(shape)
 
     def sigma_ratio(self, mu, sigma, y, moments=None) -> np.ndarray:
-        """sigma* / sigma_EP (what :class:`qpinfer.ep.QuantileMatching` multiplies by EP's std);
-        ``moments``: EP's ``(mean, std)`` at these cavities if the caller has them."""
+        """sigma* / sigma_EP; ``moments``: EP's ``(mean, std)`` at these cavities if the caller
+        has them."""
         sig, ep, shape, _ = self._lookup(mu, sigma, y, moments, need_ep=True)
         return (sig / ep).reshape(shape)
 

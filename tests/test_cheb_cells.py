@@ -47,3 +47,30 @@ def test_invalid_axes_are_refused(bad):
     kwargs = {"name": "x", "start": 0.0, "width": 1.0, "n_cells": 2, "n": 4} | bad
     with pytest.raises(ValueError, match="axis 'x'"):
         CellAxis(**kwargs)
+
+
+@pytest.mark.parametrize("n_points", [7, 300, 5000])  # small (inlined), and above _BATCH
+def test_sweep_evaluator_is_evaluate_and_refuses_points_outside(n_points):
+    """SweepEvaluator: the same values as evaluate (2-D: bit for bit on small batches; 1-D and
+    large batches go through evaluate's own paths), times the factor; None if any point is
+    outside the axes or not finite."""
+    from qpinfer.cheb_cells import SweepEvaluator
+
+    a = CellAxis("a", -1.0, 0.5, 4, 6)
+    b = CellAxis("b", 0.0, 0.25, 8, 6)
+    g0, g1 = np.meshgrid(a.nodes(), b.nodes(), indexing="ij")
+    rng = np.random.default_rng(n_points)
+    for axes, values in (((a, b), np.exp(np.sin(g0) * g1)), ((a,), np.cos(3 * a.nodes()))):
+        coef = coefficients(values, axes)
+        pts = [rng.uniform(ax.start, ax.stop, n_points) for ax in axes]
+        factor = rng.uniform(0.5, 2.0, n_points)
+        want = evaluate(coef, axes, tuple(pts)) * factor
+        got = SweepEvaluator(coef, axes)(np.array(pts), factor)
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+        if len(axes) == 2 and n_points <= 4096:
+            assert np.array_equal(got, want)
+        for bad in (np.nan, np.inf, axes[0].start - 1e-9, axes[0].stop):
+            u = np.array(pts)
+            u[0, n_points // 2] = bad
+            with np.errstate(invalid="ignore"):
+                assert SweepEvaluator(coef, axes)(u, factor) is None

@@ -1,0 +1,108 @@
+"""The v2 reader's sweep path (ReducedTable._sweep, cheb_cells.SweepEvaluator): what EP/QP sweeps
+call once per sweep. It must give what the general lookup gives, hand every batch it cannot
+answer whole to the general lookup (which checks the inputs), and stay within 1e-12 of the
+exact kernel."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import qpinfer
+from qpinfer.projections import QuantileMatching
+from qpinfer.shipped import open_shipped
+
+
+def _sweep_batch(n=208, seed=0):
+    """Cavities like a probit fit's (Sonar: sigma 0.3 .. 3), all in the core box (canonical
+    tau = y mu / sqrt(1 + sigma^2) in [-8, 12.5]), labels +-1."""
+    rng = np.random.default_rng(seed)
+    sigma = 10.0 ** rng.uniform(-0.6, 0.5, n)
+    y = rng.choice([-1.0, 1.0], n)
+    mu = y * rng.uniform(-7.9, 12.4, n) * np.hypot(1.0, sigma)
+    return mu, sigma, y
+
+
+def test_sweep_path_is_the_general_lookup_bit_for_bit():
+    table = open_shipped("probit")
+    for seed in range(5):
+        mu, sigma, y = _sweep_batch(seed=seed)
+        fast = table._sweep(mu, sigma, y)
+        assert fast is not None  # every cavity in the core box: the sweep path answered
+        general, _, _, rest = table._lookup(mu, sigma, y)
+        assert rest.size == 0
+        assert np.array_equal(fast, general)
+
+
+def test_sweep_path_matches_the_exact_kernel():
+    table = open_shipped("probit")
+    mu, sigma, y = _sweep_batch(n=2000, seed=7)
+    got = table.sigma_qp(mu, sigma, y)
+    want = qpinfer.sigma_qp("probit", mu, sigma, y)
+    assert np.max(np.abs(got / want - 1.0)) <= 1e-12
+
+
+def test_a_batch_with_one_cavity_outside_the_core_goes_to_the_general_lookup():
+    table = open_shipped("probit")
+    mu, sigma, y = _sweep_batch(n=50, seed=3)
+    mu[7], sigma[7] = -500.0, 2.0  # tau ~ -224: the tail box
+    mu[9], sigma[9] = 1.0, 1e-6  # log10 sigma = -6: below the core
+    assert table._sweep(mu, sigma, y) is None
+    got = table.sigma_qp(mu, sigma, y)
+    want = qpinfer.sigma_qp("probit", mu, sigma, y)
+    assert np.max(np.abs(got / want - 1.0)) <= 1e-12
+
+
+@pytest.mark.parametrize(
+    ("index", "mu", "sigma", "match"),
+    [
+        (3, np.nan, 1.0, "mu must be finite"),
+        (3, np.inf, 1.0, "mu must be finite"),
+        (5, 0.5, 0.0, "sigma must be > 0"),
+        (5, 0.5, -1.0, "sigma must be > 0"),
+        (5, 0.5, np.inf, "sigma"),
+        (5, 0.5, np.nan, "sigma"),
+    ],
+)
+def test_bad_cavities_in_a_sweep_batch_are_refused_without_warnings(index, mu, sigma, match):
+    table = open_shipped("probit")
+    m, s, y = _sweep_batch(n=40, seed=1)
+    m[index], s[index] = mu, sigma
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the sweep path silences its own NaN/inf arithmetic
+        with pytest.raises(ValueError, match=match):
+            table.sigma_qp(m, s, y)
+
+
+def test_bad_labels_are_refused():
+    table = open_shipped("probit")
+    mu, sigma, y = _sweep_batch(n=10)
+    y[4] = 0.5
+    with pytest.raises(ValueError, match="y must be -1 or \\+1"):
+        table.sigma_qp(mu, sigma, y)
+
+
+def test_huge_means_take_no_warning_and_the_kernel_answer():
+    table = open_shipped("probit")
+    mu = np.array([1e308, -1e308, 3.0])
+    sigma = np.array([0.5, 0.5, 1.0])
+    y = np.array([1.0, 1.0, -1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert table._sweep(mu, sigma, y) is None
+    got = table.sigma_qp(mu, sigma, y)
+    want = qpinfer.sigma_qp("probit", mu, sigma, y)
+    assert np.max(np.abs(got / want - 1.0)) <= 1e-12
+
+
+def test_quantile_matching_takes_sigma_star_from_the_table_with_ep_moments():
+    """QP's projection with a v2 table: EP's mean, the table's sigma* (not ratio * sigma_EP)."""
+    lik = qpinfer.get_likelihood("probit")
+    table = open_shipped("probit")
+    mu, sigma, y = _sweep_batch(seed=11)
+    mean, std = QuantileMatching(lik, table).project(mu, sigma, y)
+    ep_mean, _ = lik.tilted_moments(mu, sigma, y)
+    assert np.array_equal(mean, ep_mean)
+    assert np.array_equal(std, table.sigma_qp(mu, sigma, y))
+    exact = qpinfer.sigma_qp("probit", mu, sigma, y)
+    assert np.max(np.abs(std / exact - 1.0)) <= 1e-12
