@@ -76,8 +76,12 @@ class ScaledTable:
         finally:
             self.fallback_count += self.base.fallback_count - before
 
-    def sigma_qp(self, mu, sigma, y) -> np.ndarray:
-        """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and observations ``y``."""
+    def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
+        """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and observations ``y``;
+        ``moments``: EP's ``(mean, std)`` there, if known (then ``ratio * std``)."""
+        if moments is not None:
+            std = np.asarray(moments[1], dtype=np.float64)
+            return self.sigma_ratio(mu, sigma, y, moments=moments) * std
         d, s, shape = self._reduced(mu, sigma, y)
         out = self._counted(self.base.sigma_qp, d, s, np.zeros_like(d))
         return (out * self._lik.scale).reshape(shape)
