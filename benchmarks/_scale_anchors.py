@@ -144,4 +144,8 @@ def fit_svgp(Xtr, ytr, Xte, m, seed, settings):
     likelihood.eval()
     with torch.no_grad():
         proba = likelihood(model(torch.as_tensor(Xte, dtype=dtype))).probs.numpy()
-    return seconds, np.asarray(proba, dtype=np.float64).ravel(), {"final_minibatch_elbo": -float(loss.detach())}
+    return (
+        seconds,
+        np.asarray(proba, dtype=np.float64).ravel(),
+        {"final_minibatch_elbo": -float(loss.detach())},
+    )

@@ -143,6 +143,7 @@ def _child(spec, conn):
         elif method == "gpy-epdtc":
             import GPy  # noqa: F401  (imports are not part of the fit's time)
         import qpinfer  # noqa: F401  (every method uses its k-means inducing inputs)
+
         Xtr, ytr, Xte, yte = LOADERS[spec["dataset"]](spec["n"], spec["seed"])
         out["rss_before_fit_mb"] = _rss_mb()
         args = (Xtr, ytr, Xte, spec["m"], spec["seed"], settings)
