@@ -235,7 +235,7 @@ def main(argv=None):
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)  # inherited by the spawned children
     configs = [(d, n) for d in datasets for n in (sizes if d == "synthetic" else [None])]
-    rows = []
+    rows, done = [], []
     for dataset, n in configs:
         if dataset == "synthetic":
             _, _, Xte, yte = load_synthetic(n, args.seed)
@@ -251,8 +251,14 @@ def main(argv=None):
                 t0 = time.perf_counter()
                 out = run_fit(spec, args.timeout)
                 out["wall_seconds_incl_spawn"] = time.perf_counter() - t0
+                err = 100 * out["test_error"] if "test_error" in out else None
                 print(f"[{dataset} n={n} {method} repeat {rep}] {out['status']} "
-                      f"fit {_fmt(out.get('fit_seconds'), '.1f')} s", flush=True)  # fmt: skip
+                      f"fit {_fmt(out.get('fit_seconds'), '.1f')} s, peak "
+                      f"{_fmt(out.get('peak_rss_mb'), '.0f')} MB, error {_fmt(err, '.2f')} %, "
+                      f"NTLL {_fmt(out.get('ntll'), '.4f')}", flush=True)  # fmt: skip
+                done.append({"dataset": dataset, "n": n, "method": method, "repeat": rep, **out})
+                if args.json:  # every fit so far, in case the run is stopped
+                    _dump(args, rows, done)
                 old = best.get(method)
                 if old is None or out.get("fit_seconds", np.inf) < old.get("fit_seconds", np.inf):
                     best[method] = out
@@ -265,9 +271,14 @@ def main(argv=None):
             rows.append(r)
     print_table(rows, args.quick)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"args": vars(args), "rows": rows}, fh, indent=2)
+        _dump(args, rows, done)
     return rows
+
+
+def _dump(args, rows, fits):
+    """``{"args", "rows" (best of repeats, complete configurations), "fits" (every fit)}``."""
+    with open(args.json, "w") as fh:
+        json.dump({"args": vars(args), "rows": rows, "fits": fits}, fh, indent=2)
 
 
 if __name__ == "__main__":
