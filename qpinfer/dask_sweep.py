@@ -350,19 +350,17 @@ def _sweep_to_convergence(actors, settings, n, compute_evidence) -> SparsePEPRes
     log_z = np.nan
     if compute_evidence:
         log_z = sum(p[4] for p in parts) - post.half_logdet_B()
-    return SparsePEPResult(
+    return control.result(
+        SparsePEPResult,
+        rms,
+        n_clipped,
+        n_skipped,
         tau=tau,
         nu=nu,
         posterior=post,
         log_marginal_likelihood=float(log_z),
         cavity_mean=cav_mean,
         cavity_var=cav_var,
-        n_iter=control.n_iter,
-        converged=control.converged,
-        rms_change=rms,
-        n_clipped=n_clipped,
-        n_skipped=n_skipped,
-        history=control.history,
     )
 
 

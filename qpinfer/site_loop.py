@@ -1,3 +1,4 @@
+# Over 400 lines: the one loop, its two schedules and its bookkeeping (SweepControl) belong together.
 """One site-update loop for every EP-like method: sweeps, damping, stopping rule, best state.
 
 Dense EP/QP/Power EP/relaxed EP (:func:`qpinfer.ep.run_ep`) and pseudo-point Power EP/QP
@@ -277,6 +278,19 @@ class SweepControl:
             )
         return self.best_rms, self.best
 
+    def result(self, result_type: type, rms: float, n_clipped: int, n_skipped: int, **state):
+        """The loop's result ``result_type(**state, ...)``: the final ``state`` (sites,
+        posterior, evidence, cavities) with this control's sweep count, convergence and history."""
+        return result_type(
+            **state,
+            n_iter=self.n_iter,
+            converged=self.converged,
+            rms_change=rms,
+            n_clipped=n_clipped,
+            n_skipped=n_skipped,
+            history=self.history,
+        )
+
 
 def initial_sites(init: Any, n: int, floor: float | None) -> tuple[np.ndarray, np.ndarray]:
     """Starting sites: ``init`` (a warm start; precisions raised to 0 unless negative sites are
@@ -392,17 +406,15 @@ def run_sites(
     cav_mean = cav_var = np.full(n, np.nan)
     if compute_evidence:
         log_z, cav_mean, cav_var = update.log_evidence(post, tau, nu)
-    return result_type(
+    return control.result(
+        result_type,
+        rms,
+        n_clipped,
+        n_skipped,
         tau=tau,
         nu=nu,
         posterior=post,
         log_marginal_likelihood=log_z,
         cavity_mean=cav_mean,
         cavity_var=cav_var,
-        n_iter=control.n_iter,
-        converged=control.converged,
-        rms_change=rms,
-        n_clipped=n_clipped,
-        n_skipped=n_skipped,
-        history=control.history,
     )

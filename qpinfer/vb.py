@@ -1,3 +1,4 @@
+# Over 400 lines: the Gaussian-VB fit, its bound and gradient in both the PD and the indefinite (negative-site) form.
 """Variational Bayes with a Gaussian posterior (the paper's baseline, Sec. 6; Opper & Archambeau).
 
 The approximate posterior is ``q(f) = N(m, S)`` in the parameterisation of Opper & Archambeau
