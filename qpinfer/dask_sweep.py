@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from qpinfer.malloc import tune_malloc
 from qpinfer.pseudo_points import (
     LowRankPosterior,
     _check_kernel,
@@ -129,6 +130,7 @@ class _PartitionActor:
     trip per sweep): ``A_p``, the site update, the current sites and a copy of the best ones."""
 
     def __init__(self, X, y, kernel, Z, Lu, spec, tau, nu) -> None:
+        tune_malloc()  # keep the sweep's temporaries mapped between sweeps (qpinfer.malloc)
         self.A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
         self.sites = _PseudoPointSites(spec.build(), h, np.asarray(y))
         self.tau, self.nu = tau, nu

@@ -160,7 +160,7 @@ def _calibrate(
 ) -> dict[str, float]:
     """Runs on a worker: warm up, then time the row blocks ``rows`` of the kernel (one call per
     block, as a tile does) and the mpmath reference ``mpmath_points``."""
-    from qptables.malloc import tune_malloc
+    from qpinfer.malloc import tune_malloc
 
     tune_malloc()  # as the tiles do
     grid = GridSpec.from_attrs(grid_attrs, tile_mu)

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from qpinfer.malloc import tune_malloc
 from qpinfer.schema import DATA_VARS
 from qptables.grid import GridSpec
-from qptables.malloc import tune_malloc
 from qptables.store import read_rows, write_tile
 
 __all__ = ["MIRRORS", "compute_tile", "evaluate_rows", "mirror_map", "mirror_rows", "probe"]
@@ -97,7 +97,7 @@ def compute_tile(
     Returns a small report (no grid data).
     """
     t0 = time.perf_counter()
-    tune_malloc()  # ~30 % more points per CPU-second (qptables/malloc.py)
+    tune_malloc()  # ~30 % more points per CPU-second (qpinfer/malloc.py)
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl ships with scipy's stack
