@@ -3,10 +3,13 @@
 
 A sweep-bound problem: synthetic N x D inputs (default N = 2e5, D = 10), M inducing inputs (k-means
 of a subsample), fixed hyperparameters, a fixed number of parallel sweeps (``tol`` below reach).
-Per sweep is ``(t(S sweeps) - t(1 sweep)) / (S - 1)`` of two adjacent runs, the best of
-``--repeats``, so the once-per-run work (sending the data, ``A_p = Lu^-1 K(Z, X_p)``, gathering
-the sites) cancels.
-Three engines, interleaved in every repeat (a shared machine's load hits all three alike):
+Per sweep is the median of the wall-clock times the sweep loop records
+(:attr:`~qpinfer.site_loop.SiteResult.sweep_seconds`, the first sweep left out: it includes the
+first site sums) in an S-sweep run, the best of ``--repeats``; the once-per-run work (sending the
+data, ``A_p = Lu^-1 K(Z, X_p)``, gathering the sites) is outside it. (The difference of an S-sweep
+and a 1-sweep run, used before, carried that once-per-run work's noise: 0.3-0.6 s at N = 2e5.)
+Three engines, interleaved in every repeat (a shared machine's load hits all three alike; each
+dask cluster is started for its run and closed after it):
 
 * ``in-process``: :func:`qpinfer.sparse.run_sparse_pep` (``A`` computed in this process);
 * ``dask 1 worker`` / ``dask 2 workers``: :func:`qpinfer.dask_sweep.run_sparse_pep_dask` on a
@@ -24,6 +27,7 @@ measures the load, while the CPU time shows how the work splits between the work
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -63,6 +67,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=str, default=None)
     args = ap.parse_args()
+    if args.sweeps < 3:
+        ap.error(f"--sweeps must be at least 3 (the first sweep is left out), got {args.sweeps}")
     from distributed import Client, LocalCluster
 
     X, y = synthetic(args.n, args.d, args.seed)
@@ -85,58 +91,58 @@ def main() -> None:
             kern, X, y, Z, proj, scheduler=client, max_iter=sweeps, **run_opts
         )[0]
 
+    @contextlib.contextmanager
+    def engine(name):
+        """``(run, cpu)``: the engine, and the busiest process's CPU seconds so far (this one,
+        or the engine's workers). A dask engine's cluster lives only while it runs: an idle
+        cluster's processes (heartbeats, monitors) took ~5% of the cores from the running one."""
+        if name == "in-process":
+            yield in_process, time.process_time
+            return
+        k = int(name.split()[1])
+        with (
+            LocalCluster(
+                n_workers=k, processes=True, threads_per_worker=1, dashboard_address=":0"
+            ) as cluster,  # fmt: skip
+            Client(cluster) as client,
+        ):
+            worker_env[k] = client.run(
+                lambda: (os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS"))
+            )
+            yield on(client), lambda: client.run(time.process_time)
+
     load_before = os.getloadavg()
-    clusters = {k: LocalCluster(n_workers=k, processes=True, threads_per_worker=1,
-                                dashboard_address=":0") for k in (1, 2)}  # fmt: skip
-    clients = {k: Client(c) for k, c in clusters.items()}
-    worker_env = {
-        k: c.run(
-            lambda: (os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS"))
-        )
-        for k, c in clients.items()
-    }
-    engines = {
-        "in-process": in_process,
-        "dask 1 worker": on(clients[1]),
-        "dask 2 workers": on(clients[2]),
-    }
-    cpu_of = {  # the busiest process's CPU seconds so far (this one, or the engine's workers)
-        "in-process": lambda: time.process_time(),
-        "dask 1 worker": lambda: clients[1].run(time.process_time),
-        "dask 2 workers": lambda: clients[2].run(time.process_time),
-    }
+    worker_env: dict[int, dict] = {}
+    engines = ("in-process", "dask 1 worker", "dask 2 workers")
     times: dict[str, dict[int, list[float]]] = {e: {1: [], args.sweeps: []} for e in engines}
     cpu: dict[str, dict[int, list[float]]] = {e: {1: [], args.sweeps: []} for e in engines}
+    loop_seconds: dict[str, list[float]] = {e: [] for e in engines}
     results = {}
-    try:
-        for rep in range(args.repeats):
-            for name, run in engines.items():
+    for rep in range(args.repeats):
+        for name in engines:
+            with engine(name) as (run, cpu_of):
                 for sweeps in (args.sweeps, 1):
-                    c0 = cpu_of[name]()
+                    c0 = cpu_of()
                     t0 = time.perf_counter()
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", ConvergenceWarning)
                         res = run(sweeps)
                     times[name][sweeps].append(time.perf_counter() - t0)
-                    c1 = cpu_of[name]()
+                    c1 = cpu_of()
                     busiest = max(c1[w] - c0[w] for w in c0) if isinstance(c0, dict) else c1 - c0
                     cpu[name][sweeps].append(busiest)
                     if sweeps == args.sweeps:
                         results[name] = res
-            print(f"repeat {rep + 1}: " + ", ".join(
-                f"{k} {times[k][args.sweeps][-1]:.2f}/{times[k][1][-1]:.2f} s" for k in engines
-            ), f"(load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
-    finally:
-        for c in clients.values():
-            c.close()
-        for c in clusters.values():
-            c.close()
+                        loop_seconds[name].append(float(np.median(res.sweep_seconds[1:])))
+        print(f"repeat {rep + 1}: " + ", ".join(
+            f"{k} {loop_seconds[k][-1]:.3f} s/sweep" for k in engines
+        ), f"(load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
 
     def per(t):  # best of the repeats, each the difference of two adjacent runs
         pairs = zip(t[args.sweeps], t[1], strict=True)
         return min(long - short for long, short in pairs) / (args.sweeps - 1)
 
-    per_sweep = {k: per(t) for k, t in times.items()}
+    per_sweep = {k: min(v) for k, v in loop_seconds.items()}
     cpu_per_sweep = {k: per(t) for k, t in cpu.items()}
     cpu_scaling = cpu_per_sweep["dask 1 worker"] / cpu_per_sweep["dask 2 workers"]
     ref = results["in-process"]
@@ -164,6 +170,7 @@ def main() -> None:
             "cpu_scaling_1_to_2_workers": cpu_scaling,
             "raw_cpu_seconds": {k: {str(s): v for s, v in t.items()} for k, t in cpu.items()},
             "raw_seconds": {k: {str(s): v for s, v in t.items()} for k, t in times.items()},
+            "median_sweep_seconds_per_repeat": loop_seconds,
             "max_abs_site_diff_vs_in_process": max_diff,
             "load_average_before": load_before,
             "load_average_after": os.getloadavg(),

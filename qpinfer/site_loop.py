@@ -34,6 +34,7 @@ halved until it is proper (:func:`_proper_step`), so the best state is always a 
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -112,6 +113,8 @@ class SiteResult(PosteriorMoments):
     n_clipped: int = 0
     n_skipped: int = 0
     history: list[float] = field(default_factory=list)
+    #: wall-clock seconds of each recorded sweep (:meth:`SweepControl.record`)
+    sweep_seconds: list[float] = field(default_factory=list)
 
 
 def site_proposal(
@@ -234,6 +237,8 @@ class SweepControl:
         self.best_rms = np.inf
         self.best = initial_state
         self.history: list[float] = []
+        self.sweep_seconds: list[float] = []
+        self._clock = time.perf_counter()
         self.converged = False
         self.n_iter = 0
         self._stalled = 0
@@ -245,8 +250,12 @@ class SweepControl:
             yield it
 
     def record(self, rms: float, state: Any) -> bool:
-        """Record a sweep's RMS change and the state it produced; ``True``: stop (converged)."""
+        """Record a sweep's RMS change and the state it produced (and the wall-clock time since
+        the previous record, or since the control was made); ``True``: stop (converged)."""
         s = self.settings
+        now = time.perf_counter()
+        self.sweep_seconds.append(now - self._clock)
+        self._clock = now
         self.history.append(rms)
         if rms < self.best_rms:
             self.best_rms, self.best, self._stalled = rms, state, 0
@@ -289,6 +298,7 @@ class SweepControl:
             n_clipped=n_clipped,
             n_skipped=n_skipped,
             history=self.history,
+            sweep_seconds=self.sweep_seconds,
         )
 
 
