@@ -212,7 +212,7 @@ def column_blocks(n: int, chunk: int | None = None) -> list[slice]:
 def _cache_blocks(m: int, n: int) -> tuple[list[slice], np.ndarray]:
     """Column blocks of an M x N ``A`` of about :data:`CACHE_BLOCK_BYTES` (at most
     :data:`COLUMN_CHUNK` columns) and one C-order M x block buffer for their temporaries."""
-    chunk = max(16, min(COLUMN_CHUNK, CACHE_BLOCK_BYTES // (8 * max(m, 1))))
+    chunk = min(COLUMN_CHUNK, max(16, CACHE_BLOCK_BYTES // (8 * max(m, 1))))
     return column_blocks(n, chunk), np.empty((m, min(chunk, n)))
 
 

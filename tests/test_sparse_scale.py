@@ -54,11 +54,13 @@ def _mp_posterior(A, tau, nu):
 
 @pytest.mark.parametrize("chunk", [3, 4, 8192])
 @pytest.mark.parametrize("signs", ["nonnegative", "mixed"])
-def test_low_rank_posterior_matches_mpmath(monkeypatch, chunk, signs):
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_low_rank_posterior_matches_mpmath(monkeypatch, chunk, signs, order):
     """dsyrk (tau >= 0, zeros included) or the general product (some tau < 0), any column
-    blocking (3 | 10 columns: a short last block)."""
+    blocking (3 | 10 columns: a short last block), ``A`` in either memory order (a triangular
+    solve gives Fortran order)."""
     rng = np.random.default_rng(1)
-    A = rng.standard_normal((4, 10))
+    A = np.asarray(rng.standard_normal((4, 10)), order=order)
     tau = rng.uniform(0.0, 3.0, 10)
     tau[[2, 7]] = 0.0
     if signs == "mixed":
@@ -194,3 +196,39 @@ def test_magic_fit_as_a_new_user_meets_issue_17():
         assert np.mean(clf.predict(Xte) != yte) <= 0.145
         if method == "qp":
             assert clf.table_.fallback_count == 0
+
+
+def test_cache_blocks_fit_a_core_cache_and_agree_with_one_product():
+    """Column blocks of about CACHE_BLOCK_BYTES (at least 16 columns, at most COLUMN_CHUNK) and
+    a C-order buffer of one block; the blocked sums and marginals equal the unblocked products."""
+    blocks, buf = pp._cache_blocks(100, 100_000)
+    assert blocks[0] == slice(0, 655) and blocks[-1].stop == 100_000
+    assert buf.shape == (100, 655) and buf.flags.c_contiguous
+    assert pp._cache_blocks(10**6, 50)[0] == [
+        slice(0, 16),
+        slice(16, 32),
+        slice(32, 48),
+        slice(48, 50),
+    ]
+    assert pp._cache_blocks(2, 10**6)[1].shape == (2, pp.COLUMN_CHUNK)
+    rng = np.random.default_rng(5)
+    A = np.asfortranarray(rng.standard_normal((40, 5000)) * 0.2)  # 2 blocks of 1638 + a short one
+    tau, nu = rng.uniform(0.0, 2.0, 5000), rng.standard_normal(5000)
+    S, b = pp.site_sums(A, tau, nu)
+    np.testing.assert_allclose(S, (A * tau) @ A.T, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(b, A @ nu, rtol=1e-12, atol=1e-12)
+    L, mean_v = pp.low_rank_factor(S.copy(), b)
+    mean, var = pp.low_rank_marginals(A, L, mean_v)
+    V = np.linalg.solve(L, A)
+    np.testing.assert_allclose(mean, A.T @ mean_v, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(var, np.sum(V * V, axis=0), rtol=1e-12)
+
+
+def test_sweep_seconds_are_recorded_per_sweep():
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal((5, 60)) * 0.5
+    h = np.full(60, 0.1)
+    y = np.where(rng.standard_normal(60) > 0, 1.0, -1.0)
+    res = run_sparse_pep(A, h, y, PowerMomentMatching(PROBIT, 1.0), tol=1e-8)
+    assert res.converged and len(res.sweep_seconds) == res.n_iter == len(res.history)
+    assert all(t > 0 for t in res.sweep_seconds)
