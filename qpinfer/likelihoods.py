@@ -131,6 +131,16 @@ class Probit(Likelihood):
         sigma^2 for any positive float sigma): mean = mu eps^2 + y sigma delta (z + r) and
         std = sigma sqrt(eps^2 + delta^2 (1 - r (z + r))), each term without cancellation.
         """
+        mean, sigma, eps, delta, var_factor = self._mean_terms(mu, sigma, y)
+        std = sigma * np.sqrt(eps * eps + delta * delta * var_factor.reshape(mean.shape))
+        return mean, std
+
+    def tilted_mean(self, mu, sigma, y) -> np.ndarray:
+        """The mean of :meth:`tilted_moments` alone (the same operations): QP with a table that
+        stores sigma* / sigma needs EP's mean but not its standard deviation."""
+        return self._mean_terms(mu, sigma, y)[0]
+
+    def _mean_terms(self, mu, sigma, y):
         mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
         # the tail branch of probit_moment_terms replaces what overflows in the direct forms;
         # the mean itself may exceed the float range only when |mu| is within a factor of it
@@ -140,8 +150,7 @@ class Probit(Likelihood):
             h = np.hypot(1.0, sigma)
             eps, delta = 1.0 / h, sigma / h
             mean = (mu * eps) * eps + y * (sigma * delta) * z_plus_r.reshape(mu.shape)
-        std = sigma * np.sqrt(eps * eps + delta * delta * var_factor.reshape(mu.shape))
-        return mean, std
+        return mean, sigma, eps, delta, var_factor
 
     def canonical(self, mu, y):
         """Mirror symmetry: sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1) exactly."""

@@ -278,14 +278,17 @@ class ReducedTable:
         idx = todo.indices()
         return out, np.arange(m.size) if idx is None else idx
 
-    def _sweep(self, mu, sigma, y):
+    def sigma_qp_core(self, mu, sigma, y):
         """sigma* of a sweep's queries -- 1-D float arrays of one shape -- if every one lies in
         the first box that stores sigma*/sigma (probit's core, a fit's every cavity), else
-        ``None``.
+        ``None`` (then :meth:`sigma_qp` answers them). Needs no EP moments: QP's projection
+        (:class:`qpinfer.projections.QuantileMatching`) tries it first and then computes EP's
+        mean alone.
 
         No input checks but the labels': a cavity inside the box's axes has a finite mean and a
-        finite sigma > 0 (:meth:`qpinfer.reduced.Box.axis_array`), any other one sends the
-        whole batch to :meth:`_lookup`, which checks it."""
+        finite sigma > 0 (:meth:`qpinfer.reduced.Box.axis_array`), any other one gives
+        ``None``, and :meth:`sigma_qp` sends the whole batch to :meth:`_lookup`, which checks
+        it."""
         if not (
             self._sweep_cells is not None
             and type(mu) is np.ndarray
@@ -304,7 +307,7 @@ class ReducedTable:
         """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast);
         ``moments``: EP's ``(mean, std)`` at these cavities if the caller has them (used only
         outside the boxes that store sigma*/sigma)."""
-        sig = self._sweep(mu, sigma, y)
+        sig = self.sigma_qp_core(mu, sigma, y)
         if sig is not None:
             return sig
         sig, _, shape, _ = self._lookup(mu, sigma, y, moments)

@@ -1,4 +1,4 @@
-"""The v2 reader's sweep path (ReducedTable._sweep, cheb_cells.SweepEvaluator): what EP/QP sweeps
+"""The v2 reader's sweep path (ReducedTable.sigma_qp_core, cheb_cells.SweepEvaluator): what EP/QP sweeps
 call once per sweep. It must give what the general lookup gives, hand every batch it cannot
 answer whole to the general lookup (which checks the inputs), and stay within 1e-12 of the
 exact kernel."""
@@ -27,7 +27,7 @@ def test_sweep_path_is_the_general_lookup_bit_for_bit():
     table = open_shipped("probit")
     for seed in range(5):
         mu, sigma, y = _sweep_batch(seed=seed)
-        fast = table._sweep(mu, sigma, y)
+        fast = table.sigma_qp_core(mu, sigma, y)
         assert fast is not None  # every cavity in the core box: the sweep path answered
         general, _, _, rest = table._lookup(mu, sigma, y)
         assert rest.size == 0
@@ -47,7 +47,7 @@ def test_a_batch_with_one_cavity_outside_the_core_goes_to_the_general_lookup():
     mu, sigma, y = _sweep_batch(n=50, seed=3)
     mu[7], sigma[7] = -500.0, 2.0  # tau ~ -224: the tail box
     mu[9], sigma[9] = 1.0, 1e-6  # log10 sigma = -6: below the core
-    assert table._sweep(mu, sigma, y) is None
+    assert table.sigma_qp_core(mu, sigma, y) is None
     got = table.sigma_qp(mu, sigma, y)
     want = qpinfer.sigma_qp("probit", mu, sigma, y)
     assert np.max(np.abs(got / want - 1.0)) <= 1e-12
@@ -89,7 +89,7 @@ def test_huge_means_take_no_warning_and_the_kernel_answer():
     y = np.array([1.0, 1.0, -1.0])
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        assert table._sweep(mu, sigma, y) is None
+        assert table.sigma_qp_core(mu, sigma, y) is None
     got = table.sigma_qp(mu, sigma, y)
     want = qpinfer.sigma_qp("probit", mu, sigma, y)
     assert np.max(np.abs(got / want - 1.0)) <= 1e-12
@@ -106,3 +106,30 @@ def test_quantile_matching_takes_sigma_star_from_the_table_with_ep_moments():
     assert np.array_equal(std, table.sigma_qp(mu, sigma, y))
     exact = qpinfer.sigma_qp("probit", mu, sigma, y)
     assert np.max(np.abs(std / exact - 1.0)) <= 1e-12
+
+
+def test_quantile_matching_outside_the_core_equals_the_general_path():
+    """One cavity outside the core box: the projection falls back to EP's moments and
+    ``table.sigma_qp`` for the whole batch, with the same values as each path alone."""
+    lik = qpinfer.get_likelihood("probit")
+    table = open_shipped("probit")
+    mu, sigma, y = _sweep_batch(seed=12)
+    mu[5], sigma[5] = -30.0 * y[5], 1.5  # canonical tau ~ -16.6: the tail box
+    assert table.sigma_qp_core(mu, sigma, y) is None
+    mean, std = QuantileMatching(lik, table).project(mu, sigma, y)
+    ep_mean, ep_std = lik.tilted_moments(mu, sigma, y)
+    assert np.array_equal(mean, ep_mean)
+    assert np.array_equal(std, table.sigma_qp(mu, sigma, y, moments=(ep_mean, ep_std)))
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 30.0, 1e4])
+def test_probit_tilted_mean_is_the_mean_of_tilted_moments_bit_for_bit(scale):
+    """``tilted_mean`` (QP's projection when the table needs no EP std) runs the same operations
+    as ``tilted_moments``: every regime, including the continued-fraction tail z < -1.5."""
+    lik = qpinfer.get_likelihood("probit")
+    rng = np.random.default_rng(13)
+    sigma = scale * 10.0 ** rng.uniform(-1, 1, 500)
+    y = rng.choice([-1.0, 1.0], 500)
+    mu = rng.uniform(-12.0, 12.0, 500) * np.hypot(1.0, sigma)
+    assert np.array_equal(lik.tilted_mean(mu, sigma, y), lik.tilted_moments(mu, sigma, y)[0])
+    assert np.array_equal(lik.tilted_mean(0.3, 2.0, -1.0), lik.tilted_moments(0.3, 2.0, -1.0)[0])
