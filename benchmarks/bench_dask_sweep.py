@@ -13,7 +13,7 @@ dask cluster is started for its run and closed after it):
 
 * ``in-process``: :func:`qpinfer.sparse.run_sparse_pep` (``A`` computed in this process);
 * ``dask 1 worker`` / ``dask 2 workers``: :func:`qpinfer.dask_sweep.run_sparse_pep_dask` on the
-  cluster ``scheduler="local"`` starts (:func:`qpinfer.dask_sweep.local_client`) with k
+  cluster ``scheduler="local"`` starts (:func:`qpinfer.dask_partitions.local_client`) with k
   single-threaded worker processes (one partition per worker; ``OPENBLAS_NUM_THREADS=1`` and
   ``OMP_NUM_THREADS=1`` in the workers, checked).
 
@@ -38,7 +38,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from qpinfer.dask_sweep import local_client, run_sparse_pep_dask  # noqa: E402
+from qpinfer.dask_partitions import local_client  # noqa: E402
+from qpinfer.dask_sweep import run_sparse_pep_dask  # noqa: E402
 from qpinfer.kernels import ARDSquaredExponential  # noqa: E402
 from qpinfer.likelihoods import Probit  # noqa: E402
 from qpinfer.projections import MomentMatching, QuantileMatching  # noqa: E402
@@ -92,7 +93,7 @@ def main() -> None:
 
     @contextlib.contextmanager
     def engine(name):
-        """The engine. A dask engine's cluster (:func:`qpinfer.dask_sweep.local_client`, as
+        """The engine. A dask engine's cluster (:func:`qpinfer.dask_partitions.local_client`, as
         ``scheduler="local"`` makes it) lives only while it runs: an idle cluster's processes
         (heartbeats, monitors) took ~5% of the cores from the running one."""
         if name == "in-process":

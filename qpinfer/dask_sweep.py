@@ -16,7 +16,8 @@ whitened pseudo-points (:mod:`qpinfer.pseudo_points`) needs only two sums over t
   :class:`qpinfer.site_loop.SweepControl` -- the same bookkeeping as
   :func:`~qpinfer.site_loop.run_sites` -- turns into damping, stopping and the best state.
 
-Each worker holds its partition's ``X_p, y_p`` (sent once) and computes ``A_p = Lu^-1 K(Z, X_p)``
+Each worker holds its partition's ``X_p, y_p`` (sent once, or -- ``X`` a dask array -- computed
+there: :mod:`qpinfer.dask_partitions`) and computes ``A_p = Lu^-1 K(Z, X_p)``
 and ``h_p`` itself from the kernel and ``Z`` (:func:`~qpinfer.pseudo_points.whitened_cross`): no
 N x M array travels, only ``O(M^2)`` per partition and sweep. A partition is a dask actor
 (:class:`_PartitionActor`) on its worker: the client calls it directly, one round trip per sweep
@@ -34,20 +35,18 @@ quantile-propagation[dask]``); ``import qpinfer`` never imports them.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import os
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from qpinfer.dask_partitions import check_data, check_partition, client_for, place_partitions
 from qpinfer.malloc import tune_malloc
 from qpinfer.pseudo_points import (
     LowRankPosterior,
-    _check_kernel,
     inducing_factor,
     low_rank_factor,
     low_rank_marginals,
@@ -129,8 +128,9 @@ class _PartitionActor:
     """One data partition on its worker (a dask actor: the client calls it directly, one round
     trip per sweep): ``A_p``, the site update, the current sites and a copy of the best ones."""
 
-    def __init__(self, X, y, kernel, Z, Lu, spec, tau, nu) -> None:
+    def __init__(self, X, y, rows, kernel, Z, Lu, spec, tau, nu) -> None:
         tune_malloc()  # keep the sweep's temporaries mapped between sweeps (qpinfer.malloc)
+        X = check_partition(X, rows)
         self.A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
         self.sites = _PseudoPointSites(spec.build(), h, np.asarray(y))
         self.tau, self.nu = tau, nu
@@ -174,99 +174,6 @@ class _PartitionActor:
         return self.tau, self.nu, marg.mean, marg.var, log_z, cav_mean, cav_var
 
 
-# -- the client side ------------------------------------------------------------------------------
-#: dask settings of the ``"local"`` cluster (:func:`local_client`): its processes wake less often
-#: (defaults: event-loop tick 20 ms, system monitor 500 ms, memory monitor 100 ms). Two workers on
-#: two cores share them with the scheduler, the nannies and the client, and a sweep waits for its
-#: slowest partition; per sweep at N = 2e5, M = 100 on 2 cores: 0.164 -> 0.142 s with 2 workers
-#: (1 -> 2 worker scaling 1.58x -> 1.79x, ``benchmarks/bench_dask_sweep.py``).
-QUIET_LOCAL_CONFIG = {
-    "distributed.admin.tick.interval": "1s",
-    "distributed.admin.system-monitor.interval": "2s",
-    "distributed.worker.memory.monitor-interval": "1s",
-}
-
-
-@contextlib.contextmanager
-def local_client(n_workers: int | None = None) -> Iterator[Any]:
-    """A ``distributed.Client`` on a new ``LocalCluster`` of ``n_workers`` (default: one per
-    core) single-threaded worker processes with :data:`QUIET_LOCAL_CONFIG`, closed afterwards."""
-    import dask
-    from distributed import Client, LocalCluster
-
-    n = n_workers or os.cpu_count() or 1
-    with (
-        dask.config.set(QUIET_LOCAL_CONFIG),
-        LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
-
-
-@contextlib.contextmanager
-def client_for(scheduler: Any) -> Iterator[Any]:
-    """A ``distributed.Client`` for ``scheduler``: a ``Client`` (used as is), ``"local"``
-    (:func:`local_client`: one single-threaded worker process per core, closed afterwards) or a
-    scheduler address such as ``"tcp://host:8786"`` (connected, closed afterwards)."""
-    from distributed import Client
-
-    if isinstance(scheduler, Client):
-        yield scheduler
-    elif isinstance(scheduler, str) and scheduler == "local":
-        with local_client() as client:
-            yield client
-    elif isinstance(scheduler, str) and scheduler:
-        with Client(scheduler) as client:
-            yield client
-    else:
-        raise ValueError(
-            "scheduler must be 'local', a scheduler address (e.g. 'tcp://host:8786') or a "
-            f"distributed.Client, got {scheduler!r}"
-        )
-
-
-def _partition_bounds(n: int, n_partitions: Any, partition_sizes: Any, n_workers: int) -> list:
-    if partition_sizes is not None:
-        if n_partitions is not None:
-            raise ValueError("give n_partitions or partition_sizes, not both")
-        sizes = np.asarray(partition_sizes)
-        ok = sizes.ndim == 1 and sizes.size >= 1 and np.issubdtype(sizes.dtype, np.integer)
-        if not (ok and np.all(sizes >= 1) and int(sizes.sum()) == n):
-            raise ValueError(
-                f"partition_sizes must be positive integers summing to the {n} data rows, got "
-                f"{partition_sizes!r}"
-            )
-    else:
-        k = n_workers if n_partitions is None else n_partitions
-        is_int = isinstance(k, int | np.integer) and not isinstance(k, bool)
-        if not (is_int and 1 <= k <= n):
-            raise ValueError(
-                f"n_partitions must be None (one per worker) or an integer in [1, {n}] (the data "
-                f"rows), got {n_partitions!r}"
-            )
-        sizes = np.full(k, n // k) + (np.arange(k) < n % k)
-    ends = np.cumsum(sizes)
-    return [slice(int(e - s), int(e)) for s, e in zip(sizes, ends, strict=True)]
-
-
-def _check_data(kernel, X, y, Z) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    _check_kernel(kernel)
-    X = np.asarray(X, dtype=np.float64)
-    Z = np.asarray(Z, dtype=np.float64)
-    y = np.asarray(y)
-    if X.ndim != 2 or X.shape[0] < 1:
-        raise ValueError(f"X must be a 2-D array with at least one row, got shape {X.shape}")
-    if y.shape != (X.shape[0],):
-        raise ValueError(
-            f"y must have shape ({X.shape[0]},) (one label per row of X), got {y.shape}"
-        )
-    if Z.ndim != 2 or Z.shape[1] != X.shape[1] or Z.shape[0] < 1:
-        raise ValueError(f"Z must be a (M, {X.shape[1]}) array with M >= 1, got shape {Z.shape}")
-    return X, y, Z
-
-
 def run_sparse_pep_dask(
     kernel: Any,
     X: Any,
@@ -300,7 +207,10 @@ def run_sparse_pep_dask(
         ``"local"``, a scheduler address or a ``distributed.Client`` (:func:`client_for`).
     n_partitions, partition_sizes:
         The data partitions (contiguous row blocks, dealt to the workers round-robin):
-        ``n_partitions`` of near-equal size (default: one per worker) or explicit sizes.
+        ``n_partitions`` of near-equal size (default: one per worker) or explicit sizes. With a
+        dask array ``X`` its row chunks are the partitions, each computed on its worker (e.g.
+        read from a zarr store there, :func:`dask.array.from_zarr`): ``X`` never passes through
+        the client (:mod:`qpinfer.dask_partitions`); ``y`` may be a dask or a numpy array.
     init, damping, max_iter, tol, compute_evidence:
         As :func:`~qpinfer.sparse_sites.run_sparse_pep` (damping default 0.5, halved when
         stalled; same stopping rule, same best state, same warning).
@@ -310,7 +220,7 @@ def run_sparse_pep_dask(
     ``(result, Lu)``: the :class:`~qpinfer.sparse_sites.SparsePEPResult` (sites, marginals,
     posterior, evidence, all gathered on the client) and ``chol(Kuu + jitter I)`` (predictions).
     """
-    X, y, Z = _check_data(kernel, X, y, Z)
+    X, y, Z = check_data(kernel, X, y, Z)
     if not (isinstance(jitter, int | float) and jitter >= 0):
         raise ValueError(f"jitter must be a non-negative number, got {jitter!r}")
     settings = SweepSettings.checked("parallel", damping, max_iter, tol, MIN_SITE_PRECISION, True)
@@ -319,16 +229,16 @@ def run_sparse_pep_dask(
     _, Lu, _ = inducing_factor(kernel, Z, jitter)
     spec = _ProjectionSpec(projection)
     with client_for(scheduler) as client, client.as_current():  # the actors bind to it
-        workers = sorted(client.scheduler_info()["workers"])
-        if not workers:
-            raise ValueError("the dask cluster has no workers")
-        bounds = _partition_bounds(n, n_partitions, partition_sizes, len(workers))
-        actors = []
-        for p, sl in enumerate(bounds):
-            where = [workers[p % len(workers)]]
-            Xp, yp = client.scatter([X[sl], y[sl]], workers=where)
-            args = (Xp, yp, kernel, Z, Lu, spec, tau0[sl], nu0[sl])
-            actors.append(client.submit(_PartitionActor, *args, workers=where, actor=True))
+        actors = [
+            client.submit(
+                _PartitionActor,
+                *(part.X, part.y, part.rows, kernel, Z, Lu, spec),
+                *(tau0[part.rows], nu0[part.rows]),
+                workers=[part.worker],
+                actor=True,
+            )
+            for part in place_partitions(client, X, y, n_partitions, partition_sizes)
+        ]
         actors = [a.result() for a in actors]
         result = _sweep_to_convergence(actors, settings, n, compute_evidence)
     return result, Lu

@@ -177,6 +177,64 @@ def test_bad_input_raises_value_error(client, problem, kwargs, match):
         run_sparse_pep_dask(projection=MomentMatching(Probit()), **args)
 
 
+def _zarr_X(tmp_path, X, rows_per_chunk):
+    """``X`` written to a zarr store on disk and opened lazily as a dask array of row chunks."""
+    import dask.array as da
+    import zarr
+
+    store = zarr.open_array(
+        tmp_path / "X.zarr", mode="w", shape=X.shape, chunks=(rows_per_chunk, X.shape[1]),
+        dtype="f8",
+    )  # fmt: skip
+    store[:] = X
+    return da.from_zarr(str(tmp_path / "X.zarr"))
+
+
+@pytest.mark.parametrize("dask_y", [True, False])
+def test_dask_array_input_is_read_on_the_workers_and_equals_in_process(
+    client, problem, tmp_path, dask_y
+):
+    """``X`` from a zarr store on disk as a dask array (3 row chunks: 120, 120, 61): the chunks
+    are the partitions, each read on the worker of its actor; same sweep as in-process."""
+    import dask.array as da
+
+    kern, X, y, Z, prior = problem
+    Xd = _zarr_X(tmp_path, X, 120)
+    yd = da.from_array(y, chunks=50) if dask_y else y  # rechunked to X's rows
+    proj = MomentMatching(Probit())
+    ref = run_sparse_pep(prior.A, prior.h, y, proj, tol=1e-10)
+    with distributed.get_task_stream(client) as stream:
+        res, _ = run_sparse_pep_dask(kern, Xd, yd, Z, proj, scheduler=client, tol=1e-10)
+    _assert_same(res, ref)
+    workers = sorted(client.scheduler_info()["workers"])
+    reads = {}  # chunk index -> the worker that read it from the store
+    for task in stream.data:
+        key = task["key"]
+        if isinstance(key, tuple) and str(key[0]).startswith("from-zarr"):
+            reads[key[1]] = task["worker"]
+    assert reads == {p: workers[p % 2] for p in range(3)}
+
+
+def test_dask_array_input_errors(client, problem, tmp_path):
+    import dask.array as da
+
+    kern, X, y, Z, _ = problem
+    Xd = da.from_array(X, chunks=(100, 3))
+    proj = MomentMatching(Probit())
+    with pytest.raises(ValueError, match="row chunks of a dask array X are the partitions"):
+        run_sparse_pep_dask(kern, Xd, y, Z, proj, scheduler=client, n_partitions=2)
+    with pytest.raises(ValueError, match="known chunk sizes"):
+        run_sparse_pep_dask(kern, Xd[Xd[:, 0] > 0], y, Z, proj, scheduler=client)
+    bad = X.copy()
+    bad[250, 1] = np.nan  # in the third chunk: refused on its worker, naming the row
+    with pytest.raises(ValueError, match="X must be finite; row 250 holds a NaN"):
+        run_sparse_pep_dask(kern, da.from_array(bad, chunks=(100, 3)), y, Z, proj, scheduler=client)
+    with pytest.raises(ValueError, match="X must be finite; row 7 holds a NaN"):
+        bad = X.copy()
+        bad[7, 0] = np.inf
+        run_sparse_pep_dask(kern, bad, y, Z, proj, scheduler=client)
+
+
 def test_import_qpinfer_keeps_dask_out():
     import subprocess
     import sys
