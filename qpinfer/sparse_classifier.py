@@ -146,6 +146,17 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
             options["tol"] = tol
         return run_sparse_pep(prior.A, prior.h, y, projection, init=init, **options)
 
+    def __sklearn_clone__(self):
+        """scikit-learn's ``clone`` (``GridSearchCV``, ``cross_val_score``): the parameters
+        deep-copied as usual, except a ``distributed.Client`` passed as ``scheduler``, which is
+        shared (a live connection cannot be copied)."""
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)
+        scheduler = params.pop("scheduler")  # None, a string, or a Client: shared as it is
+        copied = {k: clone(v, safe=False) for k, v in params.items()}
+        return type(self)(**copied, scheduler=scheduler)
+
     def fit(self, X: Any, y: Any) -> SparseGPClassifier:
         """Fit sites, kernel hyperparameters and inducing inputs (eq. (110))."""
         alpha = self._validate()

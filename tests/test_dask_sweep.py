@@ -244,3 +244,24 @@ def test_import_qpinfer_keeps_dask_out():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_sklearn_clone_and_cross_validation_share_the_client(client, problem):
+    """``clone`` deep-copies the parameters but shares a ``Client`` passed as ``scheduler`` (a
+    live connection cannot be copied): ``cross_val_score`` runs its folds' sweeps on the cluster."""
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_score
+
+    _, X, y, _, _ = problem
+    params = dict(
+        n_inducing=8, optimizer=None, random_state=0, length_scale=np.array([1.0, 2.0, 3.0])
+    )
+    est = SparseGPClassifier(**params, scheduler=client)
+    twin = clone(est)
+    assert twin.scheduler is client and twin is not est
+    assert twin.length_scale is not est.length_scale
+    np.testing.assert_array_equal(twin.length_scale, est.length_scale)
+    on_dask = cross_val_score(est, X, y, cv=2)
+    in_process = cross_val_score(SparseGPClassifier(**params), X, y, cv=2)
+    np.testing.assert_array_equal(on_dask, in_process)
+    assert clone(SparseGPClassifier(scheduler="local")).scheduler == "local"
