@@ -43,17 +43,24 @@ def log_lik_derivatives(name: str, f: np.ndarray, y: np.ndarray):
     return y * f - ef - gammaln(y + 1.0), y - ef, -ef, -ef
 
 
-def _nodes(m: np.ndarray, s: np.ndarray):
-    """Nodes f and weights of E[g(f)], f ~ N(m, s^2): panels in t with edges at 0, +-2.5,
-    +-5, +-10 and at the breaks mapped to t (clipped, so empty panels have zero weight)."""
-    inner = [np.clip((b - m) / s, -_T_MAX, _T_MAX) for b in _BREAKS]
-    fixed = [np.full(m.shape, t) for t in _T_EDGES]
-    edges = np.sort(np.stack([*fixed, *inner], axis=-1), axis=-1)
+def panel_nodes(m: np.ndarray, s: np.ndarray, inner: np.ndarray):
+    """Nodes f and weights of E[g(f)], f ~ N(m, s^2): 32-point Gauss-Legendre panels in
+    t = (f - m) / s with edges at 0, +-2.5, +-5, +-10 and at ``inner`` (shape ``m.shape + (k,)``,
+    the caller's breaks of g mapped to t and clipped to [-10, 10], so empty panels have zero
+    weight). Shared with :mod:`qpinfer.loglik_student_t`."""
+    fixed = np.broadcast_to(np.asarray(_T_EDGES), m.shape + (len(_T_EDGES),))
+    edges = np.sort(np.concatenate([fixed, inner], axis=-1), axis=-1)
     a, b = edges[..., :-1, None], edges[..., 1:, None]
     t = 0.5 * (a + b) + 0.5 * (b - a) * _GL_X
     w = 0.5 * (b - a) * _GL_W * np.exp(-0.5 * t * t) / np.sqrt(2.0 * np.pi)
     shape = m.shape + (-1,)
     return m[..., None] + s[..., None] * t.reshape(shape), w.reshape(shape)
+
+
+def _nodes(m: np.ndarray, s: np.ndarray):
+    """:func:`panel_nodes` with this module's breaks (logit's and the log link's)."""
+    inner = np.stack([np.clip((b - m) / s, -_T_MAX, _T_MAX) for b in _BREAKS], axis=-1)
+    return panel_nodes(m, s, inner)
 
 
 def expected_log_lik(name: str, m, v, y):

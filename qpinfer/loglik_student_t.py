@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from qpinfer.loglik_logit_poisson_log import panel_nodes
+
 __all__ = [
     "expected_log_lik",
     "expected_scale_score",
@@ -37,9 +39,7 @@ __all__ = [
     "scale_derivatives",
 ]
 
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(32)
-_T_MAX = 10.0
-_T_EDGES = (-_T_MAX, -5.0, -2.5, 0.0, 2.5, 5.0, _T_MAX)
+_T_MAX = 10.0  # the panels' range in t (qpinfer.loglik_logit_poisson_log.panel_nodes)
 _R_EDGES = np.concatenate([-(4.0 ** np.arange(15, -1, -1)), [0.0], 4.0 ** np.arange(16)])
 
 
@@ -82,13 +82,7 @@ def _nodes(likelihood: Any, m: np.ndarray, sd: np.ndarray, y: np.ndarray):
     inner = np.clip(
         (y[..., None] - root_a * _R_EDGES - m[..., None]) / sd[..., None], -_T_MAX, _T_MAX
     )
-    fixed = np.broadcast_to(np.asarray(_T_EDGES), m.shape + (len(_T_EDGES),))
-    edges = np.sort(np.concatenate([fixed, inner], axis=-1), axis=-1)
-    a, b = edges[..., :-1, None], edges[..., 1:, None]
-    t = 0.5 * (a + b) + 0.5 * (b - a) * _GL_X
-    w = 0.5 * (b - a) * _GL_W * np.exp(-0.5 * t * t) / np.sqrt(2.0 * np.pi)
-    shape = m.shape + (-1,)
-    return m[..., None] + sd[..., None] * t.reshape(shape), w.reshape(shape)
+    return panel_nodes(m, sd, inner)
 
 
 def expected_log_lik(likelihood: Any, m, v, y):
