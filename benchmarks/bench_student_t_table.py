@@ -13,25 +13,18 @@ far out: z >= 25, s up to 1e10)::
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-import qpinfer
-from qpinfer.shipped import open_shipped
-from qpinfer.student_t import StudentT
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/
 
-
-def cavities(n, seed, scale):
-    rng = np.random.default_rng(seed)
-    s = 10.0 ** rng.uniform(-4, 3, n)
-    d = rng.uniform(0, 30, n) * np.hypot(1.0, s)
-    far = rng.random(n) < 0.3
-    s_far = 10.0 ** rng.uniform(-4, 10, n)
-    d_far = np.maximum(10.0 ** rng.uniform(-3, 15, n), 25.000001 * np.hypot(1.0, s_far))
-    s, d = np.where(far, s_far, s), np.where(far, d_far, d)
-    y = rng.normal(0.0, 10.0, n) * scale
-    return y + rng.choice([-1.0, 1.0], n) * d * scale, s * scale, y
+import qpinfer  # noqa: E402
+from experiments.datasets import student_t_cavities  # noqa: E402
+from qpinfer.shipped import open_shipped  # noqa: E402
+from qpinfer.student_t import StudentT  # noqa: E402
 
 
 def main() -> None:
@@ -43,7 +36,7 @@ def main() -> None:
     args = ap.parse_args()
     lik = StudentT(4.0, args.scale)
     table = open_shipped(lik.name)
-    mu, sigma, y = cavities(args.points, 0, args.scale)
+    mu, sigma, y = student_t_cavities(args.points, 0, args.scale, near_log10_s_max=3.0)
     batches = [slice(i, i + args.batch) for i in range(0, args.points, args.batch)]
     mean, std = qpinfer.tilted_moments(lik, mu, sigma, y)
 

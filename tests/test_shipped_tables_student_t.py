@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import qpinfer
+from experiments.datasets import student_t_cavities
 from qpinfer.robust_regression import GPStudentTRegressor
 from qpinfer.shipped import open_shipped, shipped_path
 from qpinfer.student_t import StudentT, stationary_points
@@ -21,23 +22,6 @@ from qpinfer.tables_student_t import ScaledTable, for_likelihood
 from qpinfer.tables_v2 import open_reduced
 
 BASE = "student_t(nu=4.0, scale=1.0)"
-
-
-def _cavities(n, seed, scale):
-    """Random cavities over the claimed domain for ``scale``: s = sigma/scale log-uniform on
-    [1e-4, 1e2] with z = d / sqrt(1 + s^2) uniform on [0, 30] (the bimodal transition at z ~ 4..10
-    for s >= 3), or s log-uniform on [1e-4, 1e10] with d log-uniform on [1e-3, 1e15] (z >= 25:
-    the far box, or closed form)."""
-    rng = np.random.default_rng(seed)
-    s = 10.0 ** rng.uniform(-4, 2, n)
-    d = rng.uniform(0, 30, n) * np.hypot(1.0, s)
-    far = rng.random(n) < 0.3
-    s_far = 10.0 ** rng.uniform(-4, 10, n)
-    d_far = np.maximum(10.0 ** rng.uniform(-3, 15, n), 25.000001 * np.hypot(1.0, s_far))
-    s, d = np.where(far, s_far, s), np.where(far, d_far, d)
-    y = rng.normal(0.0, 10.0, n) * scale
-    sign = rng.choice([-1.0, 1.0], n)
-    return y + sign * d * scale, s * scale, y
 
 
 def _err(table, lik, mu, sigma, y):
@@ -61,7 +45,7 @@ def test_lookups_match_the_kernel_over_the_claimed_domain_at_any_scale(scale):
     table = open_shipped(lik.name)
     assert table.likelihood == lik.name
     assert isinstance(table, ScaledTable) == (scale != 1.0)
-    mu, sigma, y = _cavities(7_000, seed=int(scale * 1000) % 97, scale=scale)
+    mu, sigma, y = student_t_cavities(7_000, seed=int(scale * 1000) % 97, scale=scale)
     d, s = np.abs(mu - y) / scale, sigma / scale
     assert stationary_points(d, s, 4.0)[3].sum() >= 500  # bimodal tilts
     assert _err(table, lik, mu, sigma, y) <= 1e-12
@@ -199,7 +183,7 @@ def test_a_flipped_byte_in_the_shipped_store_is_refused(tmp_path):
 def test_lookups_match_the_kernel_on_a_million_points():
     """The acceptance sample: 1e6 random cavities over the claimed domain (scale 1)."""
     table = open_reduced(shipped_path(BASE))
-    mu, sigma, y = _cavities(1_000_000, seed=21, scale=1.0)
+    mu, sigma, y = student_t_cavities(1_000_000, seed=21, scale=1.0)
     assert _err(table, BASE, mu, sigma, y) <= 1e-12
     assert table.fallback_count == 0
 
