@@ -71,9 +71,10 @@ class QuantileMatching:
     With a ``table`` (from :func:`qpinfer.open_table`), sigma* is
     ``table.sigma_ratio(mu, sigma, y) * sigma_EP`` (a v2 table, ``accepts_moments``:
     ``table.sigma_qp(mu, sigma, y, moments=(mean, sigma_EP))``) -- one batched interpolation per
-    parallel sweep, with the table's own exact fallback outside its domain. When every cavity lies
-    in a v2 table's box of sigma* / sigma (``table.sigma_qp_core``) and the likelihood has
-    ``tilted_mean`` (probit), EP's standard deviation is not computed at all. Without a table,
+    parallel sweep, with the table's own exact fallback outside its domain. When the likelihood has
+    ``tilted_mean`` (probit), a v2 table is asked without moments: it computes EP's moments only
+    for cavities outside its boxes of sigma* / sigma, so a sweep whose cavities all lie in them
+    computes EP's mean alone. Without a table,
     sigma* is computed exactly by :func:`qpinfer.sigma_qp` (slower).
     """
 
@@ -93,11 +94,11 @@ class QuantileMatching:
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         tilted_mean = getattr(self.likelihood, "tilted_mean", None)
-        if tilted_mean is not None and getattr(self.table, "sigma_qp_core", None) is not None:
-            # a v2 table's sweep path stores sigma* / sigma: EP's std is not needed there
-            std = self.table.sigma_qp_core(cavity_mean, cavity_std, y)
-            if std is not None:
-                return tilted_mean(cavity_mean, cavity_std, y), std
+        if tilted_mean is not None and getattr(self.table, "accepts_moments", False):
+            # a v2 table computes EP's moments itself, only for cavities outside its boxes of
+            # sigma* / sigma (the same values as the moments passed in)
+            std = self.table.sigma_qp(cavity_mean, cavity_std, y)
+            return tilted_mean(cavity_mean, cavity_std, y), std
         mean, std_ep = self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
         if self.table is not None:
             if getattr(self.table, "accepts_moments", False):  # v2: no second EP computation

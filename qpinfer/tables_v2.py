@@ -281,9 +281,9 @@ class ReducedTable:
     def sigma_qp_core(self, mu, sigma, y):
         """sigma* of a sweep's queries -- 1-D float arrays of one shape -- if every one lies in
         the first box that stores sigma*/sigma (probit's core, a fit's every cavity), else
-        ``None`` (then :meth:`sigma_qp` answers them). Needs no EP moments: QP's projection
-        (:class:`qpinfer.projections.QuantileMatching`) tries it first and then computes EP's
-        mean alone.
+        ``None`` (then :meth:`sigma_qp` answers them). Needs no EP moments, so QP's projection
+        (:class:`qpinfer.projections.QuantileMatching`) asks :meth:`sigma_qp` without them and
+        computes EP's mean alone.
 
         No input checks but the labels': a cavity inside the box's axes has a finite mean and a
         finite sigma > 0 (:meth:`qpinfer.reduced.Box.axis_array`), any other one gives
