@@ -13,6 +13,13 @@ batches, read once per cell.
 The interpolant's error on a cell is bounded by the sum of the discarded Chebyshev coefficients
 of the function there; :func:`tail_size` reports the size of the last ones, which the build
 uses to check that every cell is resolved.
+
+A reader may also hold a box's cells in the *power basis* of the local coordinate
+``t = (x - left) / width`` in [0, 1] (:func:`power_coefficients`; ``power=True`` below): the same
+polynomials, whose basis ``1, t, .., t^(n-1)`` takes half the array operations of the Chebyshev
+one (:func:`_power_basis`) -- what EP's sweeps pay for, per call. The conversion is exact in
+exact arithmetic; in floating point the probit core's cells move by <= 4e-15 relative
+(:func:`power_rounding_bound` bounds it).
 """
 
 from __future__ import annotations
@@ -23,7 +30,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CellAxis", "SweepEvaluator", "coefficients", "evaluate", "tail_size"]
+__all__ = [
+    "CellAxis",
+    "SweepEvaluator",
+    "coefficients",
+    "evaluate",
+    "power_coefficients",
+    "power_rounding_bound",
+    "tail_size",
+]
 
 
 @functools.cache
@@ -106,17 +121,57 @@ def coefficients(values: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
     """
     v = np.asarray(values, dtype=np.float64)
     lead = v.shape[: v.ndim - len(axes)]
-    b = int(np.prod(lead))
-    shape = [b]
+    shape = [int(np.prod(lead))]
     for ax in axes:
         shape += [ax.n_cells, ax.n]
-    v = v.reshape(shape)
-    for d, ax in enumerate(axes):
-        m = _values_to_coefficients(ax.n)
-        v = np.moveaxis(np.tensordot(m, v, axes=(1, 2 * d + 2)), 0, 2 * d + 2)
-    order = [0] + [2 * d + 1 for d in range(len(axes))] + [2 * d + 2 for d in range(len(axes))]
-    n_cells = int(np.prod([ax.n_cells for ax in axes]))
-    return np.ascontiguousarray(v.transpose(order).reshape(b * n_cells, -1))
+    k = len(axes)  # cells first, then each cell's nodes: (batch, cells..., nodes...)
+    order = [0] + [2 * d + 1 for d in range(k)] + [2 * d + 2 for d in range(k)]
+    rows = v.reshape(shape).transpose(order).reshape(-1, int(np.prod([ax.n for ax in axes])))
+    return _times_per_axis(rows, axes, [_values_to_coefficients(ax.n).T for ax in axes])
+
+
+@functools.cache
+def _chebyshev_to_power(n: int) -> np.ndarray:
+    """(n, n) matrix P with ``T_i(2t - 1) = sum_k P[i, k] t^k`` (integers, exact in float64)."""
+    p = np.zeros((n, n))
+    p[0, 0] = 1.0
+    if n > 1:
+        p[1, :2] = (-1.0, 2.0)
+    for i in range(2, n):  # T_i = 2 (2t - 1) T_(i-1) - T_(i-2)
+        p[i, 1:] = 4.0 * p[i - 1, :-1]
+        p[i] -= 2.0 * p[i - 1] + p[i - 2]
+    p.flags.writeable = False
+    return p
+
+
+def _times_per_axis(coef: np.ndarray, axes: tuple[CellAxis, ...], mats) -> np.ndarray:
+    """Each cell's coefficient block with its axis d contracted against ``mats[d]``
+    (``a[.., i, ..] M[i, k]``), in the rows of ``coef``."""
+    shape = (coef.shape[0], *[ax.n for ax in axes])
+    a = (coef.reshape(-1, shape[-1]) @ mats[-1]).reshape(shape)  # the last axis: one product
+    for d in range(len(axes) - 1):  # the others: stacked products on contiguous blocks
+        a = np.moveaxis(np.matmul(mats[d].T, np.moveaxis(a, d + 1, -2)), -2, d + 1)
+    return np.ascontiguousarray(a.reshape(coef.shape))
+
+
+def power_coefficients(coef: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
+    """The cells of :func:`coefficients` (same rows) in the power basis of the local
+    coordinates t in [0, 1]: ``sum_kl a_kl t_0^k t_1^l`` on a 2-D cell. One small matrix
+    product per axis (~0.5 ms for the probit core's 1927 cells). The rounding this adds to a
+    value is bounded by :func:`power_rounding_bound`."""
+    return _times_per_axis(coef, axes, [_chebyshev_to_power(ax.n) for ax in axes])
+
+
+def power_rounding_bound(coef: np.ndarray, axes: tuple[CellAxis, ...]) -> float:
+    """A bound on the relative rounding that :func:`power_coefficients` adds to any value of the
+    interpolant, over all cells: ``eps * (|P|^T |c| |P|)_sum / |c_0..0|`` (P:
+    :func:`_chebyshev_to_power`; the basis values lie in [0, 1]). 7.7e-15 for the probit core
+    (12 x 12 nodes; the largest change measured on 2e5 random points: 4e-15): the Chebyshev
+    coefficients decay fast, so the large entries of P meet tiny coefficients."""
+    size = _times_per_axis(np.abs(coef), axes, [np.abs(_chebyshev_to_power(ax.n)) for ax in axes])
+    with np.errstate(divide="ignore"):
+        ratio = size.sum(axis=1) / np.abs(coef[:, 0])
+    return float(np.max(ratio)) * np.finfo(float).eps
 
 
 @functools.cache
@@ -130,30 +185,49 @@ def _product_blocks(n: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _chebyshev_basis(x: np.ndarray, n: int, t: np.ndarray | None = None) -> np.ndarray:
-    """``2 T_0(x) .. 2 T_(n-1)(x)`` for x of any shape, stacked on a new first axis:
-    ``(n, *x.shape)``. (Twice the basis: the caller scales the sums by ``2^-n_axes``, exactly.)
-    ``t``: that array with ``t[1]`` (= 2x) filled in already.
+def _chebyshev_basis(t: np.ndarray) -> np.ndarray:
+    """``2 T_0(x) .. 2 T_(n-1)(x)`` for x of any shape, stacked on the first axis of ``t``
+    (``(n, *x.shape)``, with ``t[1]`` = 2x filled in). (Twice the basis: the caller scales the
+    sums by ``2^-n_axes``, exactly.)
 
     By blocks of the product formula ``U_(p+m) = U_p U_m - U_(p-m)`` for ``U_k = 2 T_k``
     (m = 1 .. p): from U_0..U_p it gives U_(p+1)..U_(2p) in two array operations, so n = 12
     takes 4 blocks instead of 10 steps of the three-term recurrence (EP's batches are small; the
     call count is the cost). Doubling is exact, so ``U_k / 2`` is what the same products give
     for ``T_k``."""
-    if t is None:
-        t = np.empty((n, *x.shape))
-        np.multiply(x, 2.0, out=t[1])
     t[0] = 2.0
-    for p, k in _product_blocks(n):
+    for p, k in _product_blocks(len(t)):
         block = t[p + 1 : p + k + 1]
         np.multiply(t[p], t[1 : k + 1], out=block)
         block -= t[p - k : p][::-1]
     return t
 
 
+def _power_basis(t: np.ndarray) -> np.ndarray:
+    """``1, x, .., x^(n-1)`` stacked on the first axis of ``t`` (``t[1]`` = x filled in), by
+    the blocks of :func:`_product_blocks` (``x^(p+m) = x^p x^m``, one array operation per
+    block)."""
+    t[0] = 1.0
+    for p, k in _product_blocks(len(t)):
+        np.multiply(t[p], t[1 : k + 1], out=t[p + 1 : p + k + 1])
+    return t
+
+
+def _basis(frac: np.ndarray, n: int, power: bool) -> np.ndarray:
+    """The basis at local coordinates ``frac`` in [0, 1]: powers of ``frac``, or the doubled
+    Chebyshev basis at ``2 frac - 1`` (its ``U_1 = 4 frac - 2``, exactly ``2 (2 frac - 1)``)."""
+    t = np.empty((n, *frac.shape))
+    if power:
+        t[1] = frac
+        return _power_basis(t)
+    np.multiply(frac, 4.0, out=t[1])
+    t[1] -= 2.0
+    return _chebyshev_basis(t)
+
+
 def _locate(axes: tuple[CellAxis, ...], points: tuple[np.ndarray, ...], first_row, check=False):
     """``(rows, local, inside)``: row of ``coef`` (cell, C order over the axes, plus
-    ``first_row``) and local coordinates in [-1, 1], shape ``(n_axes, n)``, of the points;
+    ``first_row``) and local coordinates in [0, 1], shape ``(n_axes, n)``, of the points;
     with ``check``, only of those inside the axes' ranges (``inside``: their mask, ``None``
     when all are), else ``inside`` is ``None`` and every point is taken as inside."""
     start, inv_width, last = _axis_constants(axes)
@@ -174,8 +248,6 @@ def _locate(axes: tuple[CellAxis, ...], points: tuple[np.ndarray, ...], first_ro
     np.maximum(cell, 0.0, out=cell)  # (np.clip costs more than both on small batches)
     np.minimum(cell, last, out=cell)
     u -= cell
-    u *= 2.0
-    u -= 1.0
     cell = cell.astype(np.intp)
     rows = cell[0]
     for d in range(1, len(axes)):
@@ -198,35 +270,44 @@ class SweepEvaluator:
     ``evaluator(u, factor)`` is ``factor`` times the interpolant at the points with coordinates
     ``u`` (shape ``(n_axes, n)``, float64, C-contiguous; overwritten), or ``None`` unless every
     point lies inside the axes' ranges, last edges excluded (a NaN or an infinity does not: the
-    caller need not have checked its inputs; it silences floating-point warnings). The same sums as :func:`evaluate`
-    (bit for bit on small 2-D batches), in the fewest array operations: at a few hundred points
-    a lookup costs per operation, not per flop, and more so inside a fit, where the linear
-    algebra between two sweeps leaves the caches cold. So a 2-D evaluator keeps, per thread and
-    batch size, the basis array with ``U_0 = 2`` filled in and its views for the product blocks
-    (:func:`_chebyshev_basis`), and its coefficients pre-scaled by 1/4 (exact) for the doubled
-    bases."""
+    caller need not have checked its inputs; it silences floating-point warnings). ``power``:
+    ``coef`` holds :func:`power_coefficients`. The same sums as :func:`evaluate` with the same
+    ``power`` (bit for bit on small 2-D batches), in the fewest array operations: at a few
+    hundred points a lookup costs per operation, not per flop, and more so inside a fit, where
+    the linear algebra between two sweeps leaves the caches cold. So a 2-D evaluator keeps, per
+    thread and batch size, the basis array with its constant row filled in and its views for
+    the product blocks (:func:`_power_basis`, :func:`_chebyshev_basis`); Chebyshev
+    coefficients are pre-scaled by 1/4 (exact) for the doubled bases. In the power basis a
+    sweep's lookup takes 16 array operations (Chebyshev: 22)."""
 
-    def __init__(self, coef: np.ndarray, axes: tuple[CellAxis, ...]):
+    def __init__(self, coef: np.ndarray, axes: tuple[CellAxis, ...], power: bool = False):
         self.coef = coef
         self.axes = axes
+        self.power = power
         self._start, self._inv_width, self._last = _axis_constants(axes)
         self._top = tuple(float(ax.n_cells) for ax in axes)
         self._later = tuple(ax.n_cells for ax in axes[1:])
         n = {ax.n for ax in axes}
         self._n = n.pop() if len(axes) == 2 and len(n) == 1 else None  # the 2-D fast path
-        self._coef4 = None if self._n is None else coef * 0.25
+        self._coef_fast = None if self._n is None else (coef if power else coef * 0.25)
         self._local = threading.local()
 
     def _workspace(self, size: int):
-        """``(t, blocks)``: the ``(n, 2, size)`` basis array of this thread (``t[0] = 2``) and,
-        per product block, the views ``(out, t_p, factors, subtrahends)``."""
+        """``(t, blocks)``: the ``(n, 2, size)`` basis array of this thread (``t[0]`` filled
+        in) and, per product block, the views ``(out, t_p, factors, subtrahends)``
+        (``subtrahends`` ``None`` in the power basis)."""
         ws = getattr(self._local, "ws", None)
         if ws is None or ws[0].shape[2] != size:
             n = self._n
             t = np.empty((n, 2, size))
-            t[0] = 2.0
+            t[0] = 1.0 if self.power else 2.0
             blocks = tuple(
-                (t[p + 1 : p + k + 1], t[p], t[1 : k + 1], t[p - k : p][::-1])
+                (
+                    t[p + 1 : p + k + 1],
+                    t[p],
+                    t[1 : k + 1],
+                    None if self.power else t[p - k : p][::-1],
+                )
                 for p, k in _product_blocks(n)
             )
             ws = self._local.ws = (t, blocks)
@@ -241,26 +322,29 @@ class SweepEvaluator:
         for d, stop in enumerate(self._top):
             if not top[d] < stop:  # (a point on the last edge: the general path)
                 return None
-        cell = np.floor(u)  # <= n_cells - 1 on every axis
-        u -= cell
+        n = self._n
+        fast = n is not None and u.shape[1] <= _BATCH
+        if fast:
+            t, blocks = self._workspace(u.shape[1])
+        # u >= 0: modf's integral part is floor(u), its fraction u - floor(u) (exact)
+        frac, cell = np.modf(u, out=(t[1], u) if fast and self.power else (None, u))
         rows = cell[0]
         for d, n_cells in enumerate(self._later, 1):
             rows = rows * n_cells
             rows += cell[d]
         rows = rows.astype(np.intp)
-        n = self._n
-        if n is None or rows.size > _BATCH:
-            u *= 2.0
-            u -= 1.0
-            out = _evaluate_located(self.coef, self.axes, rows, u)
-        else:  # _evaluate_gathered, inlined: U_1 = 2 (2 u - 1) = 4 u - 2, exactly
-            t, blocks = self._workspace(rows.size)
-            np.multiply(u, 4.0, out=t[1])
-            t[1] -= 2.0
+        if not fast:
+            out = _evaluate_located(self.coef, self.axes, rows, frac, self.power)
+        else:  # _evaluate_gathered, inlined
+            if not self.power:  # U_1 = 2 (2 frac - 1) = 4 frac - 2, exactly
+                np.multiply(frac, 4.0, out=t[1])
+                t[1] -= 2.0
             for block, t_p, factors, subtrahends in blocks:
                 np.multiply(t_p, factors, out=block)
-                block -= subtrahends
-            out = _vecdot(_matvec(self._coef4[rows].reshape(-1, n, n), t[:, 1].T), t[:, 0].T)
+                if subtrahends is not None:
+                    block -= subtrahends
+            g = self._coef_fast[rows].reshape(-1, n, n)
+            out = _vecdot(_matvec(g, t[:, 1].T), t[:, 0].T)
         out *= factor
         return out
 
@@ -275,18 +359,21 @@ def evaluate(
     axes: tuple[CellAxis, ...],
     points: tuple[np.ndarray, ...],
     first_row: np.ndarray | int = 0,
+    power: bool = False,
 ) -> np.ndarray:
     """Interpolant at ``points`` (one 1-D array per axis, all inside the axes' ranges).
 
     ``first_row``: per query, the row of ``coef`` where its batch item's cells start (e.g.
-    ``label_index * n_cells`` for one slice per label, see :func:`coefficients`).
+    ``label_index * n_cells`` for one slice per label, see :func:`coefficients`). ``power``:
+    ``coef`` holds :func:`power_coefficients`.
 
     Two evaluation orders, chosen per call (the same sums, equal to round-off): few queries per
     touched cell -- EP's sweeps -- gather each query's block (``n^2`` values per query); many
     queries per cell -- a large batch on a 2-D table -- sort the queries by cell (a radix sort
     of the row numbers) and evaluate each touched cell's queries with one matrix product against
     its block, which reads each block once instead of once per query."""
-    return _evaluate_located(coef, axes, *_locate(axes, points, first_row)[:2])
+    rows, local = _locate(axes, points, first_row)[:2]
+    return _evaluate_located(coef, axes, rows, local, power)
 
 
 def evaluate_inside(
@@ -294,36 +381,37 @@ def evaluate_inside(
     axes: tuple[CellAxis, ...],
     points: tuple[np.ndarray, ...],
     first_row: np.ndarray | int = 0,
+    power: bool = False,
 ) -> tuple[np.ndarray | None, np.ndarray]:
     """``(inside, values)``: which points lie inside the axes' ranges (``None``: all) and the
     interpolant at those (see :func:`evaluate`) -- one pass over the coordinates for both."""
     rows, local, inside = _locate(axes, points, first_row, check=True)
-    return inside, _evaluate_located(coef, axes, rows, local)
+    return inside, _evaluate_located(coef, axes, rows, local, power)
 
 
-def _evaluate_located(coef, axes, rows, local) -> np.ndarray:
+def _evaluate_located(coef, axes, rows, local, power) -> np.ndarray:
     if len(axes) == 2 and rows.size >= _GROUPED_MIN and coef.shape[0] < 2**16:
         counts = np.bincount(rows, minlength=coef.shape[0])
         touched = np.flatnonzero(counts)
         if rows.size >= _GROUPED_FILL * touched.size:
-            return _evaluate_grouped(coef, axes, rows, local, counts, touched)
+            return _evaluate_grouped(coef, axes, rows, local, counts, touched, power)
     if rows.size <= _BATCH:
-        return _evaluate_gathered(coef, axes, rows, local)
+        return _evaluate_gathered(coef, axes, rows, local, power)
     out = np.empty(rows.size)
     for i in range(0, rows.size, _BATCH):  # keeps the gathered blocks in cache
         sl = slice(i, i + _BATCH)
-        out[sl] = _evaluate_gathered(coef, axes, rows[sl], local[:, sl])
+        out[sl] = _evaluate_gathered(coef, axes, rows[sl], local[:, sl], power)
     return out
 
 
-def _bases(axes, local) -> list[np.ndarray]:
-    """Per axis, the ``(n_points, n)`` doubled Chebyshev basis (:func:`_chebyshev_basis`) at the
-    local coordinates (strided views: the products below take them as they are)."""
+def _bases(axes, local, power) -> list[np.ndarray]:
+    """Per axis, the ``(n_points, n)`` basis (:func:`_basis`) at the local coordinates (strided
+    views: the products below take them as they are)."""
     n = {ax.n for ax in axes}
     if len(n) == 1:  # one pass for all axes
-        t = _chebyshev_basis(local, n.pop())
+        t = _basis(local, n.pop(), power)
         return [t[:, d].T for d in range(len(axes))]
-    return [_chebyshev_basis(local[d], ax.n).T for d, ax in enumerate(axes)]
+    return [_basis(local[d], ax.n, power).T for d, ax in enumerate(axes)]
 
 
 def _matvec(a, v):
@@ -335,21 +423,23 @@ _matvec = getattr(np, "matvec", _matvec)  # numpy >= 2.2: one gufunc call
 _vecdot = getattr(np, "vecdot", lambda a, b: np.einsum("pi,pi->p", a, b))
 
 
-def _evaluate_gathered(coef, axes, rows, local) -> np.ndarray:
+def _evaluate_gathered(coef, axes, rows, local, power) -> np.ndarray:
     """The interpolant with one gathered block of coefficients per query (see :func:`evaluate`)."""
-    bases = _bases(axes, local)
+    bases = _bases(axes, local, power)
     block = coef[rows]  # one contiguous row per query
     if len(axes) == 1:
         out = _vecdot(block, bases[0])
-        out *= 0.5  # the doubled basis
+        if not power:
+            out *= 0.5  # the doubled basis
         return out
     a, b = axes
     out = _vecdot(_matvec(block.reshape(-1, a.n, b.n), bases[1]), bases[0])
-    out *= 0.25
+    if not power:
+        out *= 0.25
     return out
 
 
-def _evaluate_grouped(coef, axes, rows, local, counts, touched) -> np.ndarray:
+def _evaluate_grouped(coef, axes, rows, local, counts, touched, power) -> np.ndarray:
     """2-D interpolant with the queries sorted by cell (see :func:`evaluate`)."""
     a, b = axes
     order = np.argsort(rows.astype(np.uint16), kind="stable")  # radix sort
@@ -365,7 +455,7 @@ def _evaluate_grouped(coef, axes, rows, local, counts, touched) -> np.ndarray:
         run_end = int(np.searchsorted(ends, lo + _BATCH * 4, side="right"))
         run_end = max(run_end, run_start + 1)
         hi = ends[run_end - 1]
-        ta, tb = (np.ascontiguousarray(t) for t in _bases(axes, local[:, lo:hi]))
+        ta, tb = (np.ascontiguousarray(t) for t in _bases(axes, local[:, lo:hi], power))
         for row, s0, s1 in zip(
             touched[run_start:run_end].tolist(),
             (starts[run_start:run_end] - lo).tolist(),
@@ -374,7 +464,8 @@ def _evaluate_grouped(coef, axes, rows, local, counts, touched) -> np.ndarray:
         ):
             out[lo + s0 : lo + s1] = np.einsum("pj,pj->p", ta[s0:s1] @ blocks[row], tb[s0:s1])
         run_start = run_end
-    out *= 0.25  # the doubled bases
+    if not power:
+        out *= 0.25  # the doubled bases
     result = np.empty(rows.size)
     result[order] = out
     return result

@@ -131,7 +131,7 @@ class Probit(Likelihood):
         sigma^2 for any positive float sigma): mean = mu eps^2 + y sigma delta (z + r) and
         std = sigma sqrt(eps^2 + delta^2 (1 - r (z + r))), each term without cancellation.
         """
-        mean, sigma, eps, delta, var_factor = self._mean_terms(mu, sigma, y)
+        mean, sigma, eps, delta, var_factor, _ = self._mean_terms(mu, sigma, y)
         std = sigma * np.sqrt(eps * eps + delta * delta * var_factor.reshape(mean.shape))
         return mean, std
 
@@ -140,17 +140,25 @@ class Probit(Likelihood):
         stores sigma* / sigma needs EP's mean but not its standard deviation."""
         return self._mean_terms(mu, sigma, y)[0]
 
+    def tilted_mean_and_z(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """``(tilted_mean, z)``: the mean of :meth:`tilted_moments` and its
+        ``z = y mu / sqrt(1 + sigma^2)``, which is also the probit table's core coordinate tau
+        of the canonical cavity (:class:`qpinfer.reduced.ProbitCore`, bit for bit): QP's sweep
+        with a v2 table takes both from one pass (:meth:`qpinfer.tables_v2.ReducedTable.qp_moments`)."""
+        terms = self._mean_terms(mu, sigma, y)
+        return terms[0], terms[5]
+
     def _mean_terms(self, mu, sigma, y):
         mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
         # the tail branch of probit_moment_terms replaces what overflows in the direct forms;
         # the mean itself may exceed the float range only when |mu| is within a factor of it
         with np.errstate(over="ignore", invalid="ignore"):
-            z = np.atleast_1d(self._z(mu, sigma, y))
+            h = np.hypot(1.0, sigma)  # no overflow of 1 + sigma^2
+            z = np.atleast_1d(y * mu / h)  # the same operations as _z
             _, z_plus_r, var_factor = probit_moment_terms(z)
-            h = np.hypot(1.0, sigma)
             eps, delta = 1.0 / h, sigma / h
             mean = (mu * eps) * eps + y * (sigma * delta) * z_plus_r.reshape(mu.shape)
-        return mean, sigma, eps, delta, var_factor
+        return mean, sigma, eps, delta, var_factor, z
 
     def canonical(self, mu, y):
         """Mirror symmetry: sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1) exactly."""

@@ -72,9 +72,9 @@ class QuantileMatching:
     ``table.sigma_ratio(mu, sigma, y) * sigma_EP`` (a v2 table, ``accepts_moments``:
     ``table.sigma_qp(mu, sigma, y, moments=(mean, sigma_EP))``) -- one batched interpolation per
     parallel sweep, with the table's own exact fallback outside its domain. When the likelihood has
-    ``tilted_mean`` (probit), a v2 table is asked without moments: it computes EP's moments only
-    for cavities outside its boxes of sigma* / sigma, so a sweep whose cavities all lie in them
-    computes EP's mean alone. Without a table,
+    ``tilted_mean`` (probit), a v2 table gives both (``table.qp_moments``): it computes EP's
+    standard deviation only for cavities outside its boxes of sigma* / sigma, so a sweep whose
+    cavities all lie in them computes EP's mean alone, in one pass with the lookup. Without a table,
     sigma* is computed exactly by :func:`qpinfer.sigma_qp` (slower).
     """
 
@@ -93,12 +93,11 @@ class QuantileMatching:
     def project(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        tilted_mean = getattr(self.likelihood, "tilted_mean", None)
-        if tilted_mean is not None and getattr(self.table, "accepts_moments", False):
+        qp_moments = getattr(self.table, "qp_moments", None)
+        if qp_moments is not None and hasattr(self.likelihood, "tilted_mean"):
             # a v2 table computes EP's moments itself, only for cavities outside its boxes of
             # sigma* / sigma (the same values as the moments passed in)
-            std = self.table.sigma_qp(cavity_mean, cavity_std, y)
-            return tilted_mean(cavity_mean, cavity_std, y), std
+            return qp_moments(cavity_mean, cavity_std, y)
         mean, std_ep = self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
         if self.table is not None:
             if getattr(self.table, "accepts_moments", False):  # v2: no second EP computation

@@ -102,10 +102,16 @@ class ProbitCore(Box):
     def axis_coords(self, mu, sigma, y):
         return mu / np.hypot(1.0, sigma), np.log10(sigma)  # sigma > 0 (validated)
 
-    def axis_array(self, mu, sigma, y):
-        u = np.empty((2, mu.size))
-        np.hypot(1.0, sigma, out=u[1])
-        np.divide(mu, u[1], out=u[0])
+    def axis_array(self, mu, sigma, y, tau=None):
+        """(See :meth:`Box.axis_array`.) ``tau``: the first coordinate if the caller has it (the
+        probit likelihood's z, :meth:`qpinfer.likelihoods.Probit.tilted_mean_and_z`: the same
+        operations); ``mu`` and ``y`` are then not read."""
+        u = np.empty((2, sigma.size))
+        if tau is None:
+            np.hypot(1.0, sigma, out=u[1])
+            np.divide(mu, u[1], out=u[0])
+        else:
+            u[0] = tau
         np.log10(sigma, out=u[1])  # sigma <= 0: NaN or -inf, outside
         return u
 

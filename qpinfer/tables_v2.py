@@ -38,8 +38,14 @@ from typing import Any, Self
 import numpy as np
 
 from qpinfer.box_registry import box_from_attrs
-from qpinfer.cheb_cells import SweepEvaluator, coefficients, evaluate, evaluate_inside
-from qpinfer.reduced import Box
+from qpinfer.cheb_cells import (
+    SweepEvaluator,
+    coefficients,
+    evaluate,
+    evaluate_inside,
+    power_coefficients,
+)
+from qpinfer.reduced import Box, ProbitCore
 from qpinfer.registry import get_likelihood
 from qpinfer.sigma import _prepare
 from qpinfer.table_store import TableError, chunk_key, read_json
@@ -128,12 +134,21 @@ class ReducedTable:
         self.likelihood: str = attrs["likelihood"]
         self._lik = get_likelihood(self.likelihood)
         self._boxes = boxes
-        self._coefs = coefs  # per box: (labels * cells, nodes...) rows
+        self._coefs = coefs = list(coefs)  # per box: (labels * cells, nodes...) rows
         self._cells = [int(np.prod([ax.n_cells for ax in b.axes])) for b in boxes]
         self._direct = [k for k, b in enumerate(boxes) if b.denominator == "sigma"]
         k = self._direct[0] if self._direct else None  # the first: whole sweeps in it (_sweep)
         self._sweep_box = None if k is None else boxes[k]
-        self._sweep_cells = None if k is None else SweepEvaluator(coefs[k], boxes[k].axes)
+        # the sweep box's cells in the power basis (half the array operations per sweep; the
+        # same polynomials to <= 4e-15, cheb_cells.power_coefficients), for every lookup in it
+        self._power = [i == k for i in range(len(boxes))]
+        if k is not None:
+            coefs[k] = power_coefficients(coefs[k], boxes[k].axes)
+        self._sweep_cells = None if k is None else SweepEvaluator(coefs[k], boxes[k].axes, True)
+        # qp_moments' one pass: the sweep box's first axis is the likelihood's z (probit)
+        self._fused = isinstance(self._sweep_box, ProbitCore) and hasattr(
+            self._lik, "tilted_mean_and_z"
+        )
         self.fallback_count = 0
 
     def __repr__(self) -> str:
@@ -211,7 +226,7 @@ class ReducedTable:
         box = self._boxes[k]
         coords = box.axis_coords(*sub)
         if coords is not None:  # one pass locates, checks and evaluates
-            inside, values = evaluate_inside(self._coefs[k], box.axes, coords)
+            inside, values = evaluate_inside(self._coefs[k], box.axes, coords, 0, self._power[k])
         else:
             inside, label_index, coords = box.locate(*sub)
             if inside.all():
@@ -220,7 +235,8 @@ class ReducedTable:
                 label_index, coords = label_index[inside], tuple(c[inside] for c in coords)
             else:
                 return None
-            values = evaluate(self._coefs[k], box.axes, coords, label_index * self._cells[k])
+            first = label_index * self._cells[k]
+            values = evaluate(self._coefs[k], box.axes, coords, first, self._power[k])
         if inside is None:
             return (slice(None) if idx is None else idx), values
         if not inside.any():
@@ -278,30 +294,54 @@ class ReducedTable:
         idx = todo.indices()
         return out, np.arange(m.size) if idx is None else idx
 
-    def sigma_qp_core(self, mu, sigma, y):
-        """sigma* of a sweep's queries -- 1-D float arrays of one shape -- if every one lies in
-        the first box that stores sigma*/sigma (probit's core, a fit's every cavity), else
-        ``None`` (then :meth:`sigma_qp` answers them). Needs no EP moments, so QP's projection
-        (:class:`qpinfer.projections.QuantileMatching`) asks :meth:`sigma_qp` without them and
-        computes EP's mean alone.
-
-        No input checks but the labels': a cavity inside the box's axes has a finite mean and a
-        finite sigma > 0 (:meth:`qpinfer.reduced.Box.axis_array`), any other one gives
-        ``None``, and :meth:`sigma_qp` sends the whole batch to :meth:`_lookup`, which checks
-        it."""
-        if not (
+    def _is_sweep_batch(self, mu, sigma, y) -> bool:
+        """1-D float arrays of one shape, and a box for the sweep path (:meth:`sigma_qp_core`)."""
+        return (
             self._sweep_cells is not None
             and type(mu) is np.ndarray
             and type(sigma) is np.ndarray
             and mu.ndim == 1
             and mu.dtype == sigma.dtype == np.float64
             and mu.shape == sigma.shape == np.shape(y)
-        ):
+        )
+
+    def sigma_qp_core(self, mu, sigma, y):
+        """sigma* of a sweep's queries -- 1-D float arrays of one shape -- if every one lies in
+        the first box that stores sigma*/sigma (probit's core, a fit's every cavity), else
+        ``None`` (then :meth:`sigma_qp` answers them). Needs no EP moments, so QP's projection
+        (:class:`qpinfer.projections.QuantileMatching`) asks for sigma* without them and
+        computes EP's mean alone (:meth:`qp_moments`).
+
+        No input checks but the labels': a cavity inside the box's axes has a finite mean and a
+        finite sigma > 0 (:meth:`qpinfer.reduced.Box.axis_array`), any other one gives
+        ``None``, and :meth:`sigma_qp` sends the whole batch to :meth:`_lookup`, which checks
+        it."""
+        if not self._is_sweep_batch(mu, sigma, y):
             return None
         m, yy = self._lik.canonical(mu, self._lik.check_y(y))
         with np.errstate(all="ignore"):  # (outside: NaN, inf; the batch goes to _lookup)
             u = self._sweep_box.axis_array(m, sigma, yy)
             return None if u is None else self._sweep_cells(u, sigma)
+
+    def qp_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """``(EP's mean, sigma*)`` at cavities ``(mu, sigma)`` and labels ``y``: QP's projection
+        (:class:`qpinfer.projections.QuantileMatching`), for a likelihood with ``tilted_mean``.
+
+        On probit's sweeps one pass serves both: the tilted mean's ``z = y mu / sqrt(1 +
+        sigma^2)`` is the core box's first coordinate (:meth:`qpinfer.likelihoods.Probit.tilted_mean_and_z`),
+        so the labels are checked, and z computed, once; a batch with a cavity outside the core
+        takes :meth:`sigma_qp`'s general lookup (which checks the inputs). The same values as
+        ``tilted_mean`` and :meth:`sigma_qp`, bit for bit."""
+        lik = self._lik
+        if self._fused and self._is_sweep_batch(mu, sigma, y):
+            yy = lik.check_y(y)
+            with np.errstate(all="ignore"):  # (outside: NaN, inf; the batch goes to _lookup)
+                mean, z = lik.tilted_mean_and_z(mu, sigma, yy)
+                std = self._sweep_cells(self._sweep_box.axis_array(None, sigma, None, z), sigma)
+            if std is None:
+                std = self._lookup(mu, sigma, y)[0]
+            return mean, std
+        return lik.tilted_mean(mu, sigma, y), self.sigma_qp(mu, sigma, y)
 
     def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
         """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast);

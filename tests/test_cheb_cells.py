@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from qpinfer.cheb_cells import CellAxis, coefficients, evaluate, tail_size
+from qpinfer.cheb_cells import (
+    CellAxis,
+    coefficients,
+    evaluate,
+    power_coefficients,
+    power_rounding_bound,
+    tail_size,
+)
 
 
 def test_tail_size_sees_unresolved_cells():
@@ -49,11 +56,12 @@ def test_invalid_axes_are_refused(bad):
         CellAxis(**kwargs)
 
 
+@pytest.mark.parametrize("power", [False, True])
 @pytest.mark.parametrize("n_points", [7, 300, 5000])  # small (inlined), and above _BATCH
-def test_sweep_evaluator_is_evaluate_and_refuses_points_outside(n_points):
-    """SweepEvaluator: the same values as evaluate (2-D: bit for bit on small batches; 1-D and
-    large batches go through evaluate's own paths), times the factor; None if any point is
-    outside the axes or not finite."""
+def test_sweep_evaluator_is_evaluate_and_refuses_points_outside(n_points, power):
+    """SweepEvaluator: the same values as evaluate with the same basis (2-D: bit for bit on
+    small batches; 1-D and large batches go through evaluate's own paths), times the factor;
+    None if any point is outside the axes or not finite."""
     from qpinfer.cheb_cells import SweepEvaluator
 
     a = CellAxis("a", -1.0, 0.5, 4, 6)
@@ -62,10 +70,12 @@ def test_sweep_evaluator_is_evaluate_and_refuses_points_outside(n_points):
     rng = np.random.default_rng(n_points)
     for axes, values in (((a, b), np.exp(np.sin(g0) * g1)), ((a,), np.cos(3 * a.nodes()))):
         coef = coefficients(values, axes)
+        if power:
+            coef = power_coefficients(coef, axes)
         pts = [rng.uniform(ax.start, ax.stop, n_points) for ax in axes]
         factor = rng.uniform(0.5, 2.0, n_points)
-        want = evaluate(coef, axes, tuple(pts)) * factor
-        got = SweepEvaluator(coef, axes)(np.array(pts), factor)
+        want = evaluate(coef, axes, tuple(pts), power=power) * factor
+        got = SweepEvaluator(coef, axes, power)(np.array(pts), factor)
         np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
         if len(axes) == 2 and n_points <= 4096:
             assert np.array_equal(got, want)
@@ -73,4 +83,36 @@ def test_sweep_evaluator_is_evaluate_and_refuses_points_outside(n_points):
             u = np.array(pts)
             u[0, n_points // 2] = bad
             with np.errstate(invalid="ignore"):
-                assert SweepEvaluator(coef, axes)(u, factor) is None
+                assert SweepEvaluator(coef, axes, power)(u, factor) is None
+
+
+def test_chebyshev_to_power_matrix_is_numpys_conversion():
+    from numpy.polynomial import Chebyshev, Polynomial
+
+    from qpinfer.cheb_cells import _chebyshev_to_power
+
+    for n in (2, 5, 12, 16):
+        p = _chebyshev_to_power(n)
+        for i in range(n):  # T_i(2t - 1) in powers of t; integers, exact in float64
+            want = Chebyshev.basis(i, domain=[0, 1]).convert(kind=Polynomial).coef
+            assert np.array_equal(p[i, : i + 1], want) and not p[i, i + 1 :].any()
+
+
+@pytest.mark.parametrize("n_points", [300, 20000])  # gathered, and grouped by cell
+def test_power_basis_is_the_chebyshev_interpolant_within_its_bound(n_points):
+    """The same polynomials in the power basis: every value within power_rounding_bound (and
+    that bound small), plus the evaluations' own rounding, of the Chebyshev evaluation, on 1-D
+    and 2-D cells."""
+    a = CellAxis("a", -1.0, 0.5, 4, 12)
+    b = CellAxis("b", 0.0, 0.25, 8, 12)
+    g0, g1 = np.meshgrid(a.nodes(), b.nodes(), indexing="ij")
+    rng = np.random.default_rng(n_points)
+    for axes, values in (((a, b), 2 + np.sin(g0) * np.cos(3 * g1)), ((a,), 2 + np.cos(a.nodes()))):
+        coef = coefficients(values, axes)
+        bound = power_rounding_bound(coef, axes)
+        assert bound < 1e-14
+        pts = tuple(rng.uniform(ax.start, ax.stop, n_points) for ax in axes)
+        want = evaluate(coef, axes, pts)
+        got = evaluate(power_coefficients(coef, axes), axes, pts, power=True)
+        # the conversion's rounding, plus each evaluation's own (a few eps)
+        assert np.max(np.abs(got / want - 1.0)) <= bound + 8 * np.finfo(float).eps

@@ -133,3 +133,65 @@ def test_probit_tilted_mean_is_the_mean_of_tilted_moments_bit_for_bit(scale):
     mu = rng.uniform(-12.0, 12.0, 500) * np.hypot(1.0, sigma)
     assert np.array_equal(lik.tilted_mean(mu, sigma, y), lik.tilted_moments(mu, sigma, y)[0])
     assert np.array_equal(lik.tilted_mean(0.3, 2.0, -1.0), lik.tilted_moments(0.3, 2.0, -1.0)[0])
+
+
+def test_qp_moments_is_tilted_mean_and_sigma_qp_bit_for_bit():
+    """ReducedTable.qp_moments (QP's projection with a v2 table: EP's mean and the table's
+    sigma* in one pass) gives what tilted_mean and sigma_qp give apart: in the core box, with
+    one cavity outside it, and for a single cavity."""
+    lik = qpinfer.get_likelihood("probit")
+    table = open_shipped("probit")
+    for seed, outside in ((21, False), (22, True)):
+        mu, sigma, y = _sweep_batch(seed=seed)
+        if outside:
+            mu[5], sigma[5] = -30.0 * y[5], 1.5  # canonical tau ~ -16.6: the tail box
+        for sl in (slice(None), slice(3, 4)):
+            mean, std = table.qp_moments(mu[sl], sigma[sl], y[sl])
+            assert np.array_equal(mean, lik.tilted_mean(mu[sl], sigma[sl], y[sl]))
+            assert np.array_equal(std, table.sigma_qp(mu[sl], sigma[sl], y[sl]))
+    # and through the projection the site loop calls
+    mean, std = QuantileMatching(lik, table).project(mu, sigma, y)
+    assert np.array_equal(mean, lik.tilted_moments(mu, sigma, y)[0])
+    exact = qpinfer.sigma_qp("probit", mu, sigma, y)
+    assert np.max(np.abs(std / exact - 1.0)) <= 1e-12
+
+
+def test_probit_z_is_the_core_coordinate_tau_bit_for_bit():
+    """qp_moments takes the core box's first coordinate from the tilted mean's z."""
+    lik = qpinfer.get_likelihood("probit")
+    box = open_shipped("probit")._sweep_box
+    mu, sigma, y = _sweep_batch(seed=23)
+    _, z = lik.tilted_mean_and_z(mu, sigma, y)
+    m, yy = lik.canonical(mu, y)
+    assert np.array_equal(z, box.axis_array(m, sigma, yy)[0])
+    assert np.array_equal(box.axis_array(None, sigma, None, z), box.axis_array(m, sigma, yy))
+
+
+@pytest.mark.parametrize(
+    ("mu", "sigma", "match"),
+    [(np.nan, 1.0, "mu must be finite"), (0.5, 0.0, "sigma must be > 0"), (0.5, np.inf, "sigma")],
+)
+def test_qp_moments_refuses_bad_cavities_and_labels_without_warnings(mu, sigma, match):
+    table = open_shipped("probit")
+    m, s, y = _sweep_batch(n=40, seed=24)
+    m[6], s[6] = mu, sigma
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=match):
+            table.qp_moments(m, s, y)
+        m, s, y = _sweep_batch(n=40, seed=24)
+        y[2] = 0.0
+        with pytest.raises(ValueError, match="y must be -1 or \\+1"):
+            table.qp_moments(m, s, y)
+
+
+def test_shipped_core_cells_in_the_power_basis_round_within_1e_14():
+    """The reader holds the probit core's cells in the power basis (cheb_cells
+    power_coefficients): the rounding bound of that conversion on the shipped cells."""
+    from qpinfer.cheb_cells import coefficients, power_rounding_bound
+    from qpinfer.tables_v2 import _read_array, _store_files
+
+    table = open_shipped("probit")
+    box = table._sweep_box
+    values = _read_array(table.path, _store_files(table.path), f"rho_{box.name}", "test")
+    assert power_rounding_bound(coefficients(values, box.axes), box.axes) <= 1e-14
