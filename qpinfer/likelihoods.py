@@ -138,24 +138,24 @@ class Probit(Likelihood):
     def tilted_mean(self, mu, sigma, y) -> np.ndarray:
         """The mean of :meth:`tilted_moments` alone (the same operations): QP with a table that
         stores sigma* / sigma needs EP's mean but not its standard deviation."""
-        return self._mean_terms(mu, sigma, y)[0]
+        return self._mean_terms(mu, sigma, y, variance=False)[0]
 
     def tilted_mean_and_z(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         """``(tilted_mean, z)``: the mean of :meth:`tilted_moments` and its
         ``z = y mu / sqrt(1 + sigma^2)``, which is also the probit table's core coordinate tau
         of the canonical cavity (:class:`qpinfer.reduced.ProbitCore`, bit for bit): QP's sweep
         with a v2 table takes both from one pass (:meth:`qpinfer.tables_v2.ReducedTable.qp_moments`)."""
-        terms = self._mean_terms(mu, sigma, y)
+        terms = self._mean_terms(mu, sigma, y, variance=False)
         return terms[0], terms[5]
 
-    def _mean_terms(self, mu, sigma, y):
+    def _mean_terms(self, mu, sigma, y, variance=True):
         mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
         # the tail branch of probit_moment_terms replaces what overflows in the direct forms;
         # the mean itself may exceed the float range only when |mu| is within a factor of it
         with np.errstate(over="ignore", invalid="ignore"):
             h = np.hypot(1.0, sigma)  # no overflow of 1 + sigma^2
             z = np.atleast_1d(y * mu / h)  # the same operations as _z
-            _, z_plus_r, var_factor = probit_moment_terms(z)
+            _, z_plus_r, var_factor = probit_moment_terms(z, variance)
             eps, delta = 1.0 / h, sigma / h
             mean = (mu * eps) * eps + y * (sigma * delta) * z_plus_r.reshape(mu.shape)
         return mean, sigma, eps, delta, var_factor, z
