@@ -165,6 +165,10 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         Sweeps (Newton steps, L-BFGS-B iterations) of the final inner fit.
     n_evaluations_ : int
         Inner loops run while fitting (one per L-BFGS-B evaluation).
+    stage_seconds_ : dict
+        Wall seconds of the fit's stages: QP's hyperparameter search ``{"ep": .., "qp": ..}``
+        (EP's evidence maximised first, then QP's own polished from there); every other fit
+        ``{method: ..}``.
     table_ : table object or None
         The sigma* table QP used (``None`` for EP or exact QP).
     """

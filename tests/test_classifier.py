@@ -376,3 +376,15 @@ def test_qp_hyperparameter_fit_reaches_eps_optimum_on_sonar():
     _, v_ep = ep.predict_latent(Xte)
     _, v_qp = qp.predict_latent(Xte)
     assert np.all(v_qp <= v_ep * (1 + 1e-9))
+
+
+def test_stage_seconds_record_where_a_fit_spends_its_time():
+    """QP's hyperparameter search is EP's search then QP's polish: both stages are timed;
+    a fit at fixed hyperparameters records its one inner loop."""
+    X, y = _blobs(n=50, seed=4)
+    qp = GPClassifier("qp").fit(X, y)
+    assert set(qp.stage_seconds_) == {"ep", "qp"}
+    assert all(v > 0 for v in qp.stage_seconds_.values())
+    ep = GPClassifier("ep", optimizer=None).fit(X, y)
+    assert set(ep.stage_seconds_) == {"ep"} and ep.stage_seconds_["ep"] > 0
+    assert set(GPClassifier("ep").fit(X, y).stage_seconds_) == {"ep"}
