@@ -325,7 +325,8 @@ class ReducedTable:
 
     def qp_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         """``(EP's mean, sigma*)`` at cavities ``(mu, sigma)`` and labels ``y``: QP's projection
-        (:class:`qpinfer.projections.QuantileMatching`), for a likelihood with ``tilted_mean``.
+        (:class:`qpinfer.projections.QuantileMatching` uses it for likelihoods with
+        ``tilted_mean``; for the others the EP moments it computes are passed on to the lookup).
 
         On probit's sweeps one pass serves both: the tilted mean's ``z = y mu / sqrt(1 +
         sigma^2)`` is the core box's first coordinate (:meth:`qpinfer.likelihoods.Probit.tilted_mean_and_z`),
@@ -341,7 +342,10 @@ class ReducedTable:
             if std is None:
                 std = self._lookup(mu, sigma, y)[0]
             return mean, std
-        return lik.tilted_mean(mu, sigma, y), self.sigma_qp(mu, sigma, y)
+        if hasattr(lik, "tilted_mean"):
+            return lik.tilted_mean(mu, sigma, y), self.sigma_qp(mu, sigma, y)
+        mean, std_ep = lik.tilted_moments(mu, sigma, y)
+        return mean, self.sigma_qp(mu, sigma, y, moments=(mean, std_ep))
 
     def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
         """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast);

@@ -195,3 +195,14 @@ def test_shipped_core_cells_in_the_power_basis_round_within_1e_14():
     box = table._sweep_box
     values = _read_array(table.path, _store_files(table.path), f"rho_{box.name}", "test")
     assert power_rounding_bound(coefficients(values, box.axes), box.axes) <= 1e-14
+
+
+def test_qp_moments_on_a_table_without_tilted_mean_passes_ep_moments_on():
+    """Tables of likelihoods without ``tilted_mean`` (step_noise): EP's mean, and the lookup
+    given EP's moments, which equals the lookup without them."""
+    table = open_shipped("step_noise(eps=0.2)")
+    lik = qpinfer.get_likelihood("step_noise(eps=0.2)")
+    mu, sigma, y = _sweep_batch(n=30, seed=25)
+    mean, std = table.qp_moments(mu, sigma, y)
+    assert np.array_equal(mean, lik.tilted_moments(mu, sigma, y)[0])
+    assert np.array_equal(std, table.sigma_qp(mu, sigma, y))
