@@ -57,7 +57,7 @@ class Box:
 
     def axis_array(self, mu, sigma, y) -> np.ndarray | None:
         """:meth:`axis_coords` of 1-D arrays of cavities as one ``(n_axes, n)`` array, for
-        :class:`qpinfer.cheb_cells.SweepEvaluator`. The cavities need not be checked (a
+        :class:`qpinfer.sweep_cells.SweepEvaluator`. The cavities need not be checked (a
         non-finite mean or a sigma <= 0 gives coordinates outside the axes); the caller
         silences floating-point warnings."""
         coords = self.axis_coords(mu, sigma, y)

@@ -1,6 +1,7 @@
 """Reader of v2 sigma* tables: reduced coordinates, Chebyshev cells, near-exact lookups.
 
-(A little over 400 lines: opening, the integrity check and the lookup paths share one object.)
+(Over 400 lines: opening, the integrity check, the general lookup and the sweep path share
+one object.)
 
 A v2 store (``qp_schema_version == 2``, written by ``qptables build LIK OUT --grid v2``) is a
 zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
@@ -38,16 +39,11 @@ from typing import Any, Self
 import numpy as np
 
 from qpinfer.box_registry import box_from_attrs
-from qpinfer.cheb_cells import (
-    SweepEvaluator,
-    coefficients,
-    evaluate,
-    evaluate_inside,
-    power_coefficients,
-)
+from qpinfer.cheb_cells import coefficients, evaluate, evaluate_inside, power_coefficients
 from qpinfer.reduced import Box, ProbitCore
 from qpinfer.registry import get_likelihood
 from qpinfer.sigma import _prepare
+from qpinfer.sweep_cells import SweepEvaluator
 from qpinfer.table_store import TableError, chunk_key, read_json
 
 __all__ = ["SCHEMA_VERSION_V2", "ReducedTable", "integrity_record", "open_reduced"]

@@ -62,7 +62,7 @@ def test_sweep_evaluator_is_evaluate_and_refuses_points_outside(n_points, power)
     """SweepEvaluator: the same values as evaluate with the same basis (2-D: bit for bit on
     small batches; 1-D and large batches go through evaluate's own paths), times the factor;
     None if any point is outside the axes or not finite."""
-    from qpinfer.cheb_cells import SweepEvaluator
+    from qpinfer.sweep_cells import SweepEvaluator
 
     a = CellAxis("a", -1.0, 0.5, 4, 6)
     b = CellAxis("b", 0.0, 0.25, 8, 6)
