@@ -360,21 +360,28 @@ def _evaluate_grouped(coef, axes, rows, local, counts, touched, power) -> np.nda
     out = np.empty(rows.size)
     ends = np.cumsum(counts[touched])
     starts = ends - counts[touched]
-    # bases in cache-sized runs of whole cells: (run, n) rows, contiguous for the products
+    # bases in cache-sized runs of whole cells, as (n, run) arrays: a cell's queries are a
+    # column range, each basis row contiguous, so the products take them without a copy
     run_start = 0
     while run_start < touched.size:
         lo = starts[run_start]
         run_end = int(np.searchsorted(ends, lo + _BATCH * 4, side="right"))
         run_end = max(run_end, run_start + 1)
         hi = ends[run_end - 1]
-        ta, tb = (np.ascontiguousarray(t) for t in _bases(axes, local[:, lo:hi], power))
+        if a.n == b.n:
+            t = _basis(local[:, lo:hi], a.n, power)
+            ta, tb = t[:, 0], t[:, 1]
+        else:
+            ta, tb = _basis(local[0, lo:hi], a.n, power), _basis(local[1, lo:hi], b.n, power)
         for row, s0, s1 in zip(
             touched[run_start:run_end].tolist(),
             (starts[run_start:run_end] - lo).tolist(),
             (ends[run_start:run_end] - lo).tolist(),
             strict=True,
         ):
-            out[lo + s0 : lo + s1] = np.einsum("pj,pj->p", ta[s0:s1] @ blocks[row], tb[s0:s1])
+            out[lo + s0 : lo + s1] = np.einsum(
+                "jp,jp->p", blocks[row].T @ ta[:, s0:s1], tb[:, s0:s1]
+            )
         run_start = run_end
     if not power:
         out *= 0.25  # the doubled bases

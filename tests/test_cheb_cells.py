@@ -20,7 +20,8 @@ def test_tail_size_sees_unresolved_cells():
     assert tails[0] < 1e-14 and tails[1] > 1e-3  # constant cell resolved, exp(8x) is not
 
 
-def test_reproduces_polynomials_of_the_cell_degree_exactly():
+@pytest.mark.parametrize("n_points", [1000, 20000])  # gathered, and grouped by cell
+def test_reproduces_polynomials_of_the_cell_degree_exactly(n_points):
     a = CellAxis("a", -1.0, 0.5, 4, 6)
     b = CellAxis("b", 0.0, 0.25, 8, 5)
 
@@ -30,8 +31,11 @@ def test_reproduces_polynomials_of_the_cell_degree_exactly():
     g0, g1 = np.meshgrid(a.nodes(), b.nodes(), indexing="ij")
     coef = coefficients(f(g0, g1), (a, b))
     rng = np.random.default_rng(0)
-    x, y = rng.uniform(-1, 1, 1000), rng.uniform(0, 2, 1000)
+    x, y = rng.uniform(-1, 1, n_points), rng.uniform(0, 2, n_points)
     np.testing.assert_allclose(evaluate(coef, (a, b), (x, y)), f(x, y), rtol=0, atol=1e-13)
+    power = power_coefficients(coef, (a, b))  # the same polynomials in the power basis
+    got = evaluate(power, (a, b), (x, y), power=True)
+    np.testing.assert_allclose(got, f(x, y), rtol=0, atol=1e-13)
 
 
 def test_one_axis_converges_spectrally():
