@@ -5,6 +5,9 @@ Imported as ``from _helpers import ...`` (pytest puts ``tests/`` on ``sys.path``
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +58,18 @@ def load_ionosphere() -> tuple[np.ndarray, np.ndarray]:
     good = d.iloc[:, -1].astype(str).str.strip().to_numpy() == "g"
     idx = np.random.default_rng(0).permutation(len(good))
     return X[idx], good[idx]
+
+
+#: the repository's root (where ``benchmarks/`` and ``experiments/`` live)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_benchmark(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``benchmarks/<name>.py args`` run as a user would: a subprocess of this interpreter with
+    the repository on ``PYTHONPATH``, its output captured as text."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def sklearn_checks(*estimators):

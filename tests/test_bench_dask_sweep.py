@@ -5,21 +5,14 @@ per-sweep wall times measured inside the sweep loop (``SiteResult.sweep_seconds`
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "bench_dask_sweep.py"
+from _helpers import run_benchmark
 
 
 def test_bench_dask_sweep_small_run_end_to_end(tmp_path):
     out = tmp_path / "out.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, str(SCRIPT), "--n", "3000", "--m", "12", "--sweeps", "4",
-           "--repeats", "1", "--method", "ep", "--json", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_benchmark("bench_dask_sweep", "--n", "3000", "--m", "12", "--sweeps", "4",
+                         "--repeats", "1", "--method", "ep", "--json", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
     engines = {"in-process", "dask 1 worker", "dask 2 workers"}
@@ -33,7 +26,5 @@ def test_bench_dask_sweep_small_run_end_to_end(tmp_path):
 
 
 def test_bench_dask_sweep_refuses_too_few_sweeps():
-    cmd = [sys.executable, str(SCRIPT), "--sweeps", "2"]
-    proc = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = run_benchmark("bench_dask_sweep", "--sweeps", "2", timeout=120)
     assert proc.returncode == 2 and "--sweeps must be at least 3" in proc.stderr

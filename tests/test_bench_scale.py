@@ -9,24 +9,20 @@ loaders give the splits the docstring promises.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import ROOT, run_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_scale.py"
 
 
 def test_bench_scale_smallest_configuration_runs_end_to_end(tmp_path):
     out = tmp_path / "out.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, str(SCRIPT), "--datasets", "synthetic", "--sizes", "400", "--m", "10",
-           "--methods", "sparse-ep,sparse-qp", "--quick", "--timeout", "120", "--json", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_benchmark("bench_scale", "--datasets", "synthetic", "--sizes", "400", "--m", "10",
+                         "--methods", "sparse-ep,sparse-qp", "--quick", "--timeout", "120",
+                         "--json", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["method"] for r in rows] == ["sparse-ep", "sparse-qp"]
