@@ -165,6 +165,9 @@ def _psi(likelihood: Any, a: np.ndarray, f: np.ndarray, y: np.ndarray) -> float:
     return value if np.isfinite(value) else -np.inf
 
 
+_EPS = float(np.finfo(np.float64).eps)
+
+
 def laplace_mode(
     K: np.ndarray,
     y: np.ndarray,
@@ -179,9 +182,10 @@ def laplace_mode(
     ``init`` is a starting ``a`` (``f = K a``), e.g. the previous mode during hyperparameter
     optimisation; it is ignored if ``K a`` is outside the positive branch (square link), and the
     default is :func:`positive_branch_start`. Iterations stop when a full Newton step changes
-    ``f`` by less than ``tol * (1 + max|f|)``, or by less than ``1e-6 (1 + max|f|)`` without
-    changing ``Psi`` beyond round-off (``1e-14`` relative; the step is then round-off of ``K a``),
-    or when ``Psi`` cannot be increased any more.
+    ``f`` by less than ``tol * (1 + max|f|)``, or by no more than the round-off bound of
+    ``f = K a`` (``n eps max(|K| |a|)``, which a large ``K`` keeps above ``tol``) without
+    changing ``Psi`` beyond round-off (``1e-14`` relative), or when ``Psi`` cannot be increased
+    any more.
     """
     K = np.asarray(K, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -224,7 +228,10 @@ def laplace_mode(
             t *= 0.5
         # converged: a negligible Newton step, or (with large K, whose round-off keeps steps
         # above tol * scale: crabs at signal variance 1e5) a small one that no longer changes Psi
-        flat = accepted and step <= 1e-6 * scale and abs(psi_t - psi) <= 1e-14 * (1.0 + abs(psi))
+        # (a flat Psi alone is no test: near the mode Psi moves by step^2, below round-off
+        # while the step is still far above it, which left |a - grad log p| at 1e-7)
+        roundoff = n * _EPS * np.max(np.abs(K) @ np.abs(a))
+        flat = accepted and step <= 2.0 * roundoff and abs(psi_t - psi) <= 1e-14 * (1.0 + abs(psi))
         if accepted:
             a, f, psi = a_t, f_t, psi_t
             history.append(psi)

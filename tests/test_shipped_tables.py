@@ -1,6 +1,6 @@
-"""The v2 tables shipped inside qpinfer: bit-reproducible, near-exact, used by default, guarded."""
+"""The v2 tables shipped inside qpinfer: reproducible (bit for bit on one machine, within
+round-off on another), near-exact, used by default, guarded."""
 
-import hashlib
 import json
 import math
 import shutil
@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 import qpinfer
 from qpinfer.box_registry import box_from_attrs
+from qpinfer.panel_quadrature import panel_rule
+from qpinfer.registry import get_likelihood
 from qpinfer.shipped import SHIPPED, open_shipped, shipped_path
 from qpinfer.tables import TableError
 from qpinfer.tables_v2 import open_reduced
@@ -22,24 +24,66 @@ from qptables.build_v2 import _chunk_file, _tiles, chunk_shape, tile_rho
 LIKELIHOODS = sorted(SHIPPED)
 
 
-@pytest.mark.parametrize("likelihood", LIKELIHOODS)
-def test_a_random_sample_of_tiles_rebuilds_bit_for_bit(likelihood):
-    """`qptables ship` re-creates the shipped files: recompute 3 random tiles, compare bytes."""
+def rebuild_tolerance(likelihood: str) -> float:
+    """How far (relative) a rebuilt value may be from the shipped one on another CPU or BLAS.
+
+    A stored value is ``sigma* / sigma_EP`` (or ``/ sigma``). Each is a panel quadrature whose
+    sums are n-node dot products (BLAS GEMM/GEMV: any CPU may sum in another order, with or
+    without FMA). Two orders of an n-term dot product differ by at most ``2 gamma_n`` times the
+    sum of the terms' magnitudes (``gamma_n = n u / (1 - n u)``, u the unit round-off). The
+    weights of the panel sums (Gauss-Legendre masses and partial integrals) are at most
+    ``K = max_ij |A_ij| / w_i`` (~1.09) times a node's mass weight, and the integrand
+    ``phi(Phi^-1(u))`` has relative condition <= 1 in ``u`` (Mills' ratio), so sigma* moves by
+    at most ``2 gamma_n K`` relative; the vectorised exp/log of another SIMD path add a few ulp
+    (8 u allowed). Numerator and denominator each: twice that.
+    """
+    n = get_likelihood(likelihood)._n_nodes
+    _, w, ops = panel_rule(n)
+    u = np.finfo(np.float64).eps / 2
+    gamma = n * u / (1 - n * u)
+    k = np.max(np.abs(ops) / w[:, None])
+    return 2 * (2 * gamma * k + 8 * u)
+
+
+def _rebuild_and_compare(likelihood, tiles_wanted, seed):
+    """Recompute ``tiles_wanted`` tiles (drawn with ``seed``) of a shipped table, as
+    ``qptables ship`` does, and compare them with the shipped chunk files."""
     path = shipped_path(likelihood)
     attrs = json.loads((path / "zarr.json").read_text())["attributes"]
     boxes = tuple(box_from_attrs(b) for b in attrs["boxes"])
     tiles = _tiles(boxes)
-    rng = np.random.default_rng()
-    for i in rng.choice(len(tiles), size=min(3, len(tiles)), replace=False):
+    rng = np.random.default_rng(seed)
+    tol = rebuild_tolerance(likelihood)
+    for i in rng.choice(len(tiles), size=min(tiles_wanted, len(tiles)), replace=False):
         k, label, first = tiles[i]
         rho = tile_rho(likelihood, boxes[k], label, first)
-        full = np.full(chunk_shape(boxes[k]), np.nan)  # zarr pads a short last chunk
-        full[tuple(slice(0, n) for n in rho.shape)] = rho
-        shipped = _chunk_file(path, boxes[k], label, first).read_bytes()
-        assert (
-            hashlib.sha256(full.astype("<f8").tobytes()).hexdigest()
-            == hashlib.sha256(shipped).hexdigest()
-        ), (likelihood, k, label, first)
+        shipped = np.frombuffer(_chunk_file(path, boxes[k], label, first).read_bytes(), "<f8")
+        shipped = shipped.reshape(chunk_shape(boxes[k]))[tuple(slice(0, n) for n in rho.shape)]
+        assert np.all(np.isfinite(rho)), (likelihood, k, label, first)
+        worst = float(np.max(np.abs(rho / shipped - 1.0)))
+        assert worst <= tol, (likelihood, k, label, first, worst, tol)
+
+
+@pytest.mark.parametrize("likelihood", LIKELIHOODS)
+def test_a_random_sample_of_tiles_rebuilds_within_the_round_off_of_another_cpu(likelihood):
+    """`qptables ship` re-creates the shipped files: 3 tiles (seeded) recomputed here match the
+    shipped values within :func:`rebuild_tolerance` (~1e-14) on any CPU and BLAS."""
+    _rebuild_and_compare(likelihood, 3, seed=sorted(SHIPPED).index(likelihood))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("likelihood", LIKELIHOODS)
+def test_every_tile_rebuilds_within_the_round_off_of_another_cpu(likelihood):
+    _rebuild_and_compare(likelihood, 10**6, seed=0)
+
+
+def test_a_tile_rebuilds_bit_for_bit_on_the_same_machine():
+    """On one CPU and BLAS a build is deterministic: the same tile twice gives the same bytes
+    (what ``qptables ship`` promises there; across machines see :func:`rebuild_tolerance`)."""
+    attrs = json.loads((shipped_path("probit") / "zarr.json").read_text())["attributes"]
+    box = box_from_attrs(attrs["boxes"][0])
+    first = tile_rho("probit", box, 0, 0)
+    assert first.tobytes() == tile_rho("probit", box, 0, 0).tobytes()
 
 
 def _random_cavities(n, seed):
