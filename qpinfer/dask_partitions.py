@@ -154,10 +154,16 @@ def partition_bounds(n: int, n_partitions: Any, partition_sizes: Any, n_workers:
 
 
 def place_partitions(
-    client: Any, X: Any, y: Any, n_partitions: Any = None, partition_sizes: Any = None
+    client: Any,
+    X: Any,
+    y: Any,
+    n_partitions: Any = None,
+    partition_sizes: Any = None,
+    timeout: float = 600.0,
 ) -> list[Partition]:
     """The partitions of checked ``X, y`` (:func:`check_data`) on the workers of ``client``,
-    dealt round-robin (module docstring)."""
+    dealt round-robin (module docstring); sending one to its worker may take ``timeout``
+    seconds, then a ``TimeoutError`` names the worker."""
     workers = sorted(client.scheduler_info()["workers"])
     if not workers:
         raise ValueError("the dask cluster has no workers")
@@ -180,11 +186,19 @@ def place_partitions(
     parts = []
     for p, (sl, Xp, yp) in enumerate(zip(bounds, X_blocks, y_blocks, strict=True)):
         where = [workers[p % len(workers)]]
-        Xp, yp = (
-            client.compute(b, workers=where)
-            if hasattr(b, "dask")
-            else client.scatter(b, workers=where)
-            for b in (Xp, yp)
-        )
+        try:
+            Xp, yp = (
+                client.compute(b, workers=where)
+                if hasattr(b, "dask")
+                # Client.scatter's own timeout does not cover the scheduler's wait on the
+                # worker (a paused worker holds it forever); the loop's callback_timeout does
+                else client.sync(client._scatter, b, workers=where, callback_timeout=timeout)
+                for b in (Xp, yp)
+            )
+        except (TimeoutError, OSError) as err:
+            raise TimeoutError(
+                f"dask sweep: partition {p} could not be sent to worker {where[0]} within "
+                f"{timeout:g} s ({err}); the worker is hung, paused or cut off"
+            ) from None
         parts.append(Partition(sl, where[0], Xp, yp))
     return parts

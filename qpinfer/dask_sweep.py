@@ -36,7 +36,9 @@ quantile-propagation[dask]``); ``import qpinfer`` never imports them.
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -190,6 +192,7 @@ def run_sparse_pep_dask(
     max_iter: int = 1000,
     tol: float = 1e-6,
     compute_evidence: bool = True,
+    timeout: float = 600.0,
 ) -> tuple[SparsePEPResult, np.ndarray]:
     """Pseudo-point Power EP / QP, parallel schedule, as a map-reduce over data partitions on
     dask (module docstring). Equals :func:`~qpinfer.sparse_sites.run_sparse_pep` on
@@ -214,6 +217,10 @@ def run_sparse_pep_dask(
     init, damping, max_iter, tol, compute_evidence:
         As :func:`~qpinfer.sparse_sites.run_sparse_pep` (damping default 0.5, halved when
         stalled; same stopping rule, same best state, same warning).
+    timeout:
+        Seconds that one round of calls on the partitions (placing them, a sweep, the final
+        gather) may take: a worker that stops answering (hung, paused, cut off) ends the run
+        with a ``TimeoutError`` naming the partition and its worker, never an endless wait.
 
     Returns
     -------
@@ -223,13 +230,16 @@ def run_sparse_pep_dask(
     X, y, Z = check_data(kernel, X, y, Z)
     if not (isinstance(jitter, int | float) and jitter >= 0):
         raise ValueError(f"jitter must be a non-negative number, got {jitter!r}")
+    if not (isinstance(timeout, int | float) and 0 < timeout < float("inf")):
+        raise ValueError(f"timeout must be a positive finite number of seconds, got {timeout!r}")
     settings = SweepSettings.checked("parallel", damping, max_iter, tol, MIN_SITE_PRECISION, True)
     n = X.shape[0]
     tau0, nu0 = initial_sites(init, n, settings.floor)
     _, Lu, _ = inducing_factor(kernel, Z, jitter)
     spec = _ProjectionSpec(projection)
     with client_for(scheduler) as client, client.as_current():  # the actors bind to it
-        actors = [
+        parts = place_partitions(client, X, y, n_partitions, partition_sizes, timeout)
+        futures = [
             client.submit(
                 _PartitionActor,
                 *(part.X, part.y, part.rows, kernel, Z, Lu, spec),
@@ -237,17 +247,34 @@ def run_sparse_pep_dask(
                 workers=[part.worker],
                 actor=True,
             )
-            for part in place_partitions(client, X, y, n_partitions, partition_sizes)
+            for part in parts
         ]
-        actors = [a.result() for a in actors]
-        result = _sweep_to_convergence(actors, settings, n, compute_evidence)
+        workers = [part.worker for part in parts]
+        actors = _results(futures, "placing the partitions", workers, timeout)
+        call = functools.partial(_call, actors, workers=workers, timeout=timeout)
+        result = _sweep_to_convergence(call, settings, n, compute_evidence)
     return result, Lu
 
 
-def _call(actors: list, method: str, *args) -> list:
+def _results(futures: list, what: str, workers: list, timeout: float) -> list:
+    """The futures' results in order, all within ``timeout`` seconds of the call."""
+    end = time.monotonic() + timeout
+    out = []
+    for i, fut in enumerate(futures):
+        try:
+            out.append(fut.result(timeout=max(end - time.monotonic(), 1e-3)))
+        except TimeoutError:
+            raise TimeoutError(
+                f"dask sweep: partition {i} on worker {workers[i]} did not answer within "
+                f"{timeout:g} s ({what}); the worker is hung, paused or cut off (raise timeout= "
+                "if one partition's step really takes longer)"
+            ) from None
+    return out
+
+
+def _call(actors: list, method: str, *args, workers: list, timeout: float) -> list:
     """``method(*args)`` on every partition at once; their results in partition order."""
-    pending = [getattr(a, method)(*args) for a in actors]
-    return [f.result() for f in pending]
+    return _results([getattr(a, method)(*args) for a in actors], method, workers, timeout)
 
 
 def _factor(parts: list) -> tuple[np.ndarray, np.ndarray]:
@@ -255,16 +282,16 @@ def _factor(parts: list) -> tuple[np.ndarray, np.ndarray]:
     return low_rank_factor(sum(p[0] for p in parts), sum(p[1] for p in parts))
 
 
-def _sweep_to_convergence(actors, settings, n, compute_evidence) -> SparsePEPResult:
+def _sweep_to_convergence(call, settings, n, compute_evidence) -> SparsePEPResult:
     """The loop of :func:`~qpinfer.site_loop.run_sites` (parallel schedule) over the partitions:
     the state :class:`~qpinfer.site_loop.SweepControl` keeps is the sweep number, the partitions
     keep the sites (``keep_as_best``: the sites they hold are the best so far)."""
     control = SweepControl(settings, 0)
-    L, mean_v = _factor(_call(actors, "sums"))  # the prior or init: B >= I
+    L, mean_v = _factor(call("sums"))  # the prior or init: B >= I
     n_clipped = n_skipped = 0
     best_is_current = False
     for it in control.sweeps():
-        parts = _call(actors, "sweep", L, mean_v, control.damping, settings.floor, best_is_current)
+        parts = call("sweep", L, mean_v, control.damping, settings.floor, best_is_current)
         if not all(p[5] for p in parts):
             best_is_current = False  # the partitions hold non-finite sites now
             break
@@ -279,8 +306,8 @@ def _sweep_to_convergence(actors, settings, n, compute_evidence) -> SparsePEPRes
             break
     rms, _ = control.finish("sparse Power EP (dask)", 3)
     which = "zero" if not np.isfinite(rms) else "current" if best_is_current else "best"
-    L, mean_v = _factor(_call(actors, "use", which))
-    parts = _call(actors, "final", L, mean_v, compute_evidence)
+    L, mean_v = _factor(call("use", which))
+    parts = call("final", L, mean_v, compute_evidence)
     tau, nu, mean, var, cav_mean, cav_var = (
         np.concatenate([p[k] for p in parts]) for k in (0, 1, 2, 3, 5, 6)
     )

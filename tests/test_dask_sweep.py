@@ -265,3 +265,55 @@ def test_sklearn_clone_and_cross_validation_share_the_client(client, problem):
     in_process = cross_val_score(SparseGPClassifier(**params), X, y, cv=2)
     np.testing.assert_array_equal(on_dask, in_process)
     assert clone(SparseGPClassifier(scheduler="local")).scheduler == "local"
+
+
+@pytest.mark.parametrize("data", ["numpy", "dask"])
+def test_a_worker_that_stops_answering_ends_the_sweep_with_a_timeout_error(problem, data):
+    """A paused worker (SIGSTOP: alive, connected, silent) is the endless wait: sending it its
+    partition (numpy X, scattered) or waiting on its actor (dask X, computed there) ends after
+    ``timeout`` seconds with an error naming it."""
+    import os
+    import signal
+    import threading
+
+    import dask.array as da
+
+    kern, X, y, Z, _ = problem
+    if data == "dask":
+        X = da.from_array(X, chunks=(151, 3))
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        pids = c.run(os.getpid)
+        outcome = {}
+
+        def fit():
+            try:
+                run_sparse_pep_dask(
+                    kern, X, y, Z, MomentMatching(Probit()), scheduler=c, timeout=3.0
+                )
+                outcome["returned"] = True
+            except Exception as err:  # noqa: BLE001 -- the outcome is asserted below
+                outcome["error"] = err
+
+        paused = sorted(pids.items())[0]
+        os.kill(paused[1], signal.SIGSTOP)
+        try:
+            thread = threading.Thread(target=fit, daemon=True)
+            thread.start()
+            thread.join(60.0)  # bounded here too: today's code waits forever
+            assert not thread.is_alive(), "the sweep still waits on the paused worker"
+        finally:
+            os.kill(paused[1], signal.SIGCONT)
+    err = outcome.get("error")
+    assert isinstance(err, TimeoutError), outcome
+    assert "within 3 s" in str(err) and paused[0] in str(err)
+
+
+def test_timeout_must_be_a_positive_number(problem):
+    kern, X, y, Z, _ = problem
+    with pytest.raises(ValueError, match="timeout must be a positive finite number"):
+        run_sparse_pep_dask(kern, X, y, Z, MomentMatching(Probit()), timeout=0)
