@@ -38,8 +38,16 @@ def write_store(path: Path, mu: tuple, ls: tuple, tile_mu: int, block_values, no
 
     ``block_values(iy, mu_rows, log10_sigma) -> (sigma_qp, sigma_ratio)`` fills one chunk.
     """
+    from qpinfer.integrity import integrity_record
     from qptables.grid import GridSpec
-    from qptables.store import chunk_checksums, chunk_keys, create_store, update_attrs, write_tile
+    from qptables.store import (
+        chunk_checksums,
+        chunk_keys,
+        create_store,
+        read_attrs,
+        update_attrs,
+        write_tile,
+    )
 
     grid = GridSpec(mu, ls, (-1, 1), tile_mu=tile_mu)
     create_store(
@@ -58,6 +66,8 @@ def write_store(path: Path, mu: tuple, ls: tuple, tile_mu: int, block_values, no
         checksums=chunk_checksums(path, chunk_keys(grid)),
         verification={"passed": True, "points": 0, **note},
     )
+    # the metadata digest a published store carries (the reader refuses a v1 store without it)
+    update_attrs(path, consolidate=False, integrity=integrity_record(path, read_attrs(path)))
     return path
 
 

@@ -31,6 +31,7 @@ _EPILOG = """examples:
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``qpinfer`` (all subcommands)."""
     from qpinfer.download import URL_ENV
+    from qpinfer.transfer import DEFAULT_TIMEOUT, STALL_TIMEOUT
 
     p = OneLineParser(
         prog="qpinfer",
@@ -70,6 +71,15 @@ def parser() -> argparse.ArgumentParser:
         default=3,
         help="extra attempts after a failed or interrupted transfer (default 3)",
     )
+    d.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="give up after this many seconds for the whole download, retries included "
+        f"(default {DEFAULT_TIMEOUT:g}); each connect or read also gives up after "
+        f"{STALL_TIMEOUT:g} s of silence and is retried while time is left",
+    )
     d.add_argument("--quiet", action="store_true", help="no progress output")
 
     ls = sub.add_parser("list", help="list installed tables and, with a host, available ones")
@@ -77,6 +87,18 @@ def parser() -> argparse.ArgumentParser:
     add_debug_flag(d)
     add_debug_flag(ls)
     return p
+
+
+def _seconds(text: str) -> float:
+    """argparse type of ``--timeout``: a positive, finite number of seconds."""
+    from qpinfer.deadline import check_timeout
+
+    try:
+        return check_timeout(float(text), "--timeout")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive, finite number of seconds, got {text!r}"
+        ) from None
 
 
 class _Progress:
@@ -112,6 +134,7 @@ def _cmd_download(args: argparse.Namespace) -> int:
         force=args.force,
         make_default=not args.no_default,
         retries=args.retries,
+        timeout=args.timeout,
         progress=None if args.quiet else _Progress(args.name),
     )
     table = open_table(path, verify_checksums=False)

@@ -17,12 +17,16 @@ is the ``base_url`` argument, else the environment variable :data:`URL_ENV`
 3. fetches the archive into ``tables_dir()/.downloads/<name>-<sha256[:16]>.tar.gz.part``,
    resuming an interrupted download with an HTTP ``Range`` request (a server that ignores it
    sends the whole file again) and retrying connection failures ``retries`` times with
-   exponential back-off; the part file keeps its progress between calls;
+   exponential back-off; the part file keeps its progress between calls. The whole call has
+   one deadline (``timeout``, default 600 s: manifest, lock wait, archive, retries), and every
+   connect or read gives up after 30 s of silence (:mod:`qpinfer.deadline`);
 4. checks the size and the sha256 -- a mismatch or a server file shorter than the manifest says
    deletes the part file and raises :class:`DownloadError`;
-5. unpacks into a hidden staging directory (members must all be regular files and directories
-   under ``<name>.zarr/``), opens the result with :func:`qpinfer.open_table` hashing *every*
-   chunk (``verify_checksums=True``) and checks it is the manifest's likelihood and grid;
+5. unpacks into a hidden staging directory only what the store's own record lists, bounded by
+   the manifest's ``store_bytes`` (:mod:`qpinfer.unpack`: a stray or oversized member is
+   refused, naming it, before anything is written), opens the result with
+   :func:`qpinfer.open_table` hashing *every* chunk (``verify_checksums=True``) and checks it
+   is the manifest's likelihood and grid;
 6. puts it atomically at ``tables_dir()/<name>.zarr`` with
    :func:`qpinfer.replace.replace_store` (an older copy is deleted after), and points
    ``tables_dir()/<likelihood>.zarr`` -- where the estimators' ``table=None`` and
@@ -45,7 +49,6 @@ import json
 import os
 import re
 import shutil
-import tarfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -54,17 +57,20 @@ from typing import Any
 from qpinfer.replace import ReplaceRefusedError, check_replaceable, replace_store
 from qpinfer.table_open import open_table
 from qpinfer.table_store import TableError, sha256_file, tables_dir
-from qpinfer.transfer import MANIFEST_FORMAT as MANIFEST_FORMAT
-from qpinfer.transfer import MANIFEST_NAME as MANIFEST_NAME
-from qpinfer.transfer import RETRY_BACKOFF as RETRY_BACKOFF
-from qpinfer.transfer import URL_ENV as URL_ENV
 from qpinfer.transfer import (
+    DEFAULT_TIMEOUT,
+    Deadline,
     DownloadError,
     fetch_archive,
     fetch_manifest,
     join_url,
     resolve_base_url,
 )
+from qpinfer.transfer import MANIFEST_FORMAT as MANIFEST_FORMAT
+from qpinfer.transfer import MANIFEST_NAME as MANIFEST_NAME
+from qpinfer.transfer import RETRY_BACKOFF as RETRY_BACKOFF
+from qpinfer.transfer import URL_ENV as URL_ENV
+from qpinfer.unpack import unpack_store
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -127,42 +133,43 @@ def _entry(manifest: dict[str, Any], name: str, base: str) -> dict[str, Any]:
         raise DownloadError(f"manifest entry {name!r}: bad archive file name {file!r}")
     if size <= 0 or not re.fullmatch(r"[0-9a-f]{64}", sha):
         raise DownloadError(f"manifest entry {name!r}: bad size or sha256")
-    return {**e, "file": file, "size": size, "sha256": sha}
+    store_bytes = e.get("store_bytes")  # absent from older manifests
+    if store_bytes is not None and (
+        isinstance(store_bytes, bool) or not isinstance(store_bytes, int) or store_bytes <= 0
+    ):
+        raise DownloadError(f"manifest entry {name!r}: bad store_bytes {store_bytes!r}")
+    return {**e, "file": file, "size": size, "sha256": sha, "store_bytes": store_bytes}
 
 
 @contextlib.contextmanager
-def file_lock(path: Path):
-    """Exclusive advisory lock (POSIX ``flock``; no-op elsewhere) for one table name."""
+def file_lock(path: Path, deadline: Deadline | None = None):
+    """Exclusive advisory lock (POSIX ``flock``; no-op elsewhere) for one table name; with a
+    ``deadline``, waiting for another process's lock ends there (:class:`DownloadError`)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX
         yield
         return
     with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        if deadline is None:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        else:
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if deadline.expired():
+                        raise DownloadError(
+                            f"timed out after {deadline.elapsed():.1f} s (timeout "
+                            f"{deadline.seconds:g} s) waiting for another download holding "
+                            f"{path}"
+                        ) from None
+                    deadline.sleep(0.1)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _safe_members(tar: tarfile.TarFile, top: str) -> list[tarfile.TarInfo]:
-    members = tar.getmembers()
-    for m in members:
-        name = m.name
-        parts = Path(name).parts
-        if (
-            name.startswith(("/", "\\"))
-            or ".." in parts
-            or not parts
-            or parts[0] != top
-            or not (m.isfile() or m.isdir())
-        ):
-            raise DownloadError(
-                f"archive member {name!r} is not a plain file or directory under {top}/; refusing "
-                "to unpack"
-            )
-    return members
 
 
 def _install(archive: Path, entry: dict[str, Any], name: str, root: Path) -> Path:
@@ -172,16 +179,7 @@ def _install(archive: Path, entry: dict[str, Any], name: str, root: Path) -> Pat
     staging = root / f".install-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         staging.mkdir()
-        try:
-            with tarfile.open(archive, "r:gz") as tar:
-                members = _safe_members(tar, top)
-                if hasattr(tarfile, "data_filter"):
-                    tar.extractall(staging, members=members, filter="data")
-                else:  # pragma: no cover - Python < 3.11.4; members were checked above
-                    tar.extractall(staging, members=members)
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise DownloadError(f"cannot unpack {archive.name}: {exc}") from None
-        store = staging / top
+        store = unpack_store(archive, staging, top, entry.get("store_bytes"))
         try:
             table = open_table(store, verify_checksums=True)
         except TableError as exc:
@@ -253,7 +251,7 @@ def download(
     force: bool = False,
     make_default: bool = True,
     retries: int = 3,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_TIMEOUT,
     progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Download the table ``name`` from a table host and install it; returns its path.
@@ -273,7 +271,11 @@ def download(
     retries:
         Extra attempts after a connection failure or interrupted transfer (each resumes).
     timeout:
-        Seconds a connection may stall.
+        Seconds the whole download may take -- manifest, waiting for a concurrent download of
+        the same name, archive, retries and back-off included (default 600). Each connect or
+        read also gives up after :data:`qpinfer.transfer.STALL_TIMEOUT` (30 s) of silence and
+        is retried while time is left. Past the deadline a :class:`DownloadError` names the
+        URL, the time and the bytes received (kept in the ``.part`` file, to resume from).
     progress:
         Called as ``progress(bytes_done, bytes_total)`` while downloading.
 
@@ -298,8 +300,9 @@ def download(
     validate_name(name)
     if int(retries) < 0:
         raise ValueError(f"retries must be >= 0, got {retries!r}")
+    deadline = Deadline(timeout)  # ValueError unless a positive, finite number of seconds
     base = resolve_base_url(base_url)
-    manifest = fetch_manifest(base, timeout=timeout, retries=retries)
+    manifest = fetch_manifest(base, timeout=deadline, retries=retries)
     entry = _entry(manifest, name, base)
     root = tables_dir()
     downloads = root / ".downloads"
@@ -308,7 +311,7 @@ def download(
     except OSError as exc:
         raise DownloadError(f"cannot create the table cache {root} ({exc})") from None
     target = root / f"{name}.zarr"
-    with file_lock(downloads / f"{name}.lock"):
+    with file_lock(downloads / f"{name}.lock", deadline):
         _clean_stale(root)
         try:  # before any transfer: never replace what this package did not install
             check_replaceable(target, what=f"the installed table {name!r}", links=True)
@@ -330,7 +333,7 @@ def download(
             if old != part:
                 old.unlink(missing_ok=True)
         url = join_url(base, entry["file"])
-        fetch_archive(url, part, entry["size"], int(retries), timeout, progress)
+        fetch_archive(url, part, entry["size"], int(retries), deadline, progress)
         got = sha256_file(part)
         if got != entry["sha256"]:
             part.unlink(missing_ok=True)

@@ -103,6 +103,12 @@ def check_grid_store(root: Path, attrs: dict[str, Any], what: str) -> GridStore:
         )
     check_likelihood_params(attrs, what)  # first: the more specific message
     changes = metadata_changes(root, attrs)
+    if changes is None:  # as v2 stores: nothing would tie the likelihood to the numbers
+        raise TableError(
+            f"{what}: has no integrity record (attrs['integrity']), so an edited likelihood, "
+            "grid or coordinate could not be detected; every published build writes one -- "
+            "rebuild it with `qptables build` (or re-download it)"
+        )
     if changes:
         raise TableError(
             f"{what}: its metadata no longer matches the integrity digest written when it was "

@@ -27,11 +27,13 @@ Not covered (:data:`UNSIGNED_ATTRS`): ``verification`` (``qptables verify`` rewr
 ``complete`` (written last) and the record itself; and zarr's consolidated-metadata copy in the
 root ``zarr.json``, which qpinfer never reads.
 
-Stores written before this record existed have no ``integrity`` attribute. They are accepted
-with the older checks (schema, coordinates against the grid, labels valid for the likelihood,
-chunk sizes and checksums) -- :func:`metadata_changes` returns ``None`` for them -- so existing
-stores of schema version 1 keep opening; rebuild them to get the digest. Every new build writes
-it. The digest guards against accidents and careless edits, not against an adversary, who can
+Stores written before this record existed have no ``integrity`` attribute
+(:func:`metadata_changes` returns ``None`` for them). The reader refuses them, as it refuses a
+v2 store without its record (issue #26): without it nothing ties the likelihood to the numbers,
+so a store whose likelihood was edited would be served as the new likelihood. Rebuild such a
+store (``qptables build``) or re-download it to get the digest; every build writes it, and the
+tables shipped inside qpinfer are v2 stores that all carry theirs. ``qptables verify`` and
+``qptables info`` still read unsigned stores (and say so). The digest guards against accidents and careless edits, not against an adversary, who can
 recompute sha256 as easily as we can.
 """
 
@@ -134,8 +136,8 @@ def _describe(field: str, how: str) -> str:
 def metadata_changes(root: str | os.PathLike, attrs: dict[str, Any]) -> list[str] | None:
     """What changed in the store's metadata since its integrity record was written.
 
-    Returns ``None`` if the store has no record (written before records existed: the caller
-    applies the older checks only), ``[]`` if everything matches, else one description per
+    Returns ``None`` if the store has no record (written before records existed: the reader
+    refuses it, ``qptables verify`` checks it as before), ``[]`` if everything matches, else one description per
     change, e.g. ``"attribute 'likelihood' changed"``.
     """
     record = attrs.get(INTEGRITY_ATTR)

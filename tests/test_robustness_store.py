@@ -32,7 +32,7 @@ from _helpers import FAST
 import qpinfer
 import qpinfer.download as dl
 from qpinfer.download import DownloadError
-from qpinfer.integrity import INTEGRITY_ATTR
+from qpinfer.integrity import INTEGRITY_ATTR, integrity_record
 from qpinfer.replace import ReplaceRefusedError, check_replaceable, replace_store, store_kind
 from qpinfer.tables import TableError, open_table
 from qptables import BuildInputError, GridSpec, build
@@ -347,12 +347,18 @@ def test_the_verification_report_may_be_rewritten(copy):
     assert open_table(copy, verify_checksums=True).shape == GRID.shape
 
 
-def test_a_store_without_a_digest_is_accepted_with_the_older_checks(copy, store):
-    edit_root_attrs(copy, **{INTEGRITY_ATTR: None})
-    mu, s = np.linspace(-1, 1, 7), np.full(7, 1.3)
-    assert np.array_equal(open_table(copy).sigma_qp(mu, s, 1), open_table(store).sigma_qp(mu, s, 1))
-    # ... whose labels must still be valid for its likelihood
+def test_a_store_without_a_digest_is_refused_like_a_v2_store(copy):
+    """Without the record nothing ties the likelihood to the numbers (issue #26): an unsigned
+    store whose likelihood was edited would open as the new likelihood. Refused, naming it."""
+    edit_root_attrs(copy, **{INTEGRITY_ATTR: None, "likelihood": "step_noise(eps=0.2)"})
+    with pytest.raises(TableError, match=r"no integrity record \(attrs\['integrity'\]\)"):
+        open_table(copy)
+    edit_root_attrs(copy, likelihood="probit")  # the original metadata, still unsigned
+    with pytest.raises(TableError, match="no integrity record"):
+        open_table(copy)
+    # a store *signed* with a likelihood its labels are invalid for: the older check still holds
     edit_root_attrs(copy, likelihood="poisson_square")
+    edit_root_attrs(copy, **{INTEGRITY_ATTR: integrity_record(copy, read_attrs(copy))})
     with pytest.raises(TableError, match=r"labels \[-1, 1\].*non-negative integer"):
         open_table(copy)
 

@@ -2,7 +2,8 @@
 
 Stores are written here by :func:`write_store`, a minimal writer that follows
 ``qpinfer/schema.py`` to the letter (zarr v3, uncompressed ``(1, tile_mu, n_log10_sigma)`` chunks,
-the required attributes, sha256 per chunk file); one test also reads a store built by the real
+the required attributes, sha256 per chunk file, the integrity record of :mod:`qpinfer.integrity`
+as a published build has it); one test also reads a store built by the real
 pipeline (``qptables.build``) when it is available.
 """
 
@@ -21,6 +22,7 @@ import pytest
 from scipy.interpolate import RegularGridInterpolator
 
 import qpinfer
+from qpinfer.integrity import INTEGRITY_ATTR, integrity_record
 from qpinfer.schema import DATA_VARS, DIMS, SCHEMA_VERSION, grid_axis
 from qpinfer.tables import TableError, open_table
 
@@ -122,10 +124,23 @@ def write_store(
             },
         }
     )
+    _sign(path)
     return Path(path), qp, ratio
 
 
-def _edit_attrs(path, **changes):
+def _sign(path) -> None:
+    """Write the integrity record over the store's metadata as it is on disk now (what
+    ``qptables`` does when it publishes a build)."""
+    meta_path = Path(path) / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["attributes"].pop(INTEGRITY_ATTR, None)
+    meta["attributes"][INTEGRITY_ATTR] = integrity_record(path, meta["attributes"])
+    meta_path.write_text(json.dumps(meta))
+
+
+def _edit_attrs(path, *, resign=True, **changes):
+    """Edit root attributes; ``resign``: record the result in a fresh integrity record (a store
+    *written* that way, so the checks behind the record are what is tested)."""
     meta_path = Path(path) / "zarr.json"
     meta = json.loads(meta_path.read_text())
     for k, v in changes.items():
@@ -134,6 +149,8 @@ def _edit_attrs(path, **changes):
         else:
             meta["attributes"][k] = v
     meta_path.write_text(json.dumps(meta))
+    if resign:
+        _sign(path)
 
 
 @pytest.fixture(scope="module")
@@ -327,8 +344,29 @@ def test_missing_chunk_is_refused(store_copy):
 def test_missing_checksum_entry_is_refused(store_copy):
     meta = json.loads((store_copy / "zarr.json").read_text())
     del meta["attributes"]["checksums"]["sigma_ratio/c/0/0/0"]
-    (store_copy / "zarr.json").write_text(json.dumps(meta))
+    _edit_attrs(store_copy, checksums=meta["attributes"]["checksums"])
     with pytest.raises(TableError, match="no checksum"):
+        open_table(store_copy)
+
+
+def test_a_store_without_its_integrity_record_is_refused(store_copy):
+    """Without the record nothing ties the likelihood to the numbers: an edited likelihood would
+    be served as the new one (issue #26). Refused as v2 stores are, naming the record."""
+    _edit_attrs(
+        store_copy, resign=False, **{INTEGRITY_ATTR: None, "likelihood": "step_noise(eps=0.2)"}
+    )
+    with pytest.raises(
+        TableError, match=r"copy.zarr.*no integrity record \(attrs\['integrity'\]\)"
+    ):
+        open_table(store_copy)
+    _edit_attrs(store_copy, resign=False, likelihood="probit")  # unedited, still unsigned
+    with pytest.raises(TableError, match="no integrity record"):
+        open_table(store_copy)
+
+
+def test_an_edited_likelihood_is_refused_by_the_record(store_copy):
+    _edit_attrs(store_copy, resign=False, likelihood="step_noise(eps=0.2)")
+    with pytest.raises(TableError, match="attribute 'likelihood' changed"):
         open_table(store_copy)
 
 
@@ -371,6 +409,7 @@ def test_compressed_store_is_refused(tmp_path, small_store):
         dimension_names=DIMS,
     )
     arr[...] = ratio
+    _sign(path)  # a store written compressed, not edited afterwards
     with pytest.raises(TableError, match="uncompressed|bytes"):
         open_table(path)
 
