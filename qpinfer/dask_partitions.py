@@ -63,8 +63,12 @@ def local_client(n_workers: int | None = None) -> Iterator[Any]:
 def client_for(scheduler: Any) -> Iterator[Any]:
     """A ``distributed.Client`` for ``scheduler``: a ``Client`` (used as is), ``"local"``
     (:func:`local_client`: one single-threaded worker process per core, closed afterwards) or a
-    scheduler address such as ``"tcp://host:8786"`` (connected, closed afterwards)."""
+    scheduler address such as ``"tcp://host:8786"`` (connected within dask's connect timeout,
+    handshake included -- :class:`~qpinfer.dask_connect.SchedulerUnreachable` otherwise --
+    closed afterwards)."""
     from distributed import Client
+
+    from qpinfer.dask_connect import connect_client
 
     if isinstance(scheduler, Client):
         yield scheduler
@@ -72,7 +76,8 @@ def client_for(scheduler: Any) -> Iterator[Any]:
         with local_client() as client:
             yield client
     elif isinstance(scheduler, str) and scheduler:
-        with Client(scheduler) as client:
+        # a deadline that covers the dask handshake too (qpinfer.dask_connect)
+        with connect_client(scheduler) as client:
             yield client
     else:
         raise ValueError(

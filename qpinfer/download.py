@@ -142,30 +142,26 @@ def _entry(manifest: dict[str, Any], name: str, base: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path, deadline: Deadline | None = None):
-    """Exclusive advisory lock (POSIX ``flock``; no-op elsewhere) for one table name; with a
-    ``deadline``, waiting for another process's lock ends there (:class:`DownloadError`)."""
+def file_lock(path: Path, deadline: Deadline):
+    """Exclusive advisory lock (POSIX ``flock``; no-op elsewhere) for one table name; waiting
+    for another process's lock ends at ``deadline`` (:class:`DownloadError`)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX
         yield
         return
     with open(path, "a+") as f:
-        if deadline is None:
-            fcntl.flock(f, fcntl.LOCK_EX)
-        else:
-            while True:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if deadline.expired():
-                        raise DownloadError(
-                            f"timed out after {deadline.elapsed():.1f} s (timeout "
-                            f"{deadline.seconds:g} s) waiting for another download holding "
-                            f"{path}"
-                        ) from None
-                    deadline.sleep(0.1)
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline.expired():
+                    raise DownloadError(
+                        f"timed out after {deadline.elapsed():.1f} s (timeout "
+                        f"{deadline.seconds:g} s) waiting for another process holding {path}"
+                    ) from None
+                deadline.sleep(0.1)
         try:
             yield
         finally:

@@ -103,12 +103,6 @@ def check_grid_store(root: Path, attrs: dict[str, Any], what: str) -> GridStore:
         )
     check_likelihood_params(attrs, what)  # first: the more specific message
     changes = metadata_changes(root, attrs)
-    if changes is None:  # as v2 stores: nothing would tie the likelihood to the numbers
-        raise TableError(
-            f"{what}: has no integrity record (attrs['integrity']), so an edited likelihood, "
-            "grid or coordinate could not be detected; every published build writes one -- "
-            "rebuild it with `qptables build` (or re-download it)"
-        )
     if changes:
         raise TableError(
             f"{what}: its metadata no longer matches the integrity digest written when it was "
@@ -117,6 +111,14 @@ def check_grid_store(root: Path, attrs: dict[str, Any], what: str) -> GridStore:
         )
     if attrs["complete"] is not True:
         raise TableError(f"{what}: incomplete (attrs['complete'] is {attrs['complete']!r})")
+    # as for v2 stores, nothing would tie the likelihood to the numbers (checked after
+    # 'complete': an unfinished build has no record yet, and 'incomplete' says why)
+    if changes is None:
+        raise TableError(
+            f"{what}: has no integrity record (attrs['integrity']), so an edited likelihood, "
+            "grid or coordinate could not be detected; every published build writes one -- "
+            "rebuild it with `qptables build` (or re-download it)"
+        )
     ver = attrs["verification"]
     if not isinstance(ver, dict) or ver.get("passed") is not True:
         raise TableError(f"{what}: verification did not pass (attrs['verification'] = {ver!r})")

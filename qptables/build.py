@@ -17,9 +17,12 @@ Life cycle of ``build(likelihood, OUT, grid)``:
    -- a refused build changes nothing and starts no cluster.
 2. Take the lock ``OUT.lock`` (``O_EXCL``; holds pid and host). A concurrent build into the
    same ``OUT`` is refused; a lock left by a dead process on this host is taken over.
-3. Create -- or, when resuming, reopen -- the temporary store ``OUT.partial``. Resuming
-   requires the same likelihood, grid, tiling and kernel output (a fingerprint of a probe
-   tile); anything else is an error unless ``force`` (which starts afresh).
+3. Start the cluster or connect to the scheduler (a deadline covering the dask handshake,
+   :func:`qptables.dask_run.probe_scheduler`), then create -- or, when resuming, reopen --
+   the temporary store ``OUT.partial``. Resuming requires the same likelihood, grid, tiling
+   and kernel output (a fingerprint of a probe tile); anything else is an error unless
+   ``force`` (which starts afresh). A new ``OUT.partial`` is deleted again if the workers
+   fail before any tile is computed.
 4. Find the finished tiles (chunk files present with the exact uncompressed size; see
    :mod:`qptables.store`) and compute only the others, with a progress bar.
 5. Checksum every chunk (``attrs["checksums"]``) and verify against mpmath
@@ -38,6 +41,11 @@ Life cycle of ``build(likelihood, OUT, grid)``:
    and a stale ``OUT.publishing``, which the next run deletes and redoes from the verified
    tiles).
 
+SIGTERM and Ctrl-C unwind the build (:mod:`qptables.interrupt`): the lock is released, an
+unfinished ``OUT.publishing`` deleted, ``OUT.partial`` (never marked complete) kept, and the
+error says where. A failed write (a full disk) names its phase and path
+(:func:`qptables.errors.writing`).
+
 Bit-identity. The kernel's value at a point never depends on the other points of its call
 
 The steps live in modules of their own: planning (:mod:`qptables.plan`), locking and resuming
@@ -51,7 +59,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import sys
 import time
 import warnings
@@ -60,13 +67,15 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from qpinfer.replace import remove_store
 from qptables.dask_run import SINGLE_THREAD_ENV as SINGLE_THREAD_ENV
 from qptables.dask_run import WORKER_WAIT_SECONDS as WORKER_WAIT_SECONDS
 from qptables.dask_run import connect_workers, open_client, run_tiles
-from qptables.destination import check_destinations, check_writable, clean_stale, publish_store
-from qptables.errors import BuildError, BuildInputError, LockError
+from qptables.destination import check_destinations, check_writable, clean_stale, publish_build
+from qptables.errors import BuildError, BuildInputError, LockError, writing
 from qptables.estimate import CONCURRENCY_FACTOR, calibrate_workers, estimate_build
 from qptables.grid import GridError, GridSpec, validate_y
+from qptables.interrupt import deferred_sigterm, stop_on_signals
 from qptables.plan import (
     check_disk_space,
     describe_plan,
@@ -77,12 +86,13 @@ from qptables.plan import (
 from qptables.resume import (
     BuildLock,
     build_record,
+    create_partial,
     lock_path,
     partial_path,
     publishing_path,
     resumable_tiles,
 )
-from qptables.store import StoreError, consolidate_store, create_store, scan_tiles, update_attrs
+from qptables.store import scan_tiles, update_attrs
 from qptables.tiles import MIRRORS as MIRRORS
 from qptables.tiles import compute_tile as compute_tile
 from qptables.tiles import evaluate_rows, mirror_rows, probe
@@ -196,7 +206,11 @@ def build(
         Refused before doing anything (bad input, ``OUT`` exists, ``OUT`` is not a table store
         with ``force``, lock held, no disk space, a grid the kernel refuses).
     BuildError
-        Failed while running; ``OUT`` is untouched and re-running resumes.
+        Failed while running (a failed write names its phase and path); ``OUT`` is untouched
+        and re-running resumes.
+    qptables.errors.BuildInterrupted
+        SIGTERM or Ctrl-C (a ``KeyboardInterrupt``): the lock released, the message says where
+        the finished tiles are kept.
     """
     import qpinfer
 
@@ -238,28 +252,30 @@ def build(
     check_disk_space(out, grid)
 
     lock = BuildLock(out)
-    lock.acquire()
-    try:
-        return _build_locked(
-            likelihood,
-            out,
-            partial,
-            grid,
-            scheduler,
-            workers,
-            force,
-            samples,
-            tolerance,
-            seed,
-            verify_dps,
-            progress,
-            say,
-            client,
-            t_start,
-            dry_run,
-        )
-    finally:
-        lock.release()
+    with stop_on_signals(partial):  # SIGTERM: unwind as for Ctrl-C (qptables.interrupt)
+        lock.acquire()
+        try:
+            return _build_locked(
+                likelihood,
+                out,
+                partial,
+                grid,
+                scheduler,
+                workers,
+                force,
+                samples,
+                tolerance,
+                seed,
+                verify_dps,
+                progress,
+                say,
+                client,
+                t_start,
+                dry_run,
+            )
+        finally:
+            with deferred_sigterm():
+                lock.release()
 
 
 def _build_locked(
@@ -328,24 +344,24 @@ def _build_locked(
             published=False,
         )
 
-    clean_stale(out, say)
-    if not partial.exists():
-        staging = partial.with_name(partial.name + f".new-{os.getpid()}")
-        create_store(
-            staging, likelihood, grid, package_version=qpinfer.__version__, build_info=info
-        )
-        os.replace(staging, partial)
-
-    # -- 6. compute -------------------------------------------------------------------------
+    # -- 6. compute: the cluster first (a scheduler that cannot be reached leaves nothing) ----
     with contextlib.ExitStack() as stack:
         if client is None:
             client = stack.enter_context(open_client(scheduler, workers))
-        n_workers = connect_workers(client, partial, say)
-        # calibrated on all workers at once (also warms them up); see qptables.estimate
-        n_verify = len(grid.y) * 8 + samples
-        rate, mp_s = calibrate_workers(
-            client, likelihood, grid, rate, points=est_points, n_verify=n_verify, dps=verify_dps
-        )
+        clean_stale(out, say)
+        fresh = create_partial(partial, likelihood, grid, qpinfer.__version__, info)
+        try:
+            n_workers = connect_workers(client, partial, say)
+            # calibrated on all workers at once (also warms them up); see qptables.estimate
+            n_verify = len(grid.y) * 8 + samples
+            rate, mp_s = calibrate_workers(
+                client, likelihood, grid, rate, points=est_points, n_verify=n_verify,
+                dps=verify_dps,
+            )  # fmt: skip
+        except BaseException:
+            if fresh:  # nothing was computed into it yet
+                remove_store(partial, what="OUT (its unfinished build)")
+            raise
         est = estimate_build(
             grid, points=est_points, tiles=len(todo), n_verify=n_verify, n_workers=n_workers,
             rate=rate, mpmath_seconds=mp_s,
@@ -393,18 +409,8 @@ def _build_locked(
         # -- 8. publish: a one-chunk-per-(variable, y) copy, renamed into place ------------------
         publishing = publishing_path(out)
         say(f"  publishing: one chunk per (variable, y) into {publishing.name} ...")
-        try:
-            consolidate_store(partial, publishing, client=client)
-        except BaseException as exc:
-            shutil.rmtree(publishing, ignore_errors=True)
-            if isinstance(exc, StoreError | OSError):
-                raise BuildError(
-                    f"publishing failed, nothing published ({exc}); re-run to resume"
-                ) from exc
-            raise
-    publish_store(publishing, out, force)
-    shutil.rmtree(partial, ignore_errors=True)
-    result.published = True
+        publish_build(partial, out, force, client)  # while the workers are still there
+        result.published = True
     result.seconds = time.perf_counter() - t_start
     say(
         f"  published {out} in {human_seconds(result.seconds)} (estimated "
@@ -426,7 +432,8 @@ def _verify_partial(
     to its attributes (the partial store never says complete) and returned."""
     scan = scan_store(partial, client=client, check_checksums=False)
     checksums = scan.pop("checksums")
-    update_attrs(partial, consolidate=False, checksums=checksums)
+    with writing("writing the checksums to", partial):
+        update_attrs(partial, consolidate=False, checksums=checksums)
     ref = reference_sample(
         partial,
         samples=samples,
@@ -441,5 +448,6 @@ def _verify_partial(
     report["scan"] = scan
     report["passed"] = bool(ref["passed"] and scan["passed"])
     report["checked"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    update_attrs(partial, verification=report)
+    with writing("writing the verification report to", partial):
+        update_attrs(partial, verification=report)
     return report

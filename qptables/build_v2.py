@@ -32,7 +32,8 @@ from qpinfer.reduced import Box
 from qpinfer.replace import check_replaceable, remove_store, replace_store
 from qpinfer.tables_v2 import SCHEMA_VERSION_V2, array_names, integrity_record, open_reduced
 from qptables.dask_run import open_client
-from qptables.errors import BuildError, BuildInputError
+from qptables.errors import BuildError, BuildInputError, writing
+from qptables.interrupt import deferred_sigterm, stop_on_signals
 from qptables.resume import BuildLock, partial_path
 
 __all__ = ["TILE_CELLS", "TILE_LABELS", "build_v2", "chunk_shape", "tile_rho"]
@@ -219,7 +220,9 @@ def build_v2(
     if kind != "absent" and not force:
         raise BuildInputError(f"OUT: {out} exists; pass --force to replace the table store there")
     partial = partial_path(out)
-    with BuildLock(out):
+    # SIGTERM unwinds as Ctrl-C does (lock released); the cluster before OUT.partial, so a
+    # scheduler that cannot be reached leaves nothing
+    with stop_on_signals(partial), BuildLock(out), open_client(scheduler, workers) as client:
         layout = [b.to_attrs() for b in boxes]
         fresh = True
         if partial.exists():
@@ -232,29 +235,29 @@ def build_v2(
             if fresh:
                 remove_store(partial, what="OUT.partial")
         if fresh:
-            _create(partial, lik.name, boxes)
+            with writing("creating the build store", partial):
+                _create(partial, lik.name, boxes)
         todo = [t for t in _tiles(boxes) if not _chunk_file(partial, boxes[t[0]], *t[1:]).is_file()]
         t0 = time.perf_counter()
-        with open_client(scheduler, workers) as client:
-            futures = [
-                client.submit(_run_tile, str(partial), lik.name, layout[k], li, c, pure=False)
-                for k, li, c in todo
-            ]
-            bar = None
-            if progress and futures:
-                from tqdm.auto import tqdm
+        futures = [
+            client.submit(_run_tile, str(partial), lik.name, layout[k], li, c, pure=False)
+            for k, li, c in todo
+        ]
+        bar = None
+        if progress and futures:
+            from tqdm.auto import tqdm
 
-                bar = tqdm(total=len(futures), desc=f"{lik.name} v2 tiles", unit="tile")
-            from distributed import as_completed
+            bar = tqdm(total=len(futures), desc=f"{lik.name} v2 tiles", unit="tile")
+        from distributed import as_completed
 
-            for fut in as_completed(futures):
-                if fut.status == "error":
-                    raise BuildError(f"a tile task failed: {fut.exception()!r}")
-                if bar is not None:
-                    bar.update(1)
+        for fut in as_completed(futures):
+            if fut.status == "error":
+                raise BuildError(f"a tile task failed: {fut.exception()!r}")
             if bar is not None:
-                bar.close()
-            report = _verify(partial, lik.name, client, kernel_points, samples, seed)
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        report = _verify(partial, lik.name, client, kernel_points, samples, seed)
         seconds = time.perf_counter() - t0
         if not report["passed"]:
             raise BuildError(f"verification failed, nothing published: {report}")
@@ -263,9 +266,10 @@ def build_v2(
         attrs = group.attrs.asdict()
         group.attrs["integrity"] = integrity_record(partial, attrs)
         group.attrs["verification"] = report
-        group.attrs["complete"] = True
-        open_reduced(partial)  # refuse to publish what the reader would refuse
-        replace_store(partial, out)
+        with deferred_sigterm():  # complete from here: publish before a SIGTERM is raised
+            group.attrs["complete"] = True
+            open_reduced(partial)  # refuse to publish what the reader would refuse
+            replace_store(partial, out)
     if progress:
         print(
             f"{out}: {len(todo)} tiles computed, {seconds:.1f} s; kernel check "

@@ -1,11 +1,13 @@
 """The ``qptables`` command line: ``build``, ``verify``, ``info``, ``plot`` and ``publish``.
 
-Exit status: 0 success; 1 the work failed (a task error, verification failed -- nothing was
-published, re-running resumes); 2 refused before doing anything (bad flag value, unknown
+Exit status: 0 success; 1 the work failed (a task error, a write error such as a full disk --
+named with its phase and path --, verification failed: nothing was published, re-running
+resumes); 2 refused before doing anything (bad flag value, unknown
 likelihood, invalid labels, ``OUT`` exists without ``--force``, ``OUT`` is not a table store with
 ``--force``, destination not writable, not enough disk space, another build holds the lock;
 ``publish`` of an incomplete, unverified or corrupt store; a store whose metadata no longer
-matches its digest), and any other error (a corrupt store, an I/O error); 130 interrupted.
+matches its digest), and any other error (a corrupt store, an I/O error); 130 interrupted
+(Ctrl-C), 143 stopped by SIGTERM (a build releases its lock and keeps its finished tiles).
 Errors are one line, ``qptables COMMAND: error: ...`` (:mod:`qpinfer.cli_errors`); ``--debug``
 shows the traceback instead.
 """
@@ -142,12 +144,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         "write": not args.no_write,
     }
     if args.scheduler:
-        from distributed import Client
+        from qptables.dask_run import connect_scheduler
+        from qptables.errors import BuildInputError
 
-        try:
-            client = Client(args.scheduler, timeout="20s")
-        except OSError as exc:
-            raise _Refused(f"--scheduler: cannot connect to {args.scheduler!r} ({exc})") from None
+        try:  # within a deadline, handshake included (a non-dask server never hangs it)
+            client = connect_scheduler(args.scheduler)
+        except BuildInputError as exc:
+            raise _Refused(str(exc)) from None
         with client:
             report = verify(path, client=client, **kwargs)
     else:
@@ -257,7 +260,7 @@ def _digest_status(path: Path, attrs: dict[str, Any]) -> str:
 
     changes = metadata_changes(path, attrs)
     if changes is None:
-        return "none (built before digests; older checks only)"
+        return "none (built before digests; qpinfer.open_table refuses it: rebuild it)"
     return "ok" if not changes else "MISMATCH: " + "; ".join(changes)
 
 
@@ -320,7 +323,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     }[args.command]
     try:
         return run_command("qptables", args.command, handler, args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from qptables.errors import BuildInterrupted
+
+        if isinstance(exc, BuildInterrupted):  # SIGTERM or Ctrl-C, cleaned up (qptables.interrupt)
+            print(f"qptables {args.command}: {exc}", file=sys.stderr)
+            return 128 + exc.signum
         print(
             f"qptables {args.command}: interrupted; an unfinished build is kept and resumes "
             f"when the same command is run again",

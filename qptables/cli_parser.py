@@ -4,6 +4,7 @@ themselves are :mod:`qptables.cli`)."""
 from __future__ import annotations
 
 import argparse
+import re
 
 from qpinfer.cli_errors import OneLineParser, add_debug_flag
 
@@ -49,6 +50,21 @@ def _float(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+#: Any negative number ``float()`` reads, ``-inf`` and ``-nan`` included: argparse takes only
+#: ``-1`` and ``-.5`` forms as values, and would read ``--mu -inf 1 0.1`` or ``--mu -1e3 ...``
+#: as an unknown flag ("expected 3 arguments") instead of naming the value.
+_NEGATIVE_NUMBER = re.compile(
+    r"^-(?:inf(?:inity)?|nan|(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)$", re.IGNORECASE
+)
+
+
+def _numbers_may_be_negative(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Let ``p``'s flag values be any negative number (:data:`_NEGATIVE_NUMBER`); ``p`` has no
+    flag that looks like one, so this cannot shadow a flag."""
+    p._negative_number_matcher = _NEGATIVE_NUMBER  # private, but in argparse since 3.2
+    return p
 
 
 def parser() -> argparse.ArgumentParser:
@@ -229,6 +245,7 @@ def parser() -> argparse.ArgumentParser:
     pb.add_argument("--json", action="store_true", help="print the manifest entry as JSON")
     for command in (b, v, i, pl, pb):
         add_debug_flag(command)
+    _numbers_may_be_negative(b)
     return p
 
 

@@ -15,15 +15,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from qptables.errors import BuildError, BuildInputError
+from qptables.errors import BuildError, BuildInputError, os_error_text
 from qptables.grid import GridSpec
 from qptables.tiles import compute_tile, mirror_rows
 
 __all__ = [
     "SINGLE_THREAD_ENV",
     "WORKER_WAIT_SECONDS",
+    "connect_scheduler",
     "connect_workers",
     "open_client",
+    "probe_scheduler",
     "run_tiles",
 ]
 
@@ -37,6 +39,30 @@ SINGLE_THREAD_ENV = {
 }
 #: How long a build on an external scheduler waits for its first worker.
 WORKER_WAIT_SECONDS = 600
+
+
+def probe_scheduler(address: str, timeout: float | None = None) -> None:
+    """:func:`qpinfer.dask_connect.probe_scheduler`, its error a :class:`BuildInputError`
+    naming ``--scheduler``."""
+    from qpinfer.dask_connect import SchedulerUnreachable
+    from qpinfer.dask_connect import probe_scheduler as probe
+
+    try:
+        probe(address, timeout)
+    except SchedulerUnreachable as exc:
+        raise BuildInputError(f"--scheduler: {exc}") from None
+
+
+def connect_scheduler(address: str) -> Any:
+    """A ``distributed.Client`` on the scheduler at ``address`` within dask's connect timeout,
+    handshake included (:func:`qpinfer.dask_connect.connect_client`); else
+    :class:`BuildInputError` naming ``--scheduler``."""
+    from qpinfer.dask_connect import SchedulerUnreachable, connect_client
+
+    try:
+        return connect_client(address)
+    except SchedulerUnreachable as exc:
+        raise BuildInputError(f"--scheduler: {exc}") from None
 
 
 @contextlib.contextmanager
@@ -59,10 +85,7 @@ def open_client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
         )
         client = Client(cluster)
     else:
-        try:
-            client = Client(scheduler, timeout="20s")
-        except OSError as exc:
-            raise BuildInputError(f"--scheduler: cannot connect to {scheduler!r} ({exc})") from None
+        client = connect_scheduler(scheduler)
     try:
         yield client
     finally:
@@ -122,6 +145,14 @@ def connect_workers(client: Any, partial: Path, say: Callable[[str], None]) -> i
     return n_workers
 
 
+def _written_array(partial: Path, filename: Any) -> Path:
+    """The array directory of ``partial`` the file ``filename`` belongs to (else ``partial``)."""
+    try:
+        return partial / Path(filename).relative_to(partial).parts[0]
+    except (TypeError, ValueError, IndexError):
+        return partial
+
+
 def run_tiles(
     client: Any,
     partial: Path,
@@ -175,9 +206,15 @@ def run_tiles(
             if fut.status == "error":
                 exc = fut.exception()
                 iy, k = (int(p) for p in str(fut.key).rsplit("-", 2)[1:])
+                tile = f"tile {k + 1}/{grid.tiles_per_y} of y={grid.y[iy]}"
+                keep = "; the other tiles are kept, re-run to resume"
+                if isinstance(exc, OSError):  # a full disk...: the phase and the path
+                    where = _written_array(partial, exc.filename)
+                    raise BuildError(
+                        f"writing {tile} to {where}: {os_error_text(exc, where)}{keep}"
+                    ) from exc
                 raise BuildError(
-                    f"the task of tile {k + 1}/{grid.tiles_per_y} of y={grid.y[iy]} failed: "
-                    f"{type(exc).__name__}: {exc}; the other tiles are kept, re-run to resume"
+                    f"the task of {tile} failed: {type(exc).__name__}: {exc}{keep}"
                 ) from exc
             reports.append(fut.result())
             if bar is not None:

@@ -16,12 +16,22 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from qpinfer.replace import ReplaceRefusedError, check_replaceable, remove_store, replace_store
-from qptables.errors import BuildError, BuildInputError
+from qptables.errors import BuildError, BuildInputError, os_error_text
+from qptables.interrupt import deferred_sigterm
 from qptables.resume import partial_path, publishing_path
+from qptables.store import StoreError, consolidate_store
 
-__all__ = ["check_destinations", "check_writable", "clean_stale", "publish_store"]
+__all__ = [
+    "check_destinations",
+    "check_writable",
+    "clean_stale",
+    "discard_publishing",
+    "publish_build",
+    "publish_store",
+]
 
 
 def check_writable(directory: Path, out: Path) -> None:
@@ -52,6 +62,14 @@ def clean_stale(out: Path, say: Callable[[str], None]) -> None:
         remove_store(stale_pub, what="OUT (its publishing copy)")
 
 
+def discard_publishing(publishing: Path) -> None:
+    """Delete an unfinished ``OUT.publishing`` copy and its staging sibling (a failed or
+    interrupted publish: nothing that looks finished is left)."""
+    shutil.rmtree(publishing, ignore_errors=True)
+    for staging in publishing.parent.glob(publishing.name + ".new-*"):
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def publish_store(partial: Path, out: Path, force: bool) -> None:
     """Put ``partial`` (the finished ``OUT.publishing`` copy) at ``out`` atomically with
     :func:`qpinfer.replace.replace_store`: an existing ``out`` (``force``; a table store only)
@@ -64,6 +82,34 @@ def publish_store(partial: Path, out: Path, force: bool) -> None:
         raise BuildError(f"not published ({exc}); the new store is kept in {partial}") from None
     except OSError as exc:
         raise BuildError(f"could not publish {partial} as {out}: {exc}") from exc
+
+
+def publish_build(partial: Path, out: Path, force: bool, client: Any) -> None:
+    """Write the published copy of the verified build ``partial`` into ``OUT.publishing``
+    (:func:`qptables.store.consolidate_store`, on ``client``'s workers), put it at ``out``
+    (:func:`publish_store`) and delete ``partial``. A failed or interrupted copy is deleted
+    (nothing that looks finished is left; ``partial`` is kept to re-run from) and a failed
+    write is a :class:`BuildError` naming the copy's path. Once the copy is complete, a SIGTERM
+    waits until it is in place and ``partial`` is deleted (:func:`deferred_sigterm`)."""
+    publishing = publishing_path(out)
+    published = False
+    try:
+        consolidate_store(partial, publishing, client=client)
+        with deferred_sigterm():
+            publish_store(publishing, out, force)
+            published = True
+            shutil.rmtree(partial, ignore_errors=True)
+    except BaseException as exc:
+        if published or isinstance(exc, BuildError):  # published, or the copy kept on purpose
+            raise
+        discard_publishing(publishing)
+        if isinstance(exc, StoreError | OSError):
+            reason = os_error_text(exc, publishing) if isinstance(exc, OSError) else exc
+            raise BuildError(
+                f"writing the published copy {publishing}: {reason}; nothing published, "
+                f"re-run to resume"
+            ) from exc
+        raise
 
 
 def check_destinations(out: Path, force: bool) -> None:

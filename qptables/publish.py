@@ -39,6 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from qpinfer.deadline import Deadline
 from qpinfer.download import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -52,6 +53,8 @@ __all__ = ["PublishError", "pack_store", "publish", "update_manifest"]
 
 #: gzip level of the archives (float64 tables compress ~10-25%; higher levels gain little).
 COMPRESSLEVEL = 6
+#: Longest wait (seconds) for another publisher holding the manifest's lock file.
+MANIFEST_LOCK_SECONDS = 600.0
 
 
 class PublishError(ValueError):
@@ -102,9 +105,10 @@ def pack_store(store: Path, archive: Path, name: str, mtime: int) -> None:
 
 def update_manifest(manifest: Path, entry: dict[str, Any]) -> dict[str, Any]:
     """Add or replace ``entry`` (by ``entry["name"]``) in ``manifest`` (created if missing),
-    atomically (temporary file + rename, under a lock file ``manifest.lock``)."""
+    atomically (temporary file + rename, under a lock file ``manifest.lock``, waited for at most
+    :data:`MANIFEST_LOCK_SECONDS`)."""
     manifest.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(manifest.with_name(manifest.name + ".lock")):
+    with file_lock(manifest.with_name(manifest.name + ".lock"), Deadline(MANIFEST_LOCK_SECONDS)):
         if manifest.exists():
             try:
                 data = json.loads(manifest.read_text())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -21,13 +22,14 @@ from typing import Any, Self
 
 from qpinfer.replace import remove_store
 from qpinfer.step_noise import parse_name
-from qptables.errors import BuildInputError, LockError
+from qptables.errors import BuildInputError, LockError, writing
 from qptables.grid import GridSpec
-from qptables.store import StoreError, read_attrs, scan_tiles
+from qptables.store import StoreError, create_store, read_attrs, scan_tiles
 
 __all__ = [
     "BuildLock",
     "build_record",
+    "create_partial",
     "lock_path",
     "partial_path",
     "publishing_path",
@@ -217,3 +219,25 @@ def resumable_tiles(
         say(f"discarding incompatible unfinished build {partial} ({reason})")
         remove_store(partial, what="OUT (its unfinished build)")
     return done
+
+
+def create_partial(
+    partial: Path, likelihood: str, grid: GridSpec, package_version: str, record: dict
+) -> bool:
+    """Create the empty build store ``partial`` unless it exists (to be resumed); returns
+    whether it was created. Written in a staging sibling renamed into place, so ``partial`` is
+    a complete store or absent; a failed write (a full disk) removes the staging copy and is a
+    :class:`~qptables.errors.BuildError` naming the phase and path."""
+    if partial.exists():
+        return False
+    staging = partial.with_name(partial.name + f".new-{os.getpid()}")
+    try:
+        with writing("creating the build store", partial):
+            create_store(
+                staging, likelihood, grid, package_version=package_version, build_info=record
+            )
+            os.replace(staging, partial)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return True

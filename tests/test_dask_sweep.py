@@ -317,3 +317,41 @@ def test_timeout_must_be_a_positive_number(problem):
     kern, X, y, Z, _ = problem
     with pytest.raises(ValueError, match="timeout must be a positive finite number"):
         run_sparse_pep_dask(kern, X, y, Z, MomentMatching(Probit()), timeout=0)
+
+
+def test_a_scheduler_address_that_never_answers_the_handshake_is_refused_in_bounded_time(problem):
+    """A server that accepts and stays silent (a web server's port, a dashboard): the dask
+    handshake has a deadline (dask's connect timeout), the error names the address."""
+    import socket
+    import threading
+    import time
+
+    import dask
+
+    from qpinfer.dask_connect import SchedulerUnreachable
+
+    kern, X, y, Z, _ = problem
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        held = []
+        threading.Thread(target=lambda: held.append(srv.accept()), daemon=True).start()
+        address = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+        outcome = {}
+
+        def fit():
+            try:
+                with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+                    run_sparse_pep_dask(kern, X, y, Z, MomentMatching(Probit()), scheduler=address)
+            except Exception as err:  # noqa: BLE001 -- asserted below
+                outcome["error"] = err
+
+        start = time.monotonic()
+        thread = threading.Thread(target=fit, daemon=True)
+        thread.start()
+        thread.join(60.0)  # today's Client waits for the handshake forever
+        assert not thread.is_alive(), "still waiting for the handshake"
+        assert time.monotonic() - start < 30.0
+    err = outcome.get("error")
+    assert isinstance(err, SchedulerUnreachable), outcome
+    assert address in str(err) and "does not speak the dask protocol" in str(err)
