@@ -31,7 +31,7 @@ from qpinfer.box_registry import box_from_attrs, boxes_for
 from qpinfer.reduced import Box
 from qpinfer.replace import check_replaceable, remove_store, replace_store
 from qpinfer.tables_v2 import SCHEMA_VERSION_V2, array_names, integrity_record, open_reduced
-from qptables.dask_run import open_client
+from qptables.dask_run import completed, open_client
 from qptables.errors import BuildError, BuildInputError, writing
 from qptables.interrupt import deferred_sigterm, stop_on_signals
 from qptables.resume import BuildLock, partial_path
@@ -248,9 +248,7 @@ def build_v2(
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(futures), desc=f"{lik.name} v2 tiles", unit="tile")
-        from distributed import as_completed
-
-        for fut in as_completed(futures):
+        for fut, _ in completed(client, futures):
             if fut.status == "error":
                 raise BuildError(f"a tile task failed: {fut.exception()!r}")
             if bar is not None:

@@ -23,6 +23,7 @@ __all__ = [
     "SINGLE_THREAD_ENV",
     "WORKER_WAIT_SECONDS",
     "connect_scheduler",
+    "completed",
     "connect_workers",
     "open_client",
     "probe_scheduler",
@@ -153,6 +154,69 @@ def _written_array(partial: Path, filename: Any) -> Path:
         return partial
 
 
+#: How often (seconds) a wait on tiles looks at the cluster while no tile finishes.
+_POLL_SECONDS = 5.0
+
+
+class _ClusterWatch:
+    """Raises :class:`BuildError` once the cluster has had no worker for
+    :data:`WORKER_WAIT_SECONDS`, or its scheduler has not answered for that long."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.last_seen = self.last_poll = time.monotonic()
+
+    def check(self, left_to_do: int) -> None:
+        now = time.monotonic()
+        if now - self.last_poll < _POLL_SECONDS:
+            return
+        self.last_poll = now
+        left = max(WORKER_WAIT_SECONDS - (now - self.last_seen), 1.0)
+        try:
+            info = self.client.sync(self.client.scheduler.identity, callback_timeout=left)
+        except (TimeoutError, OSError) as exc:
+            raise BuildError(
+                f"the dask scheduler did not answer for {WORKER_WAIT_SECONDS} s ({exc}); the "
+                "finished tiles are kept, re-run to resume"
+            ) from None
+        if info["workers"]:
+            self.last_seen = now
+        elif now - self.last_seen >= WORKER_WAIT_SECONDS:
+            raise BuildError(
+                f"the dask cluster has had no worker for {WORKER_WAIT_SECONDS} s with "
+                f"{left_to_do} tiles still to compute; the finished tiles are kept, re-run "
+                "(with workers) to resume"
+            )
+
+
+def completed(client: Any, futures: list) -> Iterator[tuple[Any, Any]]:
+    """``(future, result)`` of the tile futures as they finish (``result`` None for a failed
+    task: ``future.status == "error"``). A build may run for hours, but never waits on nothing:
+    :class:`BuildError` once the cluster has had no worker for :data:`WORKER_WAIT_SECONDS`
+    (every worker died or was removed: dask would wait for one forever; a finished tile's result
+    held by a dead worker is lost and recomputed too) or its scheduler stops answering."""
+    from distributed import as_completed
+
+    watch = _ClusterWatch(client)
+    pending = as_completed(futures)
+    while not pending.is_empty():
+        batch = pending.next_batch(block=False)
+        if not batch:
+            time.sleep(0.05)
+            watch.check(pending.count())
+            continue
+        for fut in batch:
+            while fut.status != "error":
+                try:
+                    value = fut.result(timeout=_POLL_SECONDS)
+                    break
+                except TimeoutError:
+                    watch.check(pending.count() + 1)
+            else:
+                value = None
+            yield fut, value
+
+
 def run_tiles(
     client: Any,
     partial: Path,
@@ -162,9 +226,8 @@ def run_tiles(
     mirror_pairs: dict[int, int],
     progress: bool,
 ) -> list[dict[str, Any]]:
-    """Submit one task per tile (mirror tiles after their sources); wait with a progress bar."""
-    from distributed import as_completed
-
+    """Submit one task per tile (mirror tiles after their sources); wait with a progress bar
+    (:func:`completed`)."""
     token = uuid.uuid4().hex[:8]
     grid_attrs = grid.to_attrs()
     todo_set = set(todo)
@@ -202,7 +265,7 @@ def run_tiles(
 
         bar = tqdm(total=len(futures), unit="tile", desc="tiles", file=sys.stderr)
     try:
-        for fut in as_completed(list(futures.values())):
+        for fut, report in completed(client, list(futures.values())):
             if fut.status == "error":
                 exc = fut.exception()
                 iy, k = (int(p) for p in str(fut.key).rsplit("-", 2)[1:])
@@ -216,7 +279,7 @@ def run_tiles(
                 raise BuildError(
                     f"the task of {tile} failed: {type(exc).__name__}: {exc}{keep}"
                 ) from exc
-            reports.append(fut.result())
+            reports.append(report)
             if bar is not None:
                 bar.update(1)
     finally:

@@ -195,6 +195,34 @@ def test_killing_a_worker_process_mid_build_still_completes(dask_processes, tmp_
     assert_equals_kernel(out, LONG)
 
 
+def test_a_build_whose_workers_all_die_ends_with_an_error_not_an_endless_wait(
+    dask_processes, tmp_path, monkeypatch
+):
+    """Dask waits for a worker forever; the build gives up after WORKER_WAIT_SECONDS (3 s
+    here) without any, keeps its finished tiles and releases its lock."""
+    from qptables import dask_run
+    from qptables.errors import BuildError
+
+    monkeypatch.setattr(dask_run, "WORKER_WAIT_SECONDS", 3)
+    monkeypatch.setattr(dask_run, "_POLL_SECONDS", 0.5)
+    address, workers = dask_processes
+    out = tmp_path / "probit.zarr"
+    thread, box = _build_in_thread(
+        likelihood="probit", out=out, grid=LONG, scheduler=address, **FASTER
+    )
+    wait_for_chunks(partial_path(out), 2)
+    for w in workers:
+        _kill_group(w)
+    for w in workers:
+        w.wait(timeout=30)
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the build still waits for workers"
+    err = box.get("error")
+    assert isinstance(err, BuildError), box
+    assert "no worker for 3 s" in str(err) and "re-run" in str(err)
+    assert partial_path(out).is_dir() and not out.exists() and not lock_path(out).exists()
+
+
 def test_killing_a_localcluster_worker_mid_build_still_completes(tmp_path):
     from distributed import Client, LocalCluster
 
