@@ -1,6 +1,7 @@
 """Reading what users pass: scalar parameters (``alpha``, ``c``, ``eps``, ...; one rule for what
-counts as a number, so that every check names its argument the same way) and target vectors
-(scikit-learn's conventions and messages)."""
+counts as a number, so that every check names its argument the same way), target vectors
+(scikit-learn's conventions and messages), feature scales whose squared distances overflow, and
+data too large for a dense GP fit (a warning before the heavy work)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DENSE_WARN_N",
     "DataConversionWarning",
+    "LargeDenseFitWarning",
+    "check_squared_distances",
+    "warn_large_dense_fit",
     "check_counts",
     "check_target_vector",
     "finite_array",
@@ -102,3 +107,53 @@ def check_counts(
             f"y must be a count in 0..{max_text} for {likelihood}{why}; got {yf[bad].flat[0]!r}"
         )
     return yf
+
+
+def check_squared_distances(X: np.ndarray, name: str) -> None:
+    """``ValueError`` if squared differences of ``X``'s rows overflow float64 (a feature spanning
+    more than ~1.3e154): every kernel of squared distances is then inf/NaN (before: "inference
+    failed at every hyperparameter value tried" with no cause)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        span = X.max(axis=0) - X.min(axis=0)
+        total = np.sum(span * span)
+    if np.isfinite(total):
+        return
+    j = int(np.argmax(np.where(np.isfinite(span), span, np.inf)))
+    raise ValueError(
+        f"Input {name}: feature {j} spans {span[j]:.3g}; squared differences of the features sum "
+        f"to more than float64 holds ({np.finfo(np.float64).max:.3g}: overflow), so no kernel "
+        "of squared distances can be evaluated. Rescale the features (e.g. standardise them)."
+    )
+
+
+class LargeDenseFitWarning(UserWarning):
+    """A dense (full-GP) fit on so many rows that its N x N matrices and O(N^3) work are large."""
+
+
+#: above this many rows a dense fit warns (:class:`LargeDenseFitWarning`) before its heavy work
+DENSE_WARN_N = 5000
+#: N x N float64 matrices a dense fit holds at once (K, the posterior's factor, a work array)
+_DENSE_MATRICES = 3
+
+
+def warn_large_dense_fit(estimator: str, n: int, sparse: str | None, stacklevel: int = 4) -> None:
+    """:class:`LargeDenseFitWarning` for a dense fit on ``n > DENSE_WARN_N`` rows: the memory
+    of its N x N matrices (8 N^2 bytes each), its O(N^3) cost per sweep or evaluation, and
+    the pseudo-point estimator ``sparse`` to use instead (if any)."""
+    if n <= DENSE_WARN_N:
+        return
+    gb = 8.0 * n * n / 1e9
+    flops = float(n) ** 3
+    alternative = (
+        f"use {sparse} (pseudo-points: O(N M^2) per sweep)"
+        if sparse
+        else "this likelihood has no pseudo-point estimator; fit a subsample"
+    )
+    warnings.warn(
+        f"{estimator}: a dense GP fit on N={n} rows (above {DENSE_WARN_N}) holds N x N "
+        f"matrices of {gb:.2g} GB each (~{_DENSE_MATRICES * gb:.2g} GB in all) and costs O(N^3) "
+        f"~ {flops:.2g} flops per sweep and per hyperparameter evaluation (~{flops / 1e10:.0f} s "
+        f"each at 1e10 flop/s); {alternative}",
+        LargeDenseFitWarning,
+        stacklevel=stacklevel,
+    )

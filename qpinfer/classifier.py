@@ -165,6 +165,9 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         Sweeps (Newton steps, L-BFGS-B iterations) of the final inner fit.
     n_evaluations_ : int
         Inner loops run while fitting (one per L-BFGS-B evaluation).
+    n_inner_iter_total_ : int
+        Sweeps (Newton/VB steps) of all those inner loops; a search stops once
+        ``qpinfer.optimize.MAX_UNCONVERGED_EVALUATIONS`` of them ran to ``max_iter`` unconverged.
     stage_seconds_ : dict
         Wall seconds of the fit's stages: QP's hyperparameter search ``{"ep": .., "qp": ..}``
         (EP's evidence maximised first, then QP's own polished from there); every other fit
@@ -211,6 +214,7 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         self.rep_c = rep_c
 
     _METHODS = ("qp", "ep", "pep", "rep", "vb", "laplace")
+    _SPARSE_ALTERNATIVE = "qpinfer.SparseGPClassifier"
     _LIKELIHOODS = ("probit", "step_noise", "logit")
 
     def _validate_params(self) -> None:

@@ -23,8 +23,13 @@ Hyperparameters (paper Sec. 6): L-BFGS-B (at most 1000 iterations, relative func
 1e-9) over the log kernel hyperparameters. For every method each evaluation re-runs the inner
 loop (EP/QP sites, the Laplace mode, VB's variational parameters) to convergence, warm-started
 from the previous evaluation (except for the square link, see ``_warm_start``), and returns the evidence (VB: the ELBO) with its gradient; the fit
-keeps the best evidence seen. QP first maximises EP's evidence (whose fixed-site gradient is
-exact) and then polishes its own from there (see :meth:`GPEstimatorBase._optimize`). See
+keeps the best evidence seen. The search is :func:`qpinfer.optimize.minimize_lbfgsb`: an
+evaluation where inference fails backtracks (it no longer ends the search at its start); a search
+that fails, never leaves its start or ends on a bound warns
+(:class:`qpinfer.optimize.OptimizerWarning`); it stops after ``MAX_UNCONVERGED_EVALUATIONS``
+inner loops that ran to ``max_iter``. Dense fits on more than ``qpinfer.checks.DENSE_WARN_N`` rows
+warn first (:class:`~qpinfer.checks.LargeDenseFitWarning`). QP first maximises EP's evidence (whose
+fixed-site gradient is exact) and then polishes its own from there (see :meth:`GPEstimatorBase._optimize`). See
 :mod:`qpinfer.classifier` for why the inner loop is nested rather than alternated with whole
 L-BFGS-B runs, and for QP's gradient (EP's expression at QP's sites, sites held fixed).
 
@@ -45,9 +50,13 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
-from qpinfer.checks import DataConversionWarning
+from qpinfer.checks import (
+    DataConversionWarning,
+    LargeDenseFitWarning,
+    check_squared_distances,
+    warn_large_dense_fit,
+)
 from qpinfer.ep import (
     ConvergenceWarning,
     EPResult,
@@ -59,6 +68,7 @@ from qpinfer.ep import (
 )
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.laplace import laplace_log_evidence_gradient, laplace_mode, positive_branch_start
+from qpinfer.optimize import InnerLoopBudget, check_search, minimize_lbfgsb, theta_names
 from qpinfer.shipped import open_shipped
 from qpinfer.tables import TableError, installed_table_path, open_table
 from qpinfer.vb import LBFGS_OPTIONS, elbo, vb_fixed_point
@@ -66,6 +76,7 @@ from qpinfer.vb import LBFGS_OPTIONS, elbo, vb_fixed_point
 __all__ = [
     "DataConversionWarning",
     "GPEstimatorBase",
+    "LargeDenseFitWarning",
     "NotFittedError",
     "check_X",
 ]
@@ -125,6 +136,7 @@ def check_X(X: Any, name: str = "X", estimator: str = "this estimator") -> np.nd
         )
     if not np.isfinite(arr).all():
         raise ValueError(f"Input {name} contains NaN or infinity.")
+    check_squared_distances(arr, name)
     return arr
 
 
@@ -252,6 +264,8 @@ class GPEstimatorBase(ParamsMixin):
     """
 
     _METHODS: tuple[str, ...] = ("qp", "ep", "vb", "laplace")
+    #: the pseudo-point estimator a too-large dense fit points to (:func:`warn_large_dense_fit`)
+    _SPARSE_ALTERNATIVE: str | None = None
 
     # -- construction of the pieces -----------------------------------------------------------
     def _validate_params(self) -> None:
@@ -355,6 +369,7 @@ class GPEstimatorBase(ParamsMixin):
     def _fit_latent(self, X: np.ndarray, y: np.ndarray, likelihood: Any) -> None:
         """Fit the latent posterior (and hyperparameters) to validated ``X`` and labels ``y``
         (in the likelihood's form); sets the fitted attributes shared by all estimators."""
+        warn_large_dense_fit(type(self).__name__, X.shape[0], self._SPARSE_ALTERNATIVE)
         self.likelihood_ = likelihood
         table = self._resolve_table(likelihood)
         self.table_ = table
@@ -362,6 +377,7 @@ class GPEstimatorBase(ParamsMixin):
         kernel = self._initial_kernel(X.shape[1])
 
         self.stage_seconds_ = {}
+        self.n_inner_iter_total_ = 0  # inner iterations over every evaluation (_lbfgs adds)
         if self.optimizer == "lbfgs":
             kernel, result, n_evals = self._optimize(kernel, X, y)
         else:
@@ -369,6 +385,7 @@ class GPEstimatorBase(ParamsMixin):
             result = self._inner(kernel, X, kernel(X), y, None)
             self.stage_seconds_[self.method] = time.perf_counter() - start
             n_evals = 1
+            self.n_inner_iter_total_ = int(result.n_iter)
             self._warn_not_converged(result)
 
         self.n_features_in_ = X.shape[1]
@@ -428,22 +445,27 @@ class GPEstimatorBase(ParamsMixin):
             )
         return kern, result, n_ep + n
 
+    def _what(self, stage: str | None = None) -> str:
+        """``"GPClassifier(method='qp')"`` (plus the stage, e.g. QP's EP stage): who warns."""
+        tail = f", stage {stage!r}" if stage and stage != self.method else ""
+        return f"{type(self).__name__}(method={self.method!r}{tail})"
+
     def _lbfgs(self, kernel, X, y, init, projection) -> tuple[Any, Any, int]:
-        """L-BFGS-B from ``kernel.theta``; returns the best ``(kernel, result, n_evaluations)``."""
-        state: dict[str, Any] = {"init": init, "best": None, "n": 0}
+        """L-BFGS-B from ``kernel.theta`` (:func:`qpinfer.optimize.minimize_lbfgsb`: a failed
+        evaluation backtracks, the exit is checked); returns the best
+        ``(kernel, result, n_evaluations)``."""
+        state: dict[str, Any] = {"init": init, "best": None}
+        budget = InnerLoopBudget(int(self.max_iter))
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            state["n"] += 1
             kern = kernel.with_theta(theta)
-            try:
-                K = kern(X)
-                res = self._inner(kern, X, K, y, state["init"], projection)
-                grad = self._gradient(kern, X, K, y, res)
-            except (np.linalg.LinAlgError, ValueError):
-                return np.inf, np.zeros_like(theta)
+            K = kern(X)
+            res = self._inner(kern, X, K, y, state["init"], projection)
+            budget.record(res)
+            grad = self._gradient(kern, X, K, y, res)
             value = res.log_marginal_likelihood
             if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                return np.inf, np.zeros_like(theta)
+                return -value, -grad  # a failure: minimize_lbfgsb backtracks
             state["init"] = self._warm_start(res)
             best = state["best"]
             if best is None or value > best[2].log_marginal_likelihood:
@@ -454,18 +476,19 @@ class GPEstimatorBase(ParamsMixin):
             # the first evaluations may run at extreme hyperparameters; only the result counts
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", RuntimeWarning)
-            minimize(
+            search = minimize_lbfgsb(
                 objective,
                 kernel.theta,
-                jac=True,
-                method="L-BFGS-B",
-                bounds=kernel.bounds,
-                options={**LBFGS_OPTIONS, "maxiter": int(self.optimizer_maxiter)},
+                kernel.bounds,
+                maxiter=int(self.optimizer_maxiter),
+                ftol=LBFGS_OPTIONS["ftol"],
+                budget=budget,
             )
-        if state["best"] is None:
-            raise ValueError(f"{self.method} inference failed at every hyperparameter value tried")
+        self.n_inner_iter_total_ = getattr(self, "n_inner_iter_total_", 0) + budget.n_inner
+        stage = "ep" if isinstance(projection, MomentMatching) else self.method
+        check_search(search, self._what(stage), kernel.bounds, theta_names(kernel), stacklevel=4)
         _, kern, result = state["best"]
-        return kern, result, state["n"]
+        return kern, result, search.n_evaluations
 
     # -- latent predictions and the evidence --------------------------------------------------
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:

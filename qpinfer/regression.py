@@ -172,9 +172,10 @@ class GPPoissonRegressor(GPEstimatorBase):
         The inference result (:class:`~qpinfer.ep.EPResult`,
         :class:`~qpinfer.laplace.LaplaceResult` or :class:`~qpinfer.vb.VBResult`); for EP/QP
         also ``ep_result_``.
-    n_iter_, n_evaluations_, table_, stage_seconds_ :
-        Inner iterations of the final fit, evidence evaluations while fitting, QP's table, and
-        the wall seconds of the fit's stages (QP's search: ``{"ep": .., "qp": ..}``).
+    n_iter_, n_evaluations_, n_inner_iter_total_, table_, stage_seconds_ :
+        Inner iterations of the final fit, evidence evaluations while fitting, inner iterations
+        of all of them, QP's table, and the wall seconds of the fit's stages (QP's search:
+        ``{"ep": .., "qp": ..}``).
     """
 
     def __init__(

@@ -32,12 +32,18 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
 from qpinfer.checks import check_target_vector
 from qpinfer.ep import ConvergenceWarning, MomentMatching
 from qpinfer.estimator import GPEstimatorBase, check_X
 from qpinfer.likelihoods import _finite
+from qpinfer.optimize import (
+    InnerLoopBudget,
+    check_search,
+    combine,
+    minimize_lbfgsb,
+    theta_names,
+)
 from qpinfer.student_t import DEFAULT_NU, StudentT, check_nu_scale
 from qpinfer.student_t_scale import scale_gradient
 from qpinfer.vb import LBFGS_OPTIONS
@@ -52,16 +58,6 @@ def _check_targets(y: Any, n_samples: int | None) -> np.ndarray:
 
 #: half-width (log units) of the box trust region of the scale-and-kernel optimisation
 TRUST = 2.0
-
-
-def _back_to(best: Any, theta: np.ndarray) -> tuple[float, np.ndarray]:
-    """The objective where the evidence is undefined: ``inf`` before any success, else the
-    best value plus a quadratic wall ``10 (1 + |theta - theta_best|^2)`` whose gradient points
-    back, so that L-BFGS-B's line search backtracks (an ``inf`` ends it on the spot)."""
-    if best is None:
-        return np.inf, np.zeros_like(theta)
-    d = theta - best[3]
-    return -best[2].log_marginal_likelihood + 10.0 * (1.0 + d @ d), 20.0 * d
 
 
 class GPStudentTRegressor(GPEstimatorBase):
@@ -193,23 +189,22 @@ class GPStudentTRegressor(GPEstimatorBase):
         return res, np.append(g_k, g_s)
 
     def _lbfgs(self, kernel, X, y, init, projection):
-        """As the base class, over ``(kernel theta, log scale)`` with ``optimize_scale``."""
+        """As the base class, over ``(kernel theta, log scale)`` with ``optimize_scale``; a
+        failed evaluation (e.g. EP at a tiny scale: improper cavities, no evidence) backtracks
+        (:func:`qpinfer.optimize.minimize_lbfgsb`), and the inner-loop budget spans the rounds."""
         if not self.optimize_scale:
             return super()._lbfgs(kernel, X, y, init, projection)
         ep_phase, nk = projection is not None, kernel.theta.size
-        state: dict[str, Any] = {"init": init, "best": None, "n": 0}
+        state: dict[str, Any] = {"init": init, "best": None}
+        budget = InnerLoopBudget(int(self.max_iter))
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            state["n"] += 1
             kern, lik = kernel.with_theta(theta[:nk]), StudentT(self.nu, np.exp(theta[nk]))
-            try:
-                res, grad = self._evaluate(kern, X, kern(X), y, lik, state["init"], ep_phase)
-                value = res.log_marginal_likelihood
-                ok = np.isfinite(value) and np.all(np.isfinite(grad))
-            except (np.linalg.LinAlgError, ValueError):
-                ok = False
-            if not ok:  # e.g. EP at a tiny scale: improper cavities, no evidence
-                return _back_to(state["best"], theta)
+            res, grad = self._evaluate(kern, X, kern(X), y, lik, state["init"], ep_phase)
+            budget.record(res)
+            value = res.log_marginal_likelihood
+            if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+                return -value, -grad  # a failure: minimize_lbfgsb backtracks
             state["init"] = self._warm_start(res)
             if state["best"] is None or value > state["best"][2].log_marginal_likelihood:
                 state["best"] = (kern, lik, res, theta.copy())
@@ -217,28 +212,25 @@ class GPStudentTRegressor(GPEstimatorBase):
 
         x = np.append(kernel.theta, np.log(self.likelihood_.scale))
         bounds = np.vstack([kernel.bounds, np.log(np.asarray(self.scale_bounds, float))])
-        budget = int(self.optimizer_maxiter)
+        iterations = int(self.optimizer_maxiter)
+        searches = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", RuntimeWarning)
             # a box trust region of +-TRUST (log units) about the current point: L-BFGS-B's
             # first step follows the raw gradient, which for the scale reaches its bound, where
             # EP may spend max_iter sweeps failing (no proper cavities); re-centred until the
-            # optimum lies inside the box
-            while budget > 0:
+            # optimum lies inside the box (at most optimizer_maxiter iterations in all)
+            while iterations > 0:
                 box = np.column_stack(
                     [np.maximum(bounds[:, 0], x - TRUST), np.minimum(bounds[:, 1], x + TRUST)]
                 )
-                res = minimize(
-                    objective,
-                    x,
-                    jac=True,
-                    method="L-BFGS-B",
-                    bounds=box,
-                    options={**LBFGS_OPTIONS, "maxiter": budget},
+                search = minimize_lbfgsb(
+                    objective, x, box, maxiter=iterations, ftol=LBFGS_OPTIONS["ftol"], budget=budget
                 )
-                budget -= max(int(res.nit), 1)
-                if state["best"] is None:
+                searches.append(search)
+                iterations -= max(int(search.scipy.nit), 1)
+                if state["best"] is None or budget.exhausted:
                     break
                 x_new = state["best"][3]
                 inner = (box[:, 0] == bounds[:, 0]) | (x_new > box[:, 0] + 1e-3)
@@ -246,11 +238,14 @@ class GPStudentTRegressor(GPEstimatorBase):
                 if np.all(inner) or np.array_equal(x_new, x):
                     break
                 x = x_new
-        if state["best"] is None:
-            raise ValueError(f"{self.method} inference failed at every hyperparameter value tried")
+        self.n_inner_iter_total_ = getattr(self, "n_inner_iter_total_", 0) + budget.n_inner
+        names = [*theta_names(kernel), "log scale"]
+        stage = "ep" if ep_phase else self.method
+        search = combine(searches)
+        check_search(search, self._what(stage), bounds, names, stacklevel=4)
         kern, lik, result, _ = state["best"]
         self._use(lik)
-        return kern, result, state["n"]
+        return kern, result, search.n_evaluations
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """The evidence (EP/QP eq. (4), Laplace R&W eq. (3.32), VB the ELBO) at log

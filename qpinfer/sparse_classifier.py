@@ -15,6 +15,7 @@ from qpinfer.estimator import (
     warn_exact_once,
 )
 from qpinfer.likelihoods import Probit
+from qpinfer.optimize import InnerLoopBudget, theta_names
 from qpinfer.power_ep import PowerMomentMatching, check_power
 from qpinfer.predictions import ProbitPredictionsMixin
 from qpinfer.projections import MomentMatching, QuantileMatching
@@ -185,6 +186,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         elif self.optimizer == "lbfgs":
             state: dict[str, Any] = {"init": None, "best": None, "n": 0}
             opt_Z = bool(self.optimize_inducing)
+            budget = InnerLoopBudget(int(self.max_iter))
 
             def objective(p):
                 state["n"] += 1
@@ -193,6 +195,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
                 try:
                     prior = pseudo_point_prior(kern, X, Zp, self.jitter)
                     res = self._run(prior, y_pm, projection, state["init"], loose)
+                    budget.record(res)
                     g_theta, g_Z = sparse_pep_gradient(kern, X, Zp, prior, res, y_pm, projection)
                 except np.linalg.LinAlgError:
                     return np.inf, np.zeros_like(p)
@@ -209,12 +212,10 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
 
             p0 = np.concatenate([kernel.theta] + ([Z.ravel()] if opt_Z else []))
             bounds = list(map(tuple, kernel.bounds)) + [(None, None)] * (p0.size - n_theta)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                warnings.simplefilter("ignore", RuntimeWarning)
-                self._lbfgs(objective, p0, bounds, self.optimizer_rtol)
-            if state["best"] is None:
-                raise ValueError("sparse Power EP failed at every hyperparameter value tried")
+            names = theta_names(kernel) + [f"Z[{i}]" for i in range(p0.size - n_theta)]
+            self._lbfgs(
+                objective, p0, bounds, self.optimizer_rtol, names, quiet=True, budget=budget
+            )
             kernel, Z, result = state["best"]
             prior = pseudo_point_prior(kernel, X, Z, self.jitter)
             n_evals = state["n"]

@@ -3,14 +3,16 @@ initial inducing inputs (scikit-learn protocol via :class:`qpinfer.estimator.Par
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
 from qpinfer.estimator import ParamsMixin, check_positive_int, se_kernel_from_params
 from qpinfer.kernels import ARDSquaredExponential
+from qpinfer.optimize import InnerLoopBudget, SearchResult, check_search, minimize_lbfgsb
 from qpinfer.pseudo_points import _check_kernel, kmeans_inducing_points
+from qpinfer.site_loop import ConvergenceWarning
 
 __all__ = ["DEFAULT_N_INDUCING", "SparseEstimatorBase"]
 
@@ -40,16 +42,27 @@ class SparseEstimatorBase(ParamsMixin):
             setattr(self, name, args[name])
 
     def _lbfgs(
-        self, objective: Any, p0: np.ndarray, bounds: list, stall_rtol: float | None = None
-    ) -> Any:
+        self,
+        objective: Any,
+        p0: np.ndarray,
+        bounds: list,
+        stall_rtol: float | None = None,
+        names: list[str] | None = None,
+        quiet: bool = False,
+        budget: InnerLoopBudget | None = None,
+    ) -> SearchResult:
         """L-BFGS-B on ``objective`` (value and gradient) from ``p0``: at most
-        ``max_optimizer_iter`` iterations, relative function tolerance 1e-9 (paper 000 Sec. 6).
+        ``max_optimizer_iter`` iterations, relative function tolerance 1e-9 (paper 000 Sec. 6);
+        a failed evaluation backtracks and the exit is checked (:mod:`qpinfer.optimize`:
+        warnings name the estimator, scipy's message and any parameter ending on a bound,
+        ``names[i]``). ``quiet``: ignore the inner loops' convergence and runtime warnings
+        during the search (only the result counts); ``budget``: the inner loops' budget that
+        ``objective`` feeds (the search ends once it is exhausted). Returns the best evaluation.
 
         ``stall_rtol`` (``None``: off) adds the energy-stall rule: stop once the objective has
         decreased by at most ``stall_rtol * max(|f|, 1)`` over the last :data:`STALL_WINDOW`
         iterations. A window, not L-BFGS-B's one-iteration ``ftol``, so one short step does not
         end the search; relative to ``|f|`` (which grows like N), so it is a per-point rule."""
-        options = {"maxiter": int(self.max_optimizer_iter), "ftol": LBFGS_FTOL}
         callback = None
         if stall_rtol is not None:
             history: list[float] = []
@@ -61,15 +74,23 @@ class SparseEstimatorBase(ParamsMixin):
                     if old - new <= stall_rtol * max(abs(new), 1.0):
                         raise StopIteration
 
-        return minimize(
-            objective,
-            p0,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-            options=options,
-            callback=callback,
-        )
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                warnings.simplefilter("ignore", RuntimeWarning)
+            search = minimize_lbfgsb(
+                objective,
+                p0,
+                bounds,
+                maxiter=int(self.max_optimizer_iter),
+                ftol=LBFGS_FTOL,
+                callback=callback,
+                budget=budget,
+            )
+        method = getattr(self, "method", None)
+        what = type(self).__name__ + ("" if method is None else f"(method={method!r})")
+        check_search(search, what, bounds, names, stacklevel=3)
+        return search
 
     def _n_inducing_for(self, n_samples: int) -> int:
         """The number of pseudo-points M for ``n_samples`` training rows, resolved at fit time:

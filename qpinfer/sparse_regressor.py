@@ -8,6 +8,7 @@ import numpy as np
 
 from qpinfer.checks import check_target_vector
 from qpinfer.classifier import _check_X
+from qpinfer.optimize import theta_names
 from qpinfer.power_ep import check_power
 from qpinfer.pseudo_points import (
     low_rank_posterior,
@@ -161,8 +162,9 @@ class SparseGPRegressor(SparseEstimatorBase):
                     return np.inf, np.zeros_like(p)
                 return -value, -grad
 
-            res = self._lbfgs(objective, params, bounds)
-            params = res.x
+            names = [*theta_names(kernel), "log noise_variance"]
+            names += [f"Z[{i}]" for i in range(params.size - len(names))]
+            params = self._lbfgs(objective, params, bounds, names=names).x
             n_evals = state["n"]
         n_theta = kernel.theta.size
         self.kernel_ = kernel.with_theta(params[:n_theta])

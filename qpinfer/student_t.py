@@ -402,7 +402,9 @@ class StudentT(Likelihood):
         )
         d, s, sign = self.reduced(mu, sigma, y)
         _, mean, std = canonical_moments(d, s, self.nu)
-        return y + sign * self.scale * mean, self.scale * std
+        near_cavity, shift = _cavity_shift(d, s, self.nu)
+        mean = np.where(near_cavity, mu + sign * self.scale * shift, y + sign * self.scale * mean)
+        return mean, self.scale * std
 
     # hooks of the exact sigma* kernel (qpinfer.sigma) ---------------------------------------
 
@@ -470,6 +472,19 @@ class StudentT(Likelihood):
         edges[:, 0] = np.where(off[:, 0] == lower - mode, lower, edges[:, 0])
         edges[:, -1] = np.where(off[:, -1] == upper - mode, upper, edges[:, -1])
         return np.where(width[:, None] > 0, edges, mode[:, None])
+
+
+def _cavity_shift(mu, sigma, nu):
+    """``(mask, mean' - mu')`` where :func:`canonical_moments` gives the tilted mean as the cavity
+    mean plus a shift (``mu' > 1e100`` or ``sigma' < 1e-100``: none; its Laplace series:
+    ``sigma'^2 l'``), the shift computed as such. ``y + s mean'`` rounds it away once
+    ``|mu - y|`` dwarfs it: at ``|y - mu| = 1e12`` the mean carried ``ulp(1e12) ~ 1e-4`` of
+    noise, which kept EP's sites for such outliers from ever converging (issue #26)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        far = (mu > _FAR) | (sigma < 1.0 / _FAR)
+        series = ~far & (sigma * sigma * (nu + 1.0) < _SERIES_R2 * (nu + mu * mu))
+        shift = np.where(series, -(sigma * sigma) * (nu + 1.0) * mu / (nu + mu * mu), 0.0)
+    return far | series, shift
 
 
 def _anchor(mu, sigma):

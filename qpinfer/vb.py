@@ -55,11 +55,11 @@ from typing import Any
 
 import numpy as np
 from scipy.linalg import cho_solve, lapack, solve_triangular
-from scipy.optimize import minimize
 
 from qpinfer.dense_posterior import Posterior, PosteriorMoments, _chol_B, posterior_from_sites
 from qpinfer.laplace import positive_branch_start
 from qpinfer.loglik import expected_log_lik
+from qpinfer.optimize import check_search, minimize_lbfgsb, theta_names
 
 __all__ = ["VBResult", "elbo", "fit_vb", "vb_fixed_point", "vb_start"]
 
@@ -383,16 +383,13 @@ def fit_vb(
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        res = minimize(
-            objective,
-            x0,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-            callback=callback,
-            options={"maxiter": int(max_iter), "ftol": ftol, "gtol": gtol},
+        search = minimize_lbfgsb(
+            objective, x0, bounds, maxiter=int(max_iter), ftol=ftol, gtol=gtol, callback=callback
         )
-    alpha, beta, kern = unpack(res.x)
+    res = search.scipy
+    names = [f"u[{i}]" for i in range(2 * n)] + (theta_names(kernel) if optimize_kernel else [])
+    check_search(search, "fit_vb", bounds, names, stacklevel=2)
+    alpha, beta, kern = unpack(search.x)
     value, _, _, _, post = elbo(kern(X), alpha, beta, y, likelihood, gradient=False)
     if not np.isfinite(value):
         raise ValueError("VB failed: the ELBO is not finite at the optimiser's result")
