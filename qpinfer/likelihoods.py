@@ -41,6 +41,12 @@ class Likelihood(ABC):
 
     name: str = ""
     _n_nodes: int = 20  # Gauss-Legendre nodes per panel in the sigma* quadrature
+    #: EP moments by the sigma* kernel's own panels (qpinfer.tilted_quadrature): sigma_qp then
+    #: takes sigma_EP for its Theorem 2 clamp from the same pass instead of tilted_moments
+    _ep_from_panels: bool = False
+    #: closed forms (_sigma_closed_form, _rescale) that may round above sigma_EP: sigma_qp clamps
+    #: them too (else only its quadrature points)
+    _clamp_closed_forms: bool = False
 
     @abstractmethod
     def check_y(self, y) -> np.ndarray:
@@ -205,6 +211,7 @@ class Probit(Likelihood):
         return log_q, ratio - g / sigma + c
 
     _closed_form_takes_moments = True  # the v2 table passes the EP moments it has already
+    _clamp_closed_forms = True  # the limits of qpinfer.probit_limits round above sigma_EP
 
     def _sigma_closed_form(self, mu, sigma, y, moments=None):
         """Regimes where quadrature would lose digits and a limit is exact to double precision;

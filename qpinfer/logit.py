@@ -89,6 +89,7 @@ class Logit(Likelihood):
 
     name = "logit"
     _n_nodes = 20
+    _ep_from_panels = True  # tilted_moments by qpinfer.tilted_quadrature on the kernel's panels
     _closed_form_takes_moments = True
 
     def check_y(self, y) -> np.ndarray:

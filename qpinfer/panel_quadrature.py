@@ -16,7 +16,7 @@ from scipy.special import ndtri
 
 from qpinfer.level_sets import level_edges
 
-__all__ = ["N_LEVELS", "N_LEVELS_FINE", "panel_rule", "sigma_qp_quadrature"]
+__all__ = ["N_LEVELS", "N_LEVELS_FINE", "panel_moments_of", "panel_rule", "sigma_qp_quadrature"]
 
 N_LEVELS = 4  # panels on each side of a lobe's mode
 N_LEVELS_FINE = 7  # ... for points whose likelihood asks for finer levels (very wide cavities)
@@ -40,8 +40,23 @@ def panel_rule(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, w, np.column_stack([w, a_left.T, a_right.T])
 
 
-def sigma_qp_quadrature(lik, mu, sigma, y, lobes, extra=None, n_levels=N_LEVELS):
-    """sigma* for 1-D arrays of canonical (mu, sigma, y) by lobe-adapted panel quadrature."""
+def panel_moments_of(q, x, half, weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mass, mean, std)`` of a density given at the Gauss-Legendre nodes ``x`` (shape
+    (points, panels, nodes); ``q`` its values, max-normalised; ``half`` the panels' half-widths):
+    the centred second moment in a second pass, so the variance never cancels. The one
+    computation behind :func:`qpinfer.tilted_quadrature.panel_moments` and ``with_std`` below, so
+    sigma* and sigma_EP from the same panels are the same numbers (Theorem 2 clamp)."""
+    w = q * (half[..., None] * weights)
+    total = w.sum(axis=(1, 2))
+    m1 = (w * x).sum(axis=(1, 2)) / total
+    d = x - m1[:, None, None]
+    var = (w * d * d).sum(axis=(1, 2)) / total
+    return total, m1, np.sqrt(var)
+
+
+def sigma_qp_quadrature(lik, mu, sigma, y, lobes, extra=None, n_levels=N_LEVELS, with_std=False):
+    """sigma* for 1-D arrays of canonical (mu, sigma, y) by lobe-adapted panel quadrature;
+    ``with_std``: ``(sigma*, std)``, std the tilted std on the same panels (one lobe only)."""
     edges = [level_edges(lik, *lobe, mu, sigma, y, n_levels) for lobe in lobes]
     if extra is not None:
         # features of the likelihood itself (a sharp step after a flat stretch of the cavity)
@@ -61,9 +76,10 @@ def sigma_qp_quadrature(lik, mu, sigma, y, lobes, extra=None, n_levels=N_LEVELS)
     col = (slice(None), None, None)
     log_q, _ = lik._log_tilted(f, mu[col], sigma[col], y[col], derivative=False)
     log_q -= log_q.max(axis=(1, 2), keepdims=True)
+    q = np.exp(log_q)
     n_pts, n_pan, n_nodes = f.shape
     # one GEMM gives, per panel, its mass and the partial integrals from its start / to its end
-    sums = (np.exp(log_q).reshape(-1, n_nodes) @ panel_ops).reshape(n_pts, n_pan, -1)
+    sums = (q.reshape(-1, n_nodes) @ panel_ops).reshape(n_pts, n_pan, -1)
     sums *= half[..., None]
     mass = sums[..., 0]
     before = np.cumsum(mass, axis=1) - mass
@@ -86,4 +102,6 @@ def sigma_qp_quadrature(lik, mu, sigma, y, lobes, extra=None, n_levels=N_LEVELS)
         u_gap = np.minimum(mass[:, :start].sum(axis=1), mass[:, start:].sum(axis=1)) / total
         z_gap = ndtri(u_gap)
         result += gap * np.exp(-0.5 * z_gap * z_gap) / np.sqrt(2.0 * np.pi)
+    if with_std:
+        return result, panel_moments_of(q, f, half, weights)[2]
     return result

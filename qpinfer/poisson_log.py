@@ -93,6 +93,7 @@ class PoissonLog(Likelihood):
 
     name = "poisson_log"
     _n_nodes = 20
+    _ep_from_panels = True  # tilted_moments by qpinfer.tilted_quadrature on the kernel's panels
 
     def check_y(self, y) -> np.ndarray:
         yf = check_counts(y, "poisson_log", MAX_COUNT, f"{MAX_COUNT:.0e}")

@@ -25,6 +25,8 @@ Method (one fixed-shape computation per point, no per-point Python):
 4. Between lobes (a flat stretch of F around f = 0 for bimodal Poisson tilts) the integrand is
    constant and is added exactly. A likelihood whose density jumps at a lobe bound (``step_noise``,
    ``_snap_to_bounds``) has the outermost edge moved onto the bound where the level sets reach it.
+5. Theorem 2 (sigma* <= sigma_EP) is made exact: the result is clamped to the likelihood's own
+   EP std (from the same panels for ``logit`` / ``poisson_log``, else ``tilted_moments``).
 
 A point's result never depends on the other points of the call (no batch-wide stopping tests),
 so tables are bit-reproducible however they are tiled. A likelihood may answer some cavities
@@ -102,7 +104,8 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
 
     Accurate to ~1e-13 relative over mu in [-50, 50], sigma in [0.01, 100], and for the probit
     likelihood to <= 1e-12 for every finite mu and sigma > 0 (see tests against the mpmath
-    reference in :mod:`qptables.reference`); ``sigma_qp <= tilted std`` (Theorem 2).
+    reference in :mod:`qptables.reference`); ``sigma_qp <= tilted std`` (Theorem 2) holds
+    exactly against :func:`tilted_moments`'s std (the result is clamped to it).
 
     Parameters
     ----------
@@ -117,7 +120,7 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
     ndarray of float64 with the broadcast shape.
     """
     lik, mu, sigma, y = _prepare(likelihood, mu, sigma, y)
-    shape, mu0, sigma0 = mu.shape, mu, sigma
+    shape, mu0, sigma0, y0 = mu.shape, mu, sigma, y
     mu, y = lik.canonical(mu.ravel(), y.ravel())
     sigma = sigma.ravel()
     out = np.empty(mu.shape)
@@ -139,9 +142,13 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
             scale = np.where(mask, scale_r, 1.0)
         breaks = lik._breakpoints(mu, sigma, y)
         idx_all = np.flatnonzero(todo)
-        _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size)
-    if scale is not None:
-        out[todo] *= scale[todo]
+        # sigma_EP from the kernel's own panels where the likelihood's EP moments are computed
+        # on exactly these panels (logit, poisson_log); +inf where not computed here
+        ep = np.full(mu.shape, np.inf) if scale is None and lik._ep_from_panels else None
+        _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size, ep)
+        if scale is not None:
+            out[todo] *= scale[todo]
+        _clamp_to_ep(lik, mu0, sigma0, y0, out, ep, None if lik._clamp_closed_forms else todo)
     # the answer underflows (a tilted density narrower than 5e-324) or overflows (a cavity
     # near the largest float64 whose tilted density is wider still)
     bad = ~((out > 0) & (out < np.inf))
@@ -156,8 +163,27 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
     return out.reshape(shape)
 
 
-def _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size) -> None:
-    """Fill ``out[idx_all]`` batch by batch, grouping points by the lobes they need."""
+def _clamp_to_ep(lik, mu0, sigma0, y0, out, ep, where=None) -> None:
+    """Theorem 2, ``sigma* <= sigma_EP``, made exact against the library's own EP std (the
+    quadrature's rounding left sigma* up to 2e-14 above it where the tilt is nearly Gaussian,
+    e.g. 1 ulp at step_noise(0.2), mu = -2.6562, sigma = 0.3205, y = -1). ``ep`` (from the
+    kernel's panels) where given; else the likelihood's ``tilted_moments`` at the points
+    ``where`` (default all). Closed-form regimes give sigma_EP itself or the cavity std where the
+    tilt is the cavity (``ep = inf`` / outside ``where`` leaves them alone), except the probit's
+    limits (:mod:`qpinfer.probit_limits`), whose likelihood sets ``_clamp_closed_forms``. In
+    place."""
+    if ep is None:
+        idx = np.arange(out.size) if where is None else np.flatnonzero(where)
+        ep = np.full(out.shape, np.inf)
+        if idx.size:
+            ep[idx] = lik.tilted_moments(mu0.ravel()[idx], sigma0.ravel()[idx], y0.ravel()[idx])[1]
+    over = (out > ep) & (ep > 0) & (ep < np.inf)  # never clamp to a degenerate EP std
+    out[over] = ep[over]
+
+
+def _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size, ep=None) -> None:
+    """Fill ``out[idx_all]`` batch by batch, grouping points by the lobes they need (and
+    ``ep[idx_all]`` with the tilted std on the same panels, if given)."""
     for start in range(0, idx_all.size, batch_size):
         idx = idx_all[start : start + batch_size]
         m, s, yy = mu[idx], sigma[idx], y[idx]
@@ -183,7 +209,7 @@ def _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size) -> 
             extra = None
             if w:
                 extra = breaks[1](w) if callable(breaks[1]) else breaks[1]
-            out[idx[sel]] = sigma_qp_quadrature(
+            got = sigma_qp_quadrature(
                 lik,
                 m[sel],
                 s[sel],
@@ -191,4 +217,8 @@ def _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size) -> 
                 sub_lobes,
                 extra=extra,
                 n_levels=N_LEVELS_FINE if w >= 2 else N_LEVELS,
+                with_std=ep is not None,
             )
+            if ep is not None:
+                got, ep[idx[sel]] = got
+            out[idx[sel]] = got

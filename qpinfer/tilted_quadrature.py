@@ -22,6 +22,7 @@ import numpy as np
 from qpinfer.level_sets import level_edges as _level_edges
 from qpinfer.panel_quadrature import N_LEVELS as _N_LEVELS
 from qpinfer.panel_quadrature import N_LEVELS_FINE as _N_LEVELS_FINE
+from qpinfer.panel_quadrature import panel_moments_of as _panel_moments_of
 from qpinfer.panel_quadrature import panel_rule as _panel_rule
 
 __all__ = ["panel_moments"]
@@ -61,10 +62,6 @@ def _moments_on(lik, ed, mu, sigma, y):
     col = (slice(None), None, None)
     log_q, _ = lik._log_tilted(x, mu[col], sigma[col], y[col], derivative=False)
     peak = log_q.max(axis=(1, 2), keepdims=True)
-    w = np.exp(log_q - peak) * (half[..., None] * weights)
-    total = w.sum(axis=(1, 2))
-    m1 = (w * x).sum(axis=(1, 2)) / total
-    d = x - m1[:, None, None]
-    var = (w * d * d).sum(axis=(1, 2)) / total
+    total, m1, std = _panel_moments_of(np.exp(log_q - peak), x, half, weights)
     log_z = np.log(total) + peak[:, 0, 0] - lik._log_tilted_offset(mu, sigma, y)
-    return log_z, lik._anchor(mu, sigma, y) + m1, np.sqrt(var)
+    return log_z, lik._anchor(mu, sigma, y) + m1, std
