@@ -57,7 +57,7 @@ def level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
                 out = side * (x_new - bound) >= 0
                 hit |= out
                 x = np.where(out, inside, x_new)
-            last = k == len(levels) - 1
+            last = k == len(levels) - 1 and getattr(lik, "_check_tail_edges", False)
             x = _replace_strays(
                 lik,
                 side,
@@ -98,7 +98,9 @@ def _replace_strays(
     relative error in sigma* and sigma_EP at mu = 207.564, sigma = 49), or a Poisson lobe near
     its hard bound f = 0 (log-singular: an edge 36 nats down for the 12.5-nat level leaves one
     16-node panel across 33 nats, 2.6e-12 at y = 3, mu = 14.7187, sigma = 2). Re-placed are the
-    edges that did not hit the bound and (a) are outermost and less than TAIL - 10 nats down, or
+    edges that did not hit the bound and (a) are outermost and less than TAIL - 10 nats down (for
+    likelihoods with ``_check_tail_edges``: logit and the log link; it costs a log-density
+    evaluation per side), or
     (b) lie on a side with a finite bound more than half a level spacing (in sqrt(2 drop)) off
     their level. Elsewhere (unbounded sides) a stray inner edge only moves a panel boundary
     (the likelihood's breakpoints keep the panels resolved), so such points keep their edges and

@@ -47,6 +47,11 @@ class Likelihood(ABC):
     #: closed forms (_sigma_closed_form, _rescale) that may round above sigma_EP: sigma_qp clamps
     #: them too (else only its quadrature points)
     _clamp_closed_forms: bool = False
+    #: whether the sigma* kernel checks each lobe's outermost panel edge where it ends (one more
+    #: log-density evaluation per side) and re-places one that stopped short of the tail cut
+    #: (qpinfer.level_sets): needed where sqrt(drop) bends sharply (the logistic step of a wide
+    #: logit cavity); a Gaussian-like tilt (probit, Poisson lobes) never stops short
+    _check_tail_edges: bool = False
 
     @abstractmethod
     def check_y(self, y) -> np.ndarray:
