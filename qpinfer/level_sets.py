@@ -57,7 +57,7 @@ def level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
                 out = side * (x_new - bound) >= 0
                 hit |= out
                 x = np.where(out, inside, x_new)
-            last = k == len(levels) - 1 and getattr(lik, "_check_tail_edges", False)
+            last = k == len(levels) - 1
             x = _replace_strays(
                 lik,
                 side,
@@ -99,8 +99,8 @@ def _replace_strays(
     its hard bound f = 0 (log-singular: an edge 36 nats down for the 12.5-nat level leaves one
     16-node panel across 33 nats, 2.6e-12 at y = 3, mu = 14.7187, sigma = 2). Re-placed are the
     edges that did not hit the bound and (a) are outermost and less than TAIL - 10 nats down (for
-    likelihoods with ``_check_tail_edges``: logit and the log link; it costs a log-density
-    evaluation per side), or
+    cavities wider than the likelihood's ``_tail_check_sigma``: every logit and log-link
+    cavity, probit ones with sigma > 1; it costs a log-density evaluation per side), or
     (b) lie on a side with a finite bound more than half a level spacing (in sqrt(2 drop)) off
     their level. Elsewhere (unbounded sides) a stray inner edge only moves a panel boundary
     (the likelihood's breakpoints keep the panels resolved), so such points keep their edges and
@@ -110,11 +110,15 @@ def _replace_strays(
     bounded = np.isfinite(bound)
     if not (last or bounded.any()):
         return x
-    if last:  # the tail cut is checked where it ends; inner edges by the last Newton iterate
-        drop = log_peak - lik._log_tilted(x, mu, sigma, y, derivative=False)[0]
     stray = np.zeros(x.shape, dtype=bool)
-    if last:
-        stray |= ~(drop >= level - _TAIL_SLACK)
+    if last:  # the tail cut is checked where it ends; inner edges by the last Newton iterate
+        j = np.flatnonzero(sigma > getattr(lik, "_tail_check_sigma", np.inf))
+        if j.size:
+            drop = drop.copy()
+            drop[j] = (
+                log_peak[j] - lik._log_tilted(x[j], mu[j], sigma[j], y[j], derivative=False)[0]
+            )
+            stray[j] = ~(drop[j] >= level - _TAIL_SLACK)
     off = np.abs(np.sqrt(2.0 * np.maximum(drop, 0.0)) - np.sqrt(2.0 * level))
     stray |= bounded & ~(off <= _STRAY * spacing)
     stray &= ~hit & np.isfinite(log_peak)

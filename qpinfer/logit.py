@@ -90,7 +90,7 @@ class Logit(Likelihood):
     name = "logit"
     _n_nodes = 20
     _ep_from_panels = True  # tilted_moments by qpinfer.tilted_quadrature on the kernel's panels
-    _check_tail_edges = True  # sqrt(drop) bends at the link's kink (qpinfer.level_sets)
+    _tail_check_sigma = 0.0  # every cavity: sqrt(drop) bends at the link's kink
     _closed_form_takes_moments = True
 
     def check_y(self, y) -> np.ndarray:

@@ -94,7 +94,7 @@ class PoissonLog(Likelihood):
     name = "poisson_log"
     _n_nodes = 20
     _ep_from_panels = True  # tilted_moments by qpinfer.tilted_quadrature on the kernel's panels
-    _check_tail_edges = True  # sqrt(drop) bends at the link's kink (qpinfer.level_sets)
+    _tail_check_sigma = 0.0  # every cavity: sqrt(drop) bends at the link's kink
 
     def check_y(self, y) -> np.ndarray:
         yf = check_counts(y, "poisson_log", MAX_COUNT, f"{MAX_COUNT:.0e}")

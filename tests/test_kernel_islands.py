@@ -64,6 +64,15 @@ def test_the_shipped_tables_answer_the_islands_as_mpmath(likelihood, mu, sigma, 
     assert table.fallback_count == before  # answered by the table, not the kernel
 
 
+def test_probit_sigma_qp_matches_mpmath_for_a_cavity_far_wider_than_the_step():
+    """A node of the shipped probit core box (sigma = 1.8e8): the outermost panel edge stopped
+    short of the tail cut (2.5e-13) until it was checked for cavities wider than the step."""
+    mu, sigma = 1416921328.5628095, 178266358.17835128
+    ref = float(sigma_qp_reference("probit", mu, sigma, 1, dps=30))
+    # the probit kernel's claim is ~1e-15 (README); 1e-14 leaves it a decade
+    assert abs(float(qpinfer.sigma_qp("probit", mu, sigma, 1.0)) / ref - 1.0) <= 1e-14
+
+
 @pytest.mark.parametrize(("mu", "sigma", "y"), POISSON_ISLAND)
 def test_poisson_square_sigma_qp_matches_mpmath_near_the_lobe_bound_island(mu, sigma, y):
     ref = float(sigma_qp_reference("poisson_square", mu, sigma, y, dps=30))
