@@ -1,4 +1,4 @@
-"""Reading what users pass: scalar parameters (``alpha``, ``c``, ``eps``, ...; one rule for what
+"""Reading what users pass: feature matrices (:func:`check_X`), scalar parameters (``alpha``, ``c``, ``eps``, ...; one rule for what
 counts as a number, so that every check names its argument the same way), target vectors
 (scikit-learn's conventions and messages), feature scales whose squared distances overflow, and
 data too large for a dense GP fit (a warning before the heavy work)."""
@@ -16,7 +16,9 @@ __all__ = [
     "LargeDenseFitWarning",
     "check_squared_distances",
     "warn_large_dense_fit",
+    "check_X",
     "check_counts",
+    "check_positive_int",
     "check_target_vector",
     "finite_array",
     "number_or_nan",
@@ -124,6 +126,47 @@ def check_squared_distances(X: np.ndarray, name: str) -> None:
         f"to more than float64 holds ({np.finfo(np.float64).max:.3g}: overflow), so no kernel "
         "of squared distances can be evaluated. Rescale the features (e.g. standardise them)."
     )
+
+
+def check_X(X: Any, name: str = "X", estimator: str = "this estimator") -> np.ndarray:
+    """A finite 2-d float64 array with at least one row and one column, or ``ValueError``."""
+    if X is None:
+        raise ValueError(f"{name} is None; expected a 2-d array of shape (n_samples, n_features)")
+    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
+        raise TypeError(
+            f"{name}: sparse input is not supported by {estimator}; convert it with "
+            f"{name}.toarray()"
+        )
+    arr = np.asarray(X)
+    if np.iscomplexobj(arr):
+        raise ValueError("Complex data not supported")
+    arr = np.asarray(arr, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(
+            f"Expected 2D array for {name}, got {arr.ndim}D array of shape {arr.shape} instead. "
+            "Reshape your data with array.reshape(-1, 1) for a single feature or "
+            "array.reshape(1, -1) for a single sample."
+        )
+    if arr.shape[0] < 1:
+        raise ValueError(
+            f"Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required "
+            f"({name})."
+        )
+    if arr.shape[1] < 1:
+        raise ValueError(
+            f"Found array with 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required "
+            f"({name})."
+        )
+    if not np.isfinite(arr).all():
+        raise ValueError(f"Input {name} contains NaN or infinity.")
+    check_squared_distances(arr, name)
+    return arr
+
+
+def check_positive_int(value: Any, name: str) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is an integer >= 1 (not a bool)."""
+    if isinstance(value, bool) or not (isinstance(value, int | np.integer) and value >= 1):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 class LargeDenseFitWarning(UserWarning):

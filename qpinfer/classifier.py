@@ -28,14 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.checks import check_target_vector
+from qpinfer.checks import check_target_vector, check_X
 from qpinfer.ep import MomentMatching, QuantileMatching
 from qpinfer.estimator import (
     BASELINE_METHODS,
     DataConversionWarning,
     GPEstimatorBase,
     NotFittedError,
-    check_X,
 )
 from qpinfer.likelihoods import Probit
 from qpinfer.power_ep import PowerMomentMatching, check_power

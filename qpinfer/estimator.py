@@ -51,10 +51,11 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.checks import (
+from qpinfer.checks import (  # check_X, check_positive_int: re-exported (were defined here)
     DataConversionWarning,
     LargeDenseFitWarning,
-    check_squared_distances,
+    check_positive_int,
+    check_X,
     warn_large_dense_fit,
 )
 from qpinfer.ep import (
@@ -105,41 +106,6 @@ def not_fitted_error(message: str) -> NotFittedError:
     return cls(message)
 
 
-def check_X(X: Any, name: str = "X", estimator: str = "this estimator") -> np.ndarray:
-    """A finite 2-d float64 array with at least one row and one column, or ``ValueError``."""
-    if X is None:
-        raise ValueError(f"{name} is None; expected a 2-d array of shape (n_samples, n_features)")
-    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
-        raise TypeError(
-            f"{name}: sparse input is not supported by {estimator}; convert it with "
-            f"{name}.toarray()"
-        )
-    arr = np.asarray(X)
-    if np.iscomplexobj(arr):
-        raise ValueError("Complex data not supported")
-    arr = np.asarray(arr, dtype=np.float64)
-    if arr.ndim != 2:
-        raise ValueError(
-            f"Expected 2D array for {name}, got {arr.ndim}D array of shape {arr.shape} instead. "
-            "Reshape your data with array.reshape(-1, 1) for a single feature or "
-            "array.reshape(1, -1) for a single sample."
-        )
-    if arr.shape[0] < 1:
-        raise ValueError(
-            f"Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required "
-            f"({name})."
-        )
-    if arr.shape[1] < 1:
-        raise ValueError(
-            f"Found array with 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required "
-            f"({name})."
-        )
-    if not np.isfinite(arr).all():
-        raise ValueError(f"Input {name} contains NaN or infinity.")
-    check_squared_distances(arr, name)
-    return arr
-
-
 _warned_exact: set[str] = set()
 
 
@@ -153,12 +119,6 @@ def warn_exact_once(reason: str, key: str) -> None:
             RuntimeWarning,
             stacklevel=5,
         )
-
-
-def check_positive_int(value: Any, name: str) -> None:
-    """``ValueError`` naming ``name`` unless ``value`` is an integer >= 1 (not a bool)."""
-    if isinstance(value, bool) or not (isinstance(value, int | np.integer) and value >= 1):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def check_site_loop_params(est: Any) -> None:

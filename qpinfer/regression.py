@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln, poch, xlogy
 
-from qpinfer.checks import check_target_vector
-from qpinfer.estimator import GPEstimatorBase, check_X
+from qpinfer.checks import check_target_vector, check_X
+from qpinfer.estimator import GPEstimatorBase
 from qpinfer.likelihoods import PoissonSquare
 from qpinfer.poisson_moments import MAX_COUNT, MAX_COUNT_TEXT
 

@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.checks import check_target_vector
+from qpinfer.checks import check_target_vector, check_X
 from qpinfer.ep import ConvergenceWarning, MomentMatching
-from qpinfer.estimator import GPEstimatorBase, check_X
+from qpinfer.estimator import GPEstimatorBase
 from qpinfer.likelihoods import _finite
 from qpinfer.optimize import (
     InnerLoopBudget,

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.estimator import ParamsMixin, check_positive_int, se_kernel_from_params
+from qpinfer.checks import check_positive_int
+from qpinfer.estimator import ParamsMixin, se_kernel_from_params
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.optimize import InnerLoopBudget, SearchResult, check_search, minimize_lbfgsb
 from qpinfer.pseudo_points import _check_kernel, kmeans_inducing_points
