@@ -230,8 +230,12 @@ def laplace_mode(
         # above tol * scale: crabs at signal variance 1e5) a small one that no longer changes Psi
         # (a flat Psi alone is no test: near the mode Psi moves by step^2, below round-off
         # while the step is still far above it, which left |a - grad log p| at 1e-7)
-        roundoff = n * _EPS * np.max(np.abs(K) @ np.abs(a))
-        flat = accepted and step <= 2.0 * roundoff and abs(psi_t - psi) <= 1e-14 * (1.0 + abs(psi))
+        # the round-off bound of K a (an O(n^2) product) only once the cheap tests pass
+        flat = (
+            accepted
+            and abs(psi_t - psi) <= 1e-14 * (1.0 + abs(psi))
+            and step <= 2.0 * n * _EPS * np.max(np.abs(K) @ np.abs(a))
+        )
         if accepted:
             a, f, psi = a_t, f_t, psi_t
             history.append(psi)
