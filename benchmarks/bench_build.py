@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from qptables import GridSpec, build, paper_grid
-from qptables.build import SINGLE_THREAD_ENV
 from qptables.grid import PAPER_LOG10_SIGMA, PAPER_MU
+from qptables.pipeline.paper import SINGLE_THREAD_ENV
 
 DASK = str(Path(sys.executable).with_name("dask"))
 

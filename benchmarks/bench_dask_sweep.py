@@ -4,7 +4,7 @@
 A sweep-bound problem: synthetic N x D inputs (default N = 2e5, D = 10), M inducing inputs (k-means
 of a subsample), fixed hyperparameters, a fixed number of parallel sweeps (``tol`` below reach).
 Per sweep is the median of the wall-clock times the sweep loop records
-(:attr:`~qpinfer.site_loop.SiteResult.sweep_seconds`, the first sweep left out: it includes the
+(:attr:`~qpinfer.inference.site_loop.SiteResult.sweep_seconds`, the first sweep left out: it includes the
 first site sums) in an S-sweep run, the best of ``--repeats``; the once-per-run work (sending the
 data, ``A_p = Lu^-1 K(Z, X_p)``, gathering the sites) is outside it. (The difference of an S-sweep
 and a 1-sweep run, used before, carried that once-per-run work's noise: 0.3-0.6 s at N = 2e5.)
@@ -12,8 +12,8 @@ Three engines, interleaved in every repeat (a shared machine's load hits all thr
 dask cluster is started for its run and closed after it):
 
 * ``in-process``: :func:`qpinfer.sparse.run_sparse_pep` (``A`` computed in this process);
-* ``dask 1 worker`` / ``dask 2 workers``: :func:`qpinfer.dask_sweep.run_sparse_pep_dask` on the
-  cluster ``scheduler="local"`` starts (:func:`qpinfer.dask_partitions.local_client`) with k
+* ``dask 1 worker`` / ``dask 2 workers``: :func:`qpinfer.inference.sparse.dask_sweep.run_sparse_pep_dask` on the
+  cluster ``scheduler="local"`` starts (:func:`qpinfer.inference.sparse.dask_partitions.local_client`) with k
   single-threaded worker processes (one partition per worker; ``OPENBLAS_NUM_THREADS=1`` and
   ``OMP_NUM_THREADS=1`` in the workers, checked).
 
@@ -38,15 +38,15 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from qpinfer.dask_partitions import local_client  # noqa: E402
-from qpinfer.dask_sweep import run_sparse_pep_dask  # noqa: E402
+from qpinfer.inference.projections import MomentMatching, QuantileMatching  # noqa: E402
+from qpinfer.inference.site_loop import ConvergenceWarning  # noqa: E402
+from qpinfer.inference.sparse.dask_partitions import local_client  # noqa: E402
+from qpinfer.inference.sparse.dask_sweep import run_sparse_pep_dask  # noqa: E402
+from qpinfer.inference.sparse.pseudo_points import kmeans_inducing_points, pseudo_point_prior  # noqa: E402
+from qpinfer.inference.sparse.sites import run_sparse_pep  # noqa: E402
 from qpinfer.kernels import ARDSquaredExponential  # noqa: E402
 from qpinfer.likelihoods import Probit  # noqa: E402
-from qpinfer.projections import MomentMatching, QuantileMatching  # noqa: E402
-from qpinfer.pseudo_points import kmeans_inducing_points, pseudo_point_prior  # noqa: E402
-from qpinfer.shipped import open_shipped  # noqa: E402
-from qpinfer.site_loop import ConvergenceWarning  # noqa: E402
-from qpinfer.sparse_sites import run_sparse_pep  # noqa: E402
+from qpinfer.tables.shipped import open_shipped  # noqa: E402
 
 
 def synthetic(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +93,7 @@ def main() -> None:
 
     @contextlib.contextmanager
     def engine(name):
-        """The engine. A dask engine's cluster (:func:`qpinfer.dask_partitions.local_client`, as
+        """The engine. A dask engine's cluster (:func:`qpinfer.inference.sparse.dask_partitions.local_client`, as
         ``scheduler="local"`` makes it) lives only while it runs: an idle cluster's processes
         (heartbeats, monitors) took ~5% of the cores from the running one."""
         if name == "in-process":

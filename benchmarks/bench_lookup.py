@@ -38,7 +38,7 @@ def write_store(path: Path, mu: tuple, ls: tuple, tile_mu: int, block_values, no
 
     ``block_values(iy, mu_rows, log10_sigma) -> (sigma_qp, sigma_ratio)`` fills one chunk.
     """
-    from qpinfer.integrity import integrity_record
+    from qpinfer.tables.integrity import integrity_record
     from qptables.grid import GridSpec
     from qptables.store import (
         chunk_checksums,

@@ -63,7 +63,7 @@ def load_dataset(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, 
 def resolve_poisson_table(args) -> qpinfer.SigmaTable:
     def build(cache: Path) -> None:
         cmd = [
-            sys.executable, "-m", "qptables.cli", "build", "poisson_square", str(cache),
+            sys.executable, "-m", "qptables.cli.commands", "build", "poisson_square", str(cache),
             "--mu", "-1", "6", "0.01", "--log10-sigma", "-2", "1", "0.01",
             "--y", *[str(k) for k in range(args.table_y_max + 1)],
             "--no-progress",

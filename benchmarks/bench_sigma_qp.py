@@ -8,7 +8,7 @@ Measures, in one single-threaded run (BLAS/OpenMP threads pinned to 1):
 * the per-point baseline the paper's authors describe: the tilted CDF ``F(x)`` by
   ``scipy.integrate.quad`` inside an outer ``quad`` of ``phi(Phi^{-1}(F(x)))`` (nested quad),
   on a smaller subsample (range ``mu +- 12 sigma``, the tilted mean as a breakpoint);
-* the accuracy of both against the mpmath reference (:mod:`qptables.reference`) on a common
+* the accuracy of both against the mpmath reference (:mod:`qptables.reference.sigma`) on a common
   subsample.
 
 Throughput is points per second of *process CPU time* (= per core, the run is single-threaded),
@@ -133,7 +133,7 @@ def time_baseline(name, mu, sigma, y):
 def relative_errors(name, mu, sigma, y, values, dps: int) -> np.ndarray:
     from mpmath import mp
 
-    from qptables.reference import sigma_qp_reference
+    from qptables.reference.sigma import sigma_qp_reference
 
     errs = []
     with mp.workdps(dps):

@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 
 from qpinfer import GPClassifier, SparseGPClassifier
-from qpinfer.ep import ConvergenceWarning
+from qpinfer.inference.ep import ConvergenceWarning
 
 
 def load_spambase(seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments.datasets import magic_split, synthetic_classification  # noqa: E402
 from qpinfer import SparseGPClassifier  # noqa: E402
-from qpinfer.site_loop import ConvergenceWarning  # noqa: E402
+from qpinfer.inference.site_loop import ConvergenceWarning  # noqa: E402
 
 M = 100
 SYNTH_TEST = 10_000

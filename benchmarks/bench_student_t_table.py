@@ -2,7 +2,7 @@
 
 Interleaved in one run, best of ``--repeats``: the exact kernel ``qpinfer.sigma_qp``, the table's
 ``sigma_qp`` (needs EP's moments: computed inside), the table's ``sigma_ratio`` with EP's moments
-given (what QP's projection calls, :class:`qpinfer.ep.QuantileMatching`), and EP's moments
+given (what QP's projection calls, :class:`qpinfer.inference.ep.QuantileMatching`), and EP's moments
 alone (the cost QP and EP share). Cavities: scale 0.3, random over the claimed domain
 (s = sigma/scale log-uniform on [1e-4, 1e3] with z = d/sqrt(1+s^2) uniform on [0, 30], and 30%
 far out: z >= 25, s up to 1e10)::
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/
 
 import qpinfer  # noqa: E402
 from experiments.datasets import student_t_cavities  # noqa: E402
-from qpinfer.shipped import open_shipped  # noqa: E402
-from qpinfer.student_t import StudentT  # noqa: E402
+from qpinfer.likelihoods.student_t import StudentT  # noqa: E402
+from qpinfer.tables.shipped import open_shipped  # noqa: E402
 
 
 def main() -> None:

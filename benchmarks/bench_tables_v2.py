@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import qpinfer
-from qpinfer.shipped import SHIPPED, open_shipped
+from qpinfer.tables.shipped import SHIPPED, open_shipped
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -3,7 +3,7 @@
 Builds a small probit store once (no verification), then for 1 and 2 single-threaded
 ``dask worker`` processes on a real ``dask scheduler`` (started by this script, as
 ``benchmarks/bench_build.py`` does) checks the same stratified sample of ``--samples`` points
-against the mpmath reference with :func:`qptables.verify.reference_sample` (the function both
+against the mpmath reference with :func:`qptables.reference.verify.reference_sample` (the function both
 ``qptables build`` and ``qptables verify --scheduler`` use) and prints points/s and the
 speed-up. Each worker is warmed up first (mpmath import and quadrature nodes at the working
 precision: a one-off ~1 s per process that every verification pays once per worker).
@@ -32,14 +32,14 @@ from pathlib import Path
 from bench_build import dask_cluster
 
 from qptables import GridSpec, build
-from qptables.verify import reference_sample
+from qptables.reference.verify import reference_sample
 
 GRID = GridSpec((-8.0, 8.0, 0.01), (-1.0, 1.0, 0.01), (-1, 1))
 
 
 def _warm(dps: int) -> int:
     """Import mpmath and build its quadrature nodes at ``dps`` on a worker."""
-    from qptables.reference import sigma_qp_reference
+    from qptables.reference.sigma import sigma_qp_reference
 
     sigma_qp_reference("probit", 0.5, 1.0, 1, dps=dps)
     return os.getpid()

@@ -1,4 +1,4 @@
-"""Accuracy of the logit / poisson_log v2 boxes (qpinfer.reduced_logit) against the exact kernel.
+"""Accuracy of the logit / poisson_log v2 boxes (qpinfer.tables.boxes.logit) against the exact kernel.
 
 Computes rho = sigma*/sigma_EP at every node of each box (single process), builds the
 piecewise-Chebyshev interpolant, and compares it with the kernel at random points of each box
@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 import qpinfer
-from qpinfer.box_registry import boxes_for
-from qpinfer.cheb_cells import coefficients, evaluate
+from qpinfer.tables.boxes.registry import boxes_for
+from qpinfer.tables.chebyshev import coefficients, evaluate
 
 
 def _rho(name, mu, s, y):

@@ -1,8 +1,8 @@
 """Accuracy and size of the Poisson (square link) and step-noise v2 boxes (issue #13).
 
 Builds ``rho = sigma* / sigma_EP`` with the exact kernel at the Chebyshev-Gauss nodes of every
-box of :func:`qpinfer.reduced_boxes.poisson_boxes` (all counts 1..1000) or
-:func:`qpinfer.reduced_boxes.step_noise_boxes`, then compares the interpolant with the kernel at
+box of :func:`qpinfer.tables.boxes.poisson.poisson_boxes` (all counts 1..1000) or
+:func:`qpinfer.tables.boxes.poisson.step_noise_boxes`, then compares the interpolant with the kernel at
 random points of each box: coordinates uniform on the box's axis, counts log-uniform on
 1..1000 plus 1, 2 and 1000 (a tenth of the points each). With ``--random-sigma`` the test
 cavities have sigma log-uniform in [1e-3, 1e3] and go through ``Box.locate`` (the lookup path;
@@ -22,8 +22,9 @@ import time
 import numpy as np
 
 import qpinfer
-from qpinfer.cheb_cells import coefficients, evaluate, tail_size
-from qpinfer.reduced_boxes import MAX_COUNT, poisson_boxes, step_noise_boxes
+from qpinfer.tables.boxes.poisson import MAX_COUNT, poisson_boxes
+from qpinfer.tables.boxes.step_noise import step_noise_boxes
+from qpinfer.tables.chebyshev import coefficients, evaluate, tail_size
 
 
 def ratio(lik, mu, sigma, y) -> np.ndarray:

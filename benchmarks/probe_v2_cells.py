@@ -2,7 +2,7 @@
 
 Builds the probit ratio sigma*/sigma_EP at the Chebyshev-Gauss nodes of equal cells over one of
 the two reduced-coordinate boxes of ``docs/tables-v2.md`` with the exact kernel, then compares
-the interpolant (:mod:`qpinfer.cheb_cells`) with the kernel at random points of the box:
+the interpolant (:mod:`qpinfer.tables.chebyshev`) with the kernel at random points of the box:
 
 * ``core``: tau = mu / sqrt(1 + sigma^2) in [-8, 12.5], log10 sigma in [-2.75, 9];
 * ``tail``: u = -8 / tau in (0, 1], log10 kappa in [-8, 2.75], kappa = |tau| / sigma.
@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 import qpinfer
-from qpinfer.cheb_cells import CellAxis, coefficients, evaluate, tail_size
+from qpinfer.tables.chebyshev import CellAxis, coefficients, evaluate, tail_size
 
 T = 8.0  # |tau| where the tail box takes over
 

@@ -98,7 +98,7 @@ def fit(method: str, X: np.ndarray, y: np.ndarray, nu: float, maxiter: int):
 
         kernel = ConstantKernel(1.0) * RBF(1.0) + WhiteKernel(0.1)
         return GaussianProcessRegressor(kernel, optimizer="fmin_l_bfgs_b").fit(X, y)
-    from qpinfer.robust_regression import GPStudentTRegressor
+    from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
 
     est = GPStudentTRegressor(
         method,

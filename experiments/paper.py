@@ -6,7 +6,7 @@ features are standardized with the training fold's mean and std; every method fi
 kernel's hyperparameters (one length scale as in Kuss & Rasmussen, whose error rates the paper
 says it matches; ``--kernel ard`` for one per feature) by L-BFGS-B on its evidence (EP/QP
 eq. (4), Laplace R&W (3.32), VB the ELBO) from the same start (variance 1, length scale 1; QP
-polishes from EP's optimum, see :meth:`qpinfer.estimator.GPEstimatorBase._optimize`); probit
+polishes from EP's optimum, see :meth:`qpinfer.estimators.base.GPEstimatorBase._optimize`); probit
 likelihood. Metrics: TE = mean
 of ``|y - y_hat| / 2`` (y_hat thresholds ``q(y=1|x)`` at 1/2), NTLL = ``-mean log q(y|x)``.
 Poisson regression (Sec. 6.2): the coal-mining accidents thinned with probability 1/2 into a
@@ -24,7 +24,7 @@ LocalCluster of single-threaded worker processes unless ``--scheduler`` names a 
 runs in-process); each finished fold is written to ``OUT/folds/<name>.json`` and a re-run skips
 folds already there (resume). ``--folds-per-repeat`` runs only the first k folds of each
 repeat's partition (each still trains on the other 9/10 of the data), to fit a time budget.
-QP looks sigma* up in tables built once with :func:`qptables.build` (``OUT/tables``) unless
+QP looks sigma* up in tables built once with :func:`qptables.pipeline.paper` (``OUT/tables``) unless
 ``--table``/``--poisson-table`` name others (or ``exact``); lookups outside a table are exact.
 Finally :mod:`experiments.report` writes ``OUT/table.md`` and the plots.
 """
@@ -278,7 +278,7 @@ def ensure_tables(args: argparse.Namespace, scheduler: str | None) -> dict[str, 
                 y=(tuple(range(grid["y_max"] + 1)) if "y_max" in grid else (-1, 1)),
             )
             print(f"building the {lik} sigma* table {path} (once) ...", flush=True)
-            qptables.build(lik, path, spec, scheduler=scheduler)
+            qptables.pipeline.paper(lik, path, spec, scheduler=scheduler)
         out[key] = str(path)
     return out
 

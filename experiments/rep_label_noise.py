@@ -13,7 +13,7 @@ What the paper describes, and what this script does:
 * Power EP with power 0.8 and REP with c = 10 (the values of the paper's Fig. 2); REP also with
   smaller c (the relaxation is active at more sites; see docs/rep.md);
 * sequential, undamped site updates from zero sites (paper Sec. 4 / Minka's thesis 5.4);
-  negative site precisions are kept (the likelihood is not log-concave; see qpinfer.ep);
+  negative site precisions are kept (the likelihood is not log-concave; see qpinfer.inference.ep);
 * convergence as in the paper: ``R = ||alpha_it - alpha_{it-1}||_2 < 1e-3`` with ``alpha`` the
   GP weights (posterior mean = K alpha), checked after every sweep; a run "diverges" if that does
   not happen within ``MAX_ITER`` sweeps or the sites become non-finite / improper.
@@ -30,9 +30,16 @@ from pathlib import Path
 
 import numpy as np
 
-from qpinfer.ep import ConvergenceWarning, MomentMatching, QuantileMatching, predict_latent, run_ep
-from qpinfer.rep import RelaxedMomentMatching
-from qpinfer.step_noise import StepNoise, StepNoisePowerMatching
+from qpinfer.inference.ep import (
+    ConvergenceWarning,
+    MomentMatching,
+    QuantileMatching,
+    predict_latent,
+    run_ep,
+)
+from qpinfer.inference.power_ep import StepNoisePowerMatching
+from qpinfer.inference.relaxed_ep import RelaxedMomentMatching
+from qpinfer.likelihoods.step_noise import StepNoise
 
 EPS = 0.2
 FLIP = 0.2

@@ -1,21 +1,30 @@
 """qpinfer: Quantile Propagation (L2-Wasserstein projected EP) for Gaussian processes.
 
 Lightweight: depends on numpy, scipy and zarr only (never dask, distributed or mpmath).
+
+The rooms, lowest first (each subpackage's docstring says what it holds and may import; the
+arrows are checked by import-linter in CI, contracts in ``.importlinter``, and drawn in
+``docs/architecture.md``): :mod:`qpinfer.quadrature`, :mod:`qpinfer.likelihoods`,
+:mod:`qpinfer.sigma`, :mod:`qpinfer.tables`, :mod:`qpinfer.inference`,
+:mod:`qpinfer.estimators`; the front modules :mod:`qpinfer.sparse` and :mod:`qpinfer.cli`.
 """
 
-from qpinfer.classifier import GPClassifier
-from qpinfer.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run_ep
+from qpinfer import _moved
+from qpinfer.estimators.classifier import GPClassifier
+from qpinfer.estimators.poisson_regressor import GPPoissonRegressor
+from qpinfer.inference.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run_ep
+from qpinfer.inference.laplace import LaplaceResult, laplace_mode
+from qpinfer.inference.power_ep import PowerMomentMatching
+from qpinfer.inference.vb import VBResult, fit_vb
 from qpinfer.kernels import ARDSquaredExponential, Kernel
-from qpinfer.laplace import LaplaceResult, laplace_mode
 from qpinfer.likelihoods import Likelihood, PoissonSquare, Probit
-from qpinfer.power_ep import PowerMomentMatching
-from qpinfer.registry import get_likelihood
-from qpinfer.regression import GPPoissonRegressor
+from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.sigma import sigma_qp, tilted_moments
 from qpinfer.sparse import SparseGPClassifier, SparseGPRegressor
 from qpinfer.tables import SigmaTable, TableError, open_table
-from qpinfer.vb import VBResult, fit_vb
 from qpinfer.version import __version__
+
+_moved.install(_moved.QPINFER)
 
 __all__ = [
     "ARDSquaredExponential",

@@ -5,7 +5,7 @@ accepts and never answers the dask handshake (a web server, a dashboard port) it
 and one that answers other bytes can make it allocate a bogus frame length (``MemoryError``).
 :func:`probe_scheduler` asks the server what it is (connect, handshake, one ``identity`` call)
 under one overall deadline, in its own thread, and :func:`connect_client` makes the ``Client``
-only after it answered as a scheduler. Used by the dask sweep (:mod:`qpinfer.dask_partitions`)
+only after it answered as a scheduler. Used by the dask sweep (:mod:`qpinfer.inference.sparse.dask_partitions`)
 and by ``qptables`` (builds, ``verify --scheduler``). ``distributed`` is imported inside the
 functions: ``import qpinfer`` never imports it.
 """

@@ -7,7 +7,7 @@ determination (ARD)
 
 Kernel protocol
 ---------------
-Inference (:mod:`qpinfer.ep`) only needs what :class:`Kernel` lists, so other covariance
+Inference (:mod:`qpinfer.inference.ep`) only needs what :class:`Kernel` lists, so other covariance
 functions plug in by implementing the same few members:
 
 * ``theta`` -- the hyperparameters as a 1-d array **in log space** (what L-BFGS-B sees);

@@ -4,15 +4,15 @@ M pseudo-points ``u = f(Z)`` summarise the N training function values; Power EP 
 each likelihood by a rank-one factor of ``u`` (paper 004 eqs. (64)-(77)). This module gathers the
 public names of four modules, one idea each:
 
-* :mod:`qpinfer.pseudo_points` -- the pseudo-point prior (``Kuu``, ``A = Lu^-1 Kuf``,
+* :mod:`qpinfer.inference.sparse.pseudo_points` -- the pseudo-point prior (``Kuu``, ``A = Lu^-1 Kuf``,
   ``h = diag(Kff - Qff)``), the low-rank posterior (eqs. (119)-(120)), the collapsed regression
   energy eq. (128) with its gradient, k-means inducing inputs and the latent predictions (eq. (18));
-* :mod:`qpinfer.sparse_sites` -- classification: iterative pseudo-point Power EP / QP
-  (eqs. (20), (106)-(110)) on the shared site loop :func:`qpinfer.site_loop.run_sites`;
-* :mod:`qpinfer.sparse_regressor`, :mod:`qpinfer.sparse_classifier` -- the estimators
+* :mod:`qpinfer.inference.sparse.sites` -- classification: iterative pseudo-point Power EP / QP
+  (eqs. (20), (106)-(110)) on the shared site loop :func:`qpinfer.inference.site_loop.run_sites`;
+* :mod:`qpinfer.estimators.sparse_regressor`, :mod:`qpinfer.estimators.sparse_classifier` -- the estimators
   :class:`SparseGPRegressor` and :class:`SparseGPClassifier` (following
   :class:`qpinfer.GPClassifier`'s conventions; shared parameters in
-  :mod:`qpinfer.sparse_estimator`).
+  :mod:`qpinfer.estimators.sparse_base`).
 
 With ``M = N`` and ``Z = X`` (``h = 0``) both reduce to the full GP (EP / Power EP / exact
 regression).
@@ -20,7 +20,10 @@ regression).
 
 from __future__ import annotations
 
-from qpinfer.pseudo_points import (  # noqa: F401 (re-exported)
+from qpinfer.estimators.sparse_base import DEFAULT_N_INDUCING  # noqa: F401 (re-exported)
+from qpinfer.estimators.sparse_classifier import SparseGPClassifier
+from qpinfer.estimators.sparse_regressor import SparseGPRegressor
+from qpinfer.inference.sparse.pseudo_points import (  # noqa: F401 (re-exported)
     LowRankPosterior,
     PseudoPointPrior,
     kmeans_inducing_points,
@@ -29,10 +32,7 @@ from qpinfer.pseudo_points import (  # noqa: F401 (re-exported)
     site_sums,
     sparse_regression_energy,
 )
-from qpinfer.sparse_classifier import SparseGPClassifier
-from qpinfer.sparse_estimator import DEFAULT_N_INDUCING  # noqa: F401 (re-exported)
-from qpinfer.sparse_regressor import SparseGPRegressor
-from qpinfer.sparse_sites import (
+from qpinfer.inference.sparse.sites import (
     SparsePEPResult,
     _qp_ratio,  # noqa: F401 (re-exported)
     run_sparse_pep,

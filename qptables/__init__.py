@@ -6,15 +6,22 @@ Public API (the ``qptables`` command line is a thin layer over it):
 * :func:`build` -- compute, verify and atomically publish a table store;
 * :func:`verify` -- re-check a store against the mpmath reference;
 * :func:`sigma_qp_reference` -- the mpmath ground truth (imported lazily).
+
+The rooms, lowest first: the top-level :mod:`qptables.grid`, :mod:`qptables.store` and
+:mod:`qptables.units`; :mod:`qptables.reference` (mpmath, verification);
+:mod:`qptables.pipeline` (the dask build); :mod:`qptables.cli`. Contracts in ``.importlinter``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from qptables.build import BuildError, BuildInputError, BuildResult, LockError, build
+from qpinfer import _moved
 from qptables.grid import AxisSpec, GridError, GridSpec, paper_grid
-from qptables.verify import verify
+from qptables.pipeline.paper import BuildError, BuildInputError, BuildResult, LockError, build
+from qptables.reference.verify import verify
+
+_moved.install(_moved.QPTABLES)
 
 __version__ = "0.1.0"
 __all__ = [
@@ -35,7 +42,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "sigma_qp_reference":  # mpmath is heavy: import on first use
-        from qptables.reference import sigma_qp_reference
+        from qptables.reference.sigma import sigma_qp_reference
 
         return sigma_qp_reference
     raise AttributeError(f"module 'qptables' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 A table covers the cavity parameters ``mu`` (linear scale), ``log10_sigma`` (``sigma`` on a
 log10 scale) and the observed label ``y``. Axis values follow the store contract
-(:func:`qpinfer.schema.grid_axis`): ``(i0 + arange(n)) * step`` (exactly symmetric) with
+(:func:`qpinfer.tables.schema.grid_axis`): ``(i0 + arange(n)) * step`` (exactly symmetric) with
 ``n = round((stop - start) / step) + 1``, both ends inclusive.
 
 The grid is split into *tiles*: one tile is one zarr chunk of shape
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qpinfer.schema import grid_axis
+from qpinfer.tables.schema import grid_axis
 
 __all__ = [
     "DEFAULT_POISSON_Y_MAX",

@@ -1,10 +1,10 @@
 # Over 400 lines: the whole writer side of the store contract (create, tiles, checksums, publish copy) in one place.
-"""Writer side of the table store (the contract is :mod:`qpinfer.schema`).
+"""Writer side of the table store (the contract is :mod:`qpinfer.tables.schema`).
 
 A store is a zarr v3 directory (``zarr.storage.LocalStore``) with data variables
 ``sigma_qp`` and ``sigma_ratio`` of dims ``(y, mu, log10_sigma)``, chunked
 ``(1, tile_mu, n_log10_sigma)`` and *uncompressed* (bytes codec only), coordinate arrays
-``y``/``mu``/``log10_sigma`` and the root attributes of :data:`qpinfer.schema.REQUIRED_ATTRS`.
+``y``/``mu``/``log10_sigma`` and the root attributes of :data:`qpinfer.tables.schema.REQUIRED_ATTRS`.
 
 Chunk integrity. Every chunk file has a known size (``tile_mu * n_log10_sigma * 8`` bytes, edge
 chunks are stored full size and padded with the NaN fill value). A chunk counts as *done* only
@@ -16,11 +16,11 @@ without (1), a chunk file is written sequentially by one ``write`` so a torn wri
 :func:`scan_tiles`. Once every chunk is written, :func:`chunk_checksums` records a sha256 per
 chunk file in ``attrs["checksums"]`` so readers can detect later corruption.
 
-Beyond :data:`qpinfer.schema.REQUIRED_ATTRS` the writer records ``attrs["build"]`` (likelihood,
+Beyond :data:`qpinfer.tables.schema.REQUIRED_ATTRS` the writer records ``attrs["build"]`` (likelihood,
 grid, tiling, a sha256 *kernel fingerprint* of a probe tile, whether the probit mirror was
 used -- what a resumed build must match) and ``attrs["data_vars"]`` (a description per
 variable). Extra attributes are allowed by the contract and ignored by the reader, so
-:mod:`qpinfer.schema` is unchanged.
+:mod:`qpinfer.tables.schema` is unchanged.
 
 Published layout. Builds write small tiles (many chunks per ``y`` slice: parallelism, resuming);
 the reader is fastest with few chunk files (each touched chunk costs a Python iteration per
@@ -31,7 +31,7 @@ the slice's tile files (checking each against the build's sha256), writes the si
 through zarr and hashes the file it wrote. The copy is bit-identical value for value.
 
 Published stores also carry the metadata digest ``attrs["integrity"]`` (one sha256 over the
-metadata that says what the numbers mean and the chunk checksums; :mod:`qpinfer.integrity`),
+metadata that says what the numbers mean and the chunk checksums; :mod:`qpinfer.tables.integrity`),
 checked by the reader and by ``qptables verify``, and zarr consolidated metadata (so
 ``xarray.open_zarr`` opens them without warnings); :func:`update_attrs` re-consolidates after
 every attribute change so the consolidated copy is never stale.
@@ -52,10 +52,10 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from qpinfer.integrity import INTEGRITY_ATTR, integrity_record
-from qpinfer.replace import remove_store
-from qpinfer.schema import DATA_VARS, DIMS, SCHEMA_VERSION
 from qpinfer.tables import sha256_file
+from qpinfer.tables.integrity import INTEGRITY_ATTR, integrity_record
+from qpinfer.tables.replace import remove_store
+from qpinfer.tables.schema import DATA_VARS, DIMS, SCHEMA_VERSION
 from qptables.grid import GridSpec
 
 __all__ = [
@@ -336,11 +336,11 @@ def consolidate_store(
     """Write the published copy of the finished, checksummed build ``src`` into ``dst``.
 
     ``dst`` (deleted first if it exists: a stale copy of an interrupted publish -- only if it is
-    a table store, :func:`qpinfer.replace.remove_store`) is created in a staging sibling and
+    a table store, :func:`qpinfer.tables.replace.remove_store`) is created in a staging sibling and
     renamed into place, and gets the same coordinates and attributes as ``src`` with one chunk
     per ``(variable, y)`` (:func:`published_grid`), fresh ``checksums`` for the new chunk keys,
     ``tile_mu = n_mu``, ``attrs["layout"]`` (the build's tiling), the metadata digest
-    ``attrs["integrity"]`` (:mod:`qpinfer.integrity`) and consolidated metadata. ``complete``
+    ``attrs["integrity"]`` (:mod:`qpinfer.tables.integrity`) and consolidated metadata. ``complete``
     is set to ``True`` as the very last write, so an interrupted copy never looks complete. The
     tasks run on the dask ``client``'s workers if given (one per ``(variable, y)``), else
     inline; a failed task is raised as one :class:`StoreError` naming it. Returns the new root

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import qpinfer
-from qpinfer.schema import DATA_VARS
+from qpinfer.tables.schema import DATA_VARS
 
 #: Fast build options for the small test grids (few verification samples, low precision).
 FAST = {"samples": 2, "verify_dps": 20, "progress": False}

@@ -31,12 +31,12 @@ from pathlib import Path
 
 import pytest
 
-from qptables.cli import main
-from qptables.dask_run import probe_scheduler
-from qptables.errors import BuildInputError
+from qptables.cli.commands import main
 from qptables.grid import GridSpec
+from qptables.pipeline.dask_run import probe_scheduler
+from qptables.pipeline.errors import BuildInputError
+from qptables.pipeline.tiles import compute_tile
 from qptables.store import create_store, read_attrs
-from qptables.tiles import compute_tile
 
 CONNECT_SECONDS = 3  # the connect deadline the subprocesses get (dask config, via environment)
 ENV = {
@@ -54,7 +54,7 @@ SMALL = [
 
 def qptables(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "qptables.cli", *args],
+        [sys.executable, "-m", "qptables.cli.commands", *args],
         check=False,
         cwd=cwd,
         env=ENV,
@@ -189,7 +189,7 @@ def test_sigterm_releases_the_lock_says_so_and_the_next_run_resumes(tmp_path):
     ]  # fmt: skip
     partial = tmp_path / "t.zarr.partial"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "qptables.cli", *args],
+        [sys.executable, "-m", "qptables.cli.commands", *args],
         cwd=tmp_path,
         env=ENV,
         stdout=subprocess.PIPE,

@@ -1,9 +1,9 @@
-"""Piecewise Chebyshev cells (qpinfer.cheb_cells): exact for polynomials, spectral otherwise."""
+"""Piecewise Chebyshev cells (qpinfer.tables.chebyshev): exact for polynomials, spectral otherwise."""
 
 import numpy as np
 import pytest
 
-from qpinfer.cheb_cells import (
+from qpinfer.tables.chebyshev import (
     CellAxis,
     coefficients,
     evaluate,
@@ -66,7 +66,7 @@ def test_sweep_evaluator_is_evaluate_and_refuses_points_outside(n_points, power)
     """SweepEvaluator: the same values as evaluate with the same basis (2-D: bit for bit on
     small batches; 1-D and large batches go through evaluate's own paths), times the factor;
     None if any point is outside the axes or not finite."""
-    from qpinfer.sweep_cells import SweepEvaluator
+    from qpinfer.tables.sweep_evaluator import SweepEvaluator
 
     a = CellAxis("a", -1.0, 0.5, 4, 6)
     b = CellAxis("b", 0.0, 0.25, 8, 6)
@@ -93,7 +93,7 @@ def test_sweep_evaluator_is_evaluate_and_refuses_points_outside(n_points, power)
 def test_chebyshev_to_power_matrix_is_numpys_conversion():
     from numpy.polynomial import Chebyshev, Polynomial
 
-    from qpinfer.cheb_cells import _chebyshev_to_power
+    from qpinfer.tables.chebyshev import _chebyshev_to_power
 
     for n in (2, 5, 12, 16):
         p = _chebyshev_to_power(n)

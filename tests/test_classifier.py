@@ -12,9 +12,9 @@ import pytest
 from scipy.special import ndtr
 
 import qpinfer
-import qpinfer.estimator as estimator_module
+import qpinfer.estimators.base as estimator_module
 from qpinfer import ConvergenceWarning, GPClassifier
-from qpinfer.classifier import DataConversionWarning, NotFittedError
+from qpinfer.estimators.classifier import DataConversionWarning, NotFittedError
 
 
 def _blobs(n=60, seed=0, d=2):
@@ -160,7 +160,7 @@ def test_table_none_uses_the_installed_table(monkeypatch, probit_table_path):
 
 
 def test_table_none_without_an_installed_table_uses_the_shipped_one(monkeypatch):
-    from qpinfer.shipped import open_shipped
+    from qpinfer.tables.shipped import open_shipped
 
     X, y = _blobs(seed=8, n=30)
     with warnings.catch_warnings():

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from qpinfer import GPClassifier
-from qpinfer.ep import MomentMatching, predict_latent, run_ep
+from qpinfer.inference.ep import MomentMatching, predict_latent, run_ep
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.step_noise import StepNoise
+from qpinfer.likelihoods.step_noise import StepNoise
 
 
 def _data(n=60, seed=1, flip=0.2):

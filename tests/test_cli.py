@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from qptables.build import compute_tile, lock_path, partial_path
-from qptables.cli import main
+from qptables.cli.commands import main
 from qptables.grid import GridSpec
+from qptables.pipeline.paper import compute_tile, lock_path, partial_path
+from qptables.reference.verify import scan_store
 from qptables.store import consolidate_store, create_store, read_attrs, update_attrs
-from qptables.verify import scan_store
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
@@ -137,7 +137,7 @@ def test_a_running_build_holds_the_lock(capsys, tmp_path):
 
 def test_entry_point_exit_status_in_a_subprocess(tmp_path):
     exe = shutil.which("qptables", path=str(Path(sys.executable).parent))
-    cmd = [exe] if exe else [sys.executable, "-m", "qptables.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "qptables.cli.commands"]
     argv = [*cmd, "build", "probit", str(tmp_path / "t.zarr"), "--mu", "1", "0", "0.1"]
     p = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--mu" in p.stderr

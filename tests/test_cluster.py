@@ -25,9 +25,9 @@ import pytest
 import zarr
 from _helpers import FAST, chunk_files, direct_kernel
 
-from qpinfer.schema import DATA_VARS, DIMS
+from qpinfer.tables.schema import DATA_VARS, DIMS
 from qptables import GridSpec, build
-from qptables.build import SINGLE_THREAD_ENV, lock_path, partial_path
+from qptables.pipeline.paper import SINGLE_THREAD_ENV, lock_path, partial_path
 from qptables.store import read_attrs, scan_tiles
 
 FASTER = {**FAST, "samples": 0}
@@ -200,8 +200,8 @@ def test_a_build_whose_workers_all_die_ends_with_an_error_not_an_endless_wait(
 ):
     """Dask waits for a worker forever; the build gives up after WORKER_WAIT_SECONDS (3 s
     here) without any, keeps its finished tiles and releases its lock."""
-    from qptables import dask_run
-    from qptables.errors import BuildError
+    from qptables.pipeline import dask_run
+    from qptables.pipeline.errors import BuildError
 
     monkeypatch.setattr(dask_run, "WORKER_WAIT_SECONDS", 3)
     monkeypatch.setattr(dask_run, "_POLL_SECONDS", 0.5)
@@ -260,7 +260,7 @@ def _cli(out: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "qptables.cli",
+        "qptables.cli.commands",
         "build",
         "probit",
         str(out),

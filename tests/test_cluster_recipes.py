@@ -23,8 +23,8 @@ import pytest
 yaml = pytest.importorskip("yaml")
 
 from qpinfer.tables import open_table
-from qptables.build import SINGLE_THREAD_ENV
-from qptables.cli import parser as qptables_parser
+from qptables.cli.commands import parser as qptables_parser
+from qptables.pipeline.paper import SINGLE_THREAD_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "cluster"
@@ -246,7 +246,7 @@ def test_jobqueue_launcher_prints_single_threaded_workers_and_the_build_command(
     assert ("#SBATCH" if system == "slurm" else "#PBS") in out
     assert "--nthreads 1" in out and "--nworkers 4" in out and "OMP_NUM_THREADS=1" in out
     cmd = shlex.split(out.split("# build command:")[1].strip())
-    assert cmd[:4] == [sys.executable, "-m", "qptables.cli", "build"]
+    assert cmd[:4] == [sys.executable, "-m", "qptables.cli.commands", "build"]
     args = qptables_parser().parse_args(cmd[3:])
     assert args.out == "/shared/t/probit.zarr" and args.scheduler.startswith("tcp://")
 

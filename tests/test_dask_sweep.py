@@ -1,4 +1,4 @@
-"""The sparse Power EP / QP sweep on dask (qpinfer.dask_sweep) on a real LocalCluster of two
+"""The sparse Power EP / QP sweep on dask (qpinfer.inference.sparse.dask_sweep) on a real LocalCluster of two
 worker processes: it equals the in-process run_sparse_pep (parallel schedule) to round-off."""
 
 import numpy as np
@@ -6,16 +6,16 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from qpinfer import dask_sweep  # noqa: E402
-from qpinfer.dask_sweep import run_sparse_pep_dask  # noqa: E402
+from qpinfer.inference.power_ep import PowerMomentMatching  # noqa: E402
+from qpinfer.inference.projections import MomentMatching, QuantileMatching  # noqa: E402
+from qpinfer.inference.site_loop import ConvergenceWarning  # noqa: E402
+from qpinfer.inference.sparse import dask_sweep  # noqa: E402
+from qpinfer.inference.sparse.dask_sweep import run_sparse_pep_dask  # noqa: E402
+from qpinfer.inference.sparse.pseudo_points import pseudo_point_prior  # noqa: E402
 from qpinfer.kernels import ARDSquaredExponential  # noqa: E402
 from qpinfer.likelihoods import Probit  # noqa: E402
-from qpinfer.power_ep import PowerMomentMatching  # noqa: E402
-from qpinfer.projections import MomentMatching, QuantileMatching  # noqa: E402
-from qpinfer.pseudo_points import pseudo_point_prior  # noqa: E402
-from qpinfer.shipped import open_shipped  # noqa: E402
-from qpinfer.site_loop import ConvergenceWarning  # noqa: E402
 from qpinfer.sparse import SparseGPClassifier, run_sparse_pep  # noqa: E402
+from qpinfer.tables.shipped import open_shipped  # noqa: E402
 
 TOL = 1e-10  # issue #17: the dask sweep equals the in-process sweep to <= 1e-10
 
@@ -239,9 +239,7 @@ def test_import_qpinfer_keeps_dask_out():
     import subprocess
     import sys
 
-    code = (
-        "import sys, qpinfer.dask_sweep; print('distributed' in sys.modules, 'dask' in sys.modules)"
-    )
+    code = "import sys, qpinfer.inference.sparse.dask_sweep; print('distributed' in sys.modules, 'dask' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 

@@ -1,8 +1,8 @@
-"""EP/QP site updates (qpinfer.ep) and the kernel (qpinfer.kernels).
+"""EP/QP site updates (qpinfer.inference.ep) and the kernel (qpinfer.kernels).
 
 The reference for EP is an independent, deliberately naive implementation written from the paper
 (eq. (3) with explicit inverses, eq. (5)-(6) updates, eq. (4) with the site normalisers Z~_i
-spelled out), which shares no code with qpinfer.ep.
+spelled out), which shares no code with qpinfer.inference.ep.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from scipy.special import log_ndtr
 
 import qpinfer
-from qpinfer.ep import (
+from qpinfer.inference.ep import (
     MIN_SITE_PRECISION,
     ConvergenceWarning,
     MomentMatching,

@@ -14,12 +14,12 @@ from scipy import integrate
 from scipy.special import expit, gammaln
 
 from qpinfer import GPClassifier, GPPoissonRegressor
+from qpinfer.inference.laplace import laplace_log_evidence_gradient, laplace_mode
+from qpinfer.inference.vb import elbo
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.laplace import laplace_log_evidence_gradient, laplace_mode
-from qpinfer.logit import Logit
-from qpinfer.loglik import expected_log_lik, log_lik_derivatives
-from qpinfer.poisson_log import PoissonLog
-from qpinfer.vb import elbo
+from qpinfer.likelihoods.logit import Logit
+from qpinfer.likelihoods.loglik import expected_log_lik, log_lik_derivatives
+from qpinfer.likelihoods.poisson_log import PoissonLog
 
 METHODS = ("ep", "qp", "vb", "laplace")
 

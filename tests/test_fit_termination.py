@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from qpinfer import GPClassifier, GPPoissonRegressor
-from qpinfer.estimator import LargeDenseFitWarning
-from qpinfer.optimize import MAX_UNCONVERGED_EVALUATIONS, BoundWarning, OptimizerWarning
-from qpinfer.robust_regression import GPStudentTRegressor
-from qpinfer.student_t import StudentT
+from qpinfer.estimators.base import LargeDenseFitWarning
+from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
+from qpinfer.inference.optimize import MAX_UNCONVERGED_EVALUATIONS, BoundWarning, OptimizerWarning
+from qpinfer.likelihoods.student_t import StudentT
 
 
 def _counts_with_outlier():

@@ -14,7 +14,7 @@ import pytest
 from scipy.special import ndtr
 
 import qpinfer
-from qpinfer.ep import MomentMatching, predict_latent, run_ep
+from qpinfer.inference.ep import MomentMatching, predict_latent, run_ep
 from qpinfer.kernels import ARDSquaredExponential
 
 GPy = pytest.importorskip("GPy")

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qpinfer.schema import grid_axis
-from qptables.build import _mirror_rows, evaluate_rows
+from qpinfer.tables.schema import grid_axis
 from qptables.grid import (
     AxisSpec,
     GridError,
@@ -19,7 +18,8 @@ from qptables.grid import (
     paper_grid,
     validate_y,
 )
-from qptables.verify import sample_indices
+from qptables.pipeline.paper import _mirror_rows, evaluate_rows
+from qptables.reference.verify import sample_indices
 
 
 def test_axis_values_follow_the_store_contract_and_include_both_ends():

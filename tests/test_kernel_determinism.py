@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import qpinfer
-from qpinfer.schema import grid_axis
+from qpinfer.tables.schema import grid_axis
 
 
 @pytest.mark.parametrize(

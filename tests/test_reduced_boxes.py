@@ -1,4 +1,4 @@
-"""v2 boxes of the Poisson (square link) and step-noise likelihoods (qpinfer.reduced_boxes)."""
+"""v2 boxes of the Poisson (square link) and step-noise likelihoods (qpinfer.tables.boxes.poisson)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 
 import qpinfer
-from qpinfer.cheb_cells import coefficients, evaluate
-from qpinfer.reduced_boxes import (
+from qpinfer.tables.boxes.poisson import (
     MAX_COUNT,
     PoissonSquareLobe,
     lobe_s_range,
     poisson_boxes,
     poisson_r,
-    step_noise_boxes,
-    step_noise_z_range,
 )
+from qpinfer.tables.boxes.step_noise import step_noise_boxes, step_noise_z_range
+from qpinfer.tables.chebyshev import coefficients, evaluate
 
 POISSON = qpinfer.get_likelihood("poisson_square")
 STEP = qpinfer.get_likelihood("step_noise(eps=0.2)")

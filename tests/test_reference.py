@@ -1,4 +1,4 @@
-"""Self-consistency of the mpmath reference (``qptables.reference``) that judges the kernel.
+"""Self-consistency of the mpmath reference (``qptables.reference.sigma``) that judges the kernel.
 
 The reference is checked against facts it does not use:
 
@@ -18,7 +18,7 @@ import mpmath
 import pytest
 from mpmath import mp, mpf
 
-from qptables.reference import (
+from qptables.reference.sigma import (
     reference_point,
     sigma_qp_reference,
     tilted_moments_reference,

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from qpinfer.ep import MomentMatching, run_ep
+from qpinfer.inference.ep import MomentMatching, run_ep
+from qpinfer.inference.relaxed_ep import RelaxedMomentMatching, rep_objective
 from qpinfer.likelihoods import Probit
-from qpinfer.rep import RelaxedMomentMatching, rep_objective
-from qpinfer.step_noise import StepNoise
+from qpinfer.likelihoods.step_noise import StepNoise
 
 
 def _data(n=40, seed=0, flip=0.2):
@@ -84,7 +84,7 @@ def test_closed_form_objective_matches_quadrature():
         assert abs(q[0] - _objective_quadrature(lik, m_c, tau_c, m_i, b, y, 0.7)) < 1e-6
 
 
-@pytest.mark.filterwarnings("ignore::qpinfer.ep.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::qpinfer.inference.ep.ConvergenceWarning")
 def test_every_site_update_decreases_objective():
     K, y = _data(n=20)
     lik = StepNoise(0.2)

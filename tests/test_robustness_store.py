@@ -2,8 +2,8 @@
 
 * ``--force`` (and every replace: publish, download, the default-table link) replaces only a
   table store of this package (complete or unfinished); a plain file, a directory that is not a
-  store or a symlink is refused before any work, byte for byte intact (:mod:`qpinfer.replace`).
-* The metadata digest (:mod:`qpinfer.integrity`): a store whose meaning was edited is refused by
+  store or a symlink is refused before any work, byte for byte intact (:mod:`qpinfer.tables.replace`).
+* The metadata digest (:mod:`qpinfer.tables.integrity`): a store whose meaning was edited is refused by
   ``open_table`` and ``qptables verify``, naming what changed; byte flips anywhere in a store are
   refused or leave every answer exactly as it was; query labels are checked against the store's
   likelihood; a corrupted installed table is downloaded again.
@@ -30,14 +30,14 @@ import pytest
 from _helpers import FAST
 
 import qpinfer
-import qpinfer.download as dl
-from qpinfer.download import DownloadError
-from qpinfer.integrity import INTEGRITY_ATTR, integrity_record
-from qpinfer.replace import ReplaceRefusedError, check_replaceable, replace_store, store_kind
+import qpinfer.tables.download.install as dl
 from qpinfer.tables import TableError, open_table
+from qpinfer.tables.download.install import DownloadError
+from qpinfer.tables.integrity import INTEGRITY_ATTR, integrity_record
+from qpinfer.tables.replace import ReplaceRefusedError, check_replaceable, replace_store, store_kind
 from qptables import BuildInputError, GridSpec, build
-from qptables.build import lock_path, partial_path
-from qptables.publish import publish
+from qptables.pipeline.paper import lock_path, partial_path
+from qptables.pipeline.publish import publish
 from qptables.store import create_store, read_attrs, update_attrs
 
 GRID = GridSpec((-1.0, 1.0, 0.25), (-0.5, 0.5, 0.25), (-1, 1))  # 9 x 5 per label
@@ -117,7 +117,7 @@ def edit_root_attrs(path: Path, **changes) -> None:
 
 def qptables_cli(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "qptables.cli", *args],
+        [sys.executable, "-m", "qptables.cli.commands", *args],
         check=False,
         cwd=cwd,
         env=ENV,

@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qpinfer
-from qpinfer.box_registry import box_from_attrs
-from qpinfer.panel_quadrature import panel_rule
-from qpinfer.registry import get_likelihood
-from qpinfer.shipped import SHIPPED, open_shipped, shipped_path
+from qpinfer.likelihoods.registry import get_likelihood
+from qpinfer.quadrature.panels import panel_rule
 from qpinfer.tables import TableError
-from qpinfer.tables_v2 import open_reduced
-from qptables.build_v2 import _chunk_file, _tiles, chunk_shape, tile_rho
+from qpinfer.tables.boxes.registry import box_from_attrs
+from qpinfer.tables.reduced import open_reduced
+from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
+from qptables.pipeline.v2 import _chunk_file, _tiles, chunk_shape, tile_rho
 
 LIKELIHOODS = sorted(SHIPPED)
 

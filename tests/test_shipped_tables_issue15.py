@@ -1,4 +1,4 @@
-"""The shipped logit and poisson_log v2 tables (issue #15; boxes: qpinfer.reduced_logit): lookups
+"""The shipped logit and poisson_log v2 tables (issue #15; boxes: qpinfer.tables.boxes.logit): lookups
 within 1e-12 of the exact kernel over the claimed domain without fallbacks, every other finite
 query answered exactly (counted fallbacks) or refused, the log-link table serving every count
 0..1e5 with no count axis, the stored mpmath verification, and the estimators' default use.
@@ -13,9 +13,9 @@ import pytest
 from _helpers import blobs, coal
 
 import qpinfer
-from qpinfer.poisson_log import mode_frame
-from qpinfer.shipped import open_shipped, shipped_path
-from qpinfer.tables_v2 import open_reduced
+from qpinfer.likelihoods.poisson_log import mode_frame
+from qpinfer.tables.reduced import open_reduced
+from qpinfer.tables.shipped import open_shipped, shipped_path
 
 
 def _table(name):

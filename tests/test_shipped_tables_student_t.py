@@ -1,4 +1,4 @@
-"""The shipped Student-t v2 table (issue #15; boxes: qpinfer.reduced_student_t): one table per nu
+"""The shipped Student-t v2 table (issue #15; boxes: qpinfer.tables.boxes.student_t): one table per nu
 (nu = 4 ships), built for scale 1 and serving every scale; lookups within 1e-12 of the exact
 kernel over the claimed domain without fallbacks, the gap (s > 100 with z < 25) answered by the
 kernel and counted, bimodal cavities against mpmath, the regressor's default use. (The
@@ -14,12 +14,12 @@ import pytest
 
 import qpinfer
 from experiments.datasets import student_t_cavities
-from qpinfer.robust_regression import GPStudentTRegressor
-from qpinfer.shipped import open_shipped, shipped_path
-from qpinfer.student_t import StudentT, stationary_points
+from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
+from qpinfer.likelihoods.student_t import StudentT, stationary_points
 from qpinfer.tables import TableError
-from qpinfer.tables_student_t import ScaledTable, for_likelihood
-from qpinfer.tables_v2 import open_reduced
+from qpinfer.tables.reduced import open_reduced
+from qpinfer.tables.shipped import open_shipped, shipped_path
+from qpinfer.tables.student_t import ScaledTable, for_likelihood
 
 BASE = "student_t(nu=4.0, scale=1.0)"
 
@@ -94,7 +94,7 @@ def test_bimodal_lookups_match_mpmath(d, s):
     """Cavities across the bimodal transition (three stationary points; rho = 0.998, 0.823,
     0.074) against the independent mpmath reference (the build's stratified sample is in the
     store's verification; these are chosen bimodal)."""
-    from qptables.student_t_reference import student_t_reference
+    from qptables.reference.student_t import student_t_reference
 
     table = open_reduced(shipped_path(BASE))
     assert stationary_points(np.array([d]), np.array([s]), 4.0)[3].all()

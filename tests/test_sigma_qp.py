@@ -1,6 +1,6 @@
 """Acceptance tests of issue 2: the exact QP kernel ``qpinfer.sigma_qp`` / ``tilted_moments``.
 
-Accuracy is judged against the independent mpmath reference :mod:`qptables.reference`
+Accuracy is judged against the independent mpmath reference :mod:`qptables.reference.sigma`
 (evaluated here at 30 significant digits, far beyond the 1e-12 asserted):
 
 * a stratified sample of >= 60 points per likelihood over the paper domain
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from mpmath import mp
 
 import qpinfer
-from qptables.reference import reference_point, tilted_moments_reference
+from qptables.reference.sigma import reference_point, tilted_moments_reference
 
 REF_DPS = 30
 DOMAIN_TOL = 1e-12  # issue 2 acceptance: relative error of sigma* on the paper domain

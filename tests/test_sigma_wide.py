@@ -1,6 +1,6 @@
 """The probit sigma* kernel over the whole float64 range, held to the mpmath reference.
 
-Regimes (see :mod:`qpinfer.probit_limits`): quadrature with graded edges for wide cavities,
+Regimes (see :mod:`qpinfer.likelihoods.probit_limits`): quadrature with graded edges for wide cavities,
 the flat-likelihood and Gaussian limits, and the truncated-normal limit of very wide cavities.
 """
 
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import qpinfer
-from qpinfer.probit_limits import SIGMA_WIDE
-from qptables.reference import sigma_qp_reference
+from qpinfer.likelihoods.probit_limits import SIGMA_WIDE
+from qptables.reference.sigma import sigma_qp_reference
 
 TOL = 1e-12
 
@@ -182,7 +182,7 @@ def test_bad_queries_name_the_argument(args, match):
     ],
 )
 def test_step_noise_far_from_the_step_matches_mpmath(eps, mu, sigma, slow, request):
-    from qptables.step_noise_reference import step_noise_sigma_reference
+    from qptables.reference.step_noise import step_noise_sigma_reference
 
     if slow and "slow" not in request.config.getoption("-m"):
         pytest.skip("slow reference point (run with -m slow)")
@@ -222,7 +222,7 @@ def test_step_noise_every_finite_query_is_answered_or_refused(mu, sigma, y, eps)
 def test_probit_moment_terms_match_mpmath():
     """r = phi/Phi, z + r and 1 - r (z + r) (EP's probit moments): the direct formulas lost
     1.5e-12 of the variance factor at z = -5 before the continued fraction took over."""
-    from qpinfer.normal_ratios import probit_moment_terms as _probit_moment_terms
+    from qpinfer.quadrature.normal_ratios import probit_moment_terms as _probit_moment_terms
 
     z = np.concatenate([np.linspace(-40.0, 5.0, 181), [-5.0000001, -4.9999999, -1.5000001]])
     r, z_plus_r, var_factor = _probit_moment_terms(z)

@@ -1,4 +1,4 @@
-"""The shared site loop (qpinfer.site_loop): both front ends, adaptive damping as an option."""
+"""The shared site loop (qpinfer.inference.site_loop): both front ends, adaptive damping as an option."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import qpinfer
-from qpinfer.ep import MomentMatching, run_ep
+from qpinfer.inference.ep import MomentMatching, run_ep
+from qpinfer.inference.site_loop import STALL_SWEEPS, SweepSettings
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.site_loop import STALL_SWEEPS, SweepSettings
 from qpinfer.sparse import pseudo_point_prior, run_sparse_pep
 
 PROBIT = qpinfer.get_likelihood("probit")

@@ -205,7 +205,7 @@ def reference(tmp_path_factory) -> dict[str, str]:
         [
             sys.executable,
             "-m",
-            "qptables.cli",
+            "qptables.cli.commands",
             "build",
             "probit",
             str(out),
@@ -245,7 +245,15 @@ def test_slurm_build_submits_worker_jobs_verifies_publishes_bit_identically(
     _assert_published_identical(out, reference)
     assert _wait_queue_empty() == [], "worker jobs left in the queue after the build"
     p = subprocess.run(
-        [sys.executable, "-m", "qptables.cli", "publish", str(out), "--to", str(tmp_path / "dist")],
+        [
+            sys.executable,
+            "-m",
+            "qptables.cli.commands",
+            "publish",
+            str(out),
+            "--to",
+            str(tmp_path / "dist"),
+        ],
         capture_output=True,
         text=True,
         check=False,

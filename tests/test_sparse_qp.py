@@ -7,7 +7,7 @@ from _helpers import load_ionosphere
 from scipy.special import ndtr, ndtri
 
 import qpinfer
-from qpinfer.ep import MomentMatching, QuantileMatching, run_ep
+from qpinfer.inference.ep import MomentMatching, QuantileMatching, run_ep
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.sparse import SparseGPClassifier, _qp_ratio, pseudo_point_prior, run_sparse_pep
 

@@ -3,7 +3,7 @@
 SparseGPClassifier's L-BFGS search, and the data sets of the scaling benchmark.
 
 References: the posterior of eqs. (119)-(120) in 50-digit mpmath arithmetic (dense inverse,
-sharing no code with qpinfer.pseudo_points); the exact limits (M = N equals full EP, alpha
+sharing no code with qpinfer.inference.sparse.pseudo_points); the exact limits (M = N equals full EP, alpha
 limits, finite-difference gradients) stay in tests/test_sparse.py and run on the new code.
 """
 
@@ -16,10 +16,10 @@ import pytest
 from _helpers import load_ionosphere
 
 import qpinfer
-import qpinfer.pseudo_points as pp
+import qpinfer.inference.sparse.pseudo_points as pp
+from qpinfer.inference.power_ep import PowerMomentMatching
+from qpinfer.inference.site_loop import ConvergenceWarning
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.power_ep import PowerMomentMatching
-from qpinfer.site_loop import ConvergenceWarning
 from qpinfer.sparse import (
     SparseGPClassifier,
     kmeans_inducing_points,

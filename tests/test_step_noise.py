@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from qpinfer import get_likelihood, sigma_qp
-from qpinfer.ep import QuantileMatching
-from qpinfer.step_noise import StepNoise, StepNoisePowerMatching
-from qptables.step_noise_reference import (
+from qpinfer.inference.ep import QuantileMatching
+from qpinfer.inference.power_ep import StepNoisePowerMatching
+from qpinfer.likelihoods.step_noise import StepNoise
+from qptables.reference.step_noise import (
     step_noise_moments_reference,
     step_noise_sigma_reference,
 )

@@ -1,6 +1,6 @@
 """QP tables for the label-noise step likelihood (one store per eps) built on a real
 ``distributed.LocalCluster``; verified against the independent mpmath routine of
-:mod:`qptables.step_noise_reference`; QP through the table matches the exact kernel.
+:mod:`qptables.reference.step_noise`; QP through the table matches the exact kernel.
 
 The build tests are ``-m slow``: the build's own verification calls the mpmath reference at 16+
 points (~5 s each), about 80 s on one worker."""
@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from _helpers import direct_kernel
 
-from qpinfer.ep import QuantileMatching, run_ep
+from qpinfer.inference.ep import QuantileMatching, run_ep
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.schema import DATA_VARS
-from qpinfer.step_noise import StepNoise
+from qpinfer.likelihoods.step_noise import StepNoise
 from qpinfer.tables import TableError, open_table
+from qpinfer.tables.schema import DATA_VARS
 from qptables import GridSpec, build
-from qptables.cli import main
-from qptables.step_noise_reference import step_noise_sigma_reference
+from qptables.cli.commands import main
+from qptables.reference.step_noise import step_noise_sigma_reference
 from qptables.store import read_attrs
 
 NAME = "step_noise(eps=0.2)"

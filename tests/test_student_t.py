@@ -1,5 +1,5 @@
 """StudentT likelihood (issue #15): exact sigma* (paper 000 eq. (7)) and EP tilted moments
-(eq. (5)) against the independent mpmath reference (qptables.student_t_reference), Theorem 2,
+(eq. (5)) against the independent mpmath reference (qptables.reference.student_t), Theorem 2,
 symmetries, bad input.
 
 The 80 stratified reference points (4 nu x 15 strata of (|mu - y|/s, sigma/s) with random
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import qpinfer
 from qpinfer import get_likelihood
-from qpinfer.student_t import StudentT, lobes, stationary_points
+from qpinfer.likelihoods.student_t import StudentT, lobes, stationary_points
 
 FIXTURE = Path(__file__).parent / "data" / "student_t_reference.json"
 NUS = (0.5, 1.0, 4.0, 30.0)
@@ -73,7 +73,7 @@ def _point(rng, nu, d, s, bimodal):
 def compute_fixture(points: list[dict]) -> list[dict]:
     import mpmath
 
-    from qptables.student_t_reference import student_t_reference
+    from qptables.reference.student_t import student_t_reference
 
     out = []
     for p in points:
@@ -122,7 +122,7 @@ def test_sigma_qp_and_moments_match_mpmath(nu):
 
 
 def test_live_mpmath_points_unimodal_bimodal_and_narrow():
-    from qptables.student_t_reference import student_t_reference
+    from qptables.reference.student_t import student_t_reference
 
     for nu, scale, mu, sigma, y in [
         (4.0, 0.7, 70.3, 14.0, 0.3),  # bimodal, both lobes

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from _helpers import gaussian_kl_to_prior
 
+from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
+from qpinfer.inference.laplace import laplace_log_evidence_gradient, laplace_mode
+from qpinfer.inference.vb import elbo, vb_fixed_point
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.laplace import laplace_log_evidence_gradient, laplace_mode
-from qpinfer.loglik import expected_log_lik, log_lik_derivatives
-from qpinfer.loglik_student_t import expected_scale_score, scale_derivatives
-from qpinfer.robust_regression import GPStudentTRegressor
-from qpinfer.student_t import StudentT
-from qpinfer.vb import elbo, vb_fixed_point
+from qpinfer.likelihoods.loglik import expected_log_lik, log_lik_derivatives
+from qpinfer.likelihoods.loglik_student_t import expected_scale_score, scale_derivatives
+from qpinfer.likelihoods.student_t import StudentT
 
 mp.mp.dps = 30
 

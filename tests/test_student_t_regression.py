@@ -9,8 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from qpinfer.ep import ConvergenceWarning
-from qpinfer.robust_regression import GPStudentTRegressor
+from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
+from qpinfer.inference.ep import ConvergenceWarning
 
 
 def _toy(n=40, seed=0):

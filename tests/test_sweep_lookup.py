@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import qpinfer
-from qpinfer.projections import QuantileMatching
-from qpinfer.shipped import open_shipped
+from qpinfer.inference.projections import QuantileMatching
+from qpinfer.tables.shipped import open_shipped
 
 
 def _sweep_batch(n=208, seed=0):
@@ -194,8 +194,8 @@ def test_qp_moments_refuses_bad_labels_without_warnings():
 def test_shipped_core_cells_in_the_power_basis_round_within_1e_14():
     """The reader holds the probit core's cells in the power basis (cheb_cells
     power_coefficients): the rounding bound of that conversion on the shipped cells."""
-    from qpinfer.cheb_cells import coefficients, power_rounding_bound
-    from qpinfer.tables_v2 import _read_array, _store_files
+    from qpinfer.tables.chebyshev import coefficients, power_rounding_bound
+    from qpinfer.tables.reduced import _read_array, _store_files
 
     table = open_shipped("probit")
     box = table._sweep_box

@@ -1,10 +1,10 @@
 """The sigma* table reader (qpinfer.tables): validation, memory-mapped lookups, exact fallback.
 
 Stores are written here by :func:`write_store`, a minimal writer that follows
-``qpinfer/schema.py`` to the letter (zarr v3, uncompressed ``(1, tile_mu, n_log10_sigma)`` chunks,
-the required attributes, sha256 per chunk file, the integrity record of :mod:`qpinfer.integrity`
+``qpinfer/tables/schema.py`` to the letter (zarr v3, uncompressed ``(1, tile_mu, n_log10_sigma)`` chunks,
+the required attributes, sha256 per chunk file, the integrity record of :mod:`qpinfer.tables.integrity`
 as a published build has it); one test also reads a store built by the real
-pipeline (``qptables.build``) when it is available.
+pipeline (``qptables.pipeline.paper``) when it is available.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import pytest
 from scipy.interpolate import RegularGridInterpolator
 
 import qpinfer
-from qpinfer.integrity import INTEGRITY_ATTR, integrity_record
-from qpinfer.schema import DATA_VARS, DIMS, SCHEMA_VERSION, grid_axis
 from qpinfer.tables import TableError, open_table
+from qpinfer.tables.integrity import INTEGRITY_ATTR, integrity_record
+from qpinfer.tables.schema import DATA_VARS, DIMS, SCHEMA_VERSION, grid_axis
 
 PROBIT = qpinfer.get_likelihood("probit")
 
 
 # --------------------------------------------------------------------------------------------
-# a minimal writer that follows the contract in qpinfer/schema.py
+# a minimal writer that follows the contract in qpinfer/tables/schema.py
 # --------------------------------------------------------------------------------------------
 def exact_grid_values(likelihood, y, mu, log10_sigma):
     """sigma_qp and sigma_ratio on the grid, shape (len(y), len(mu), len(log10_sigma))."""
@@ -63,7 +63,7 @@ def write_store(
     tile_mu=4,
     values=None,
 ):
-    """Write a complete, verified store per qpinfer.schema; returns (path, sigma_qp, ratio)."""
+    """Write a complete, verified store per qpinfer.tables.schema; returns (path, sigma_qp, ratio)."""
     import zarr
     from zarr.storage import LocalStore
 
@@ -449,10 +449,12 @@ def test_store_opens_with_xarray(small_store):
 def test_reads_a_store_built_by_the_pipeline(tmp_path):
     qptables = pytest.importorskip("qptables")
     if not hasattr(qptables, "build"):
-        pytest.skip("qptables.build not available")
+        pytest.skip("qptables.pipeline.paper not available")
     out = tmp_path / "probit.zarr"
     grid = qptables.GridSpec((-0.5, 0.5, 0.05), (-0.1, 0.1, 0.05), (-1, 1), tile_mu=4)
-    qptables.build("probit", out, grid, workers=1, progress=False, samples=8, stream=io.StringIO())
+    qptables.pipeline.paper(
+        "probit", out, grid, workers=1, progress=False, samples=8, stream=io.StringIO()
+    )
     t = open_table(out, verify_checksums=True)
     rng = np.random.default_rng(3)
     mu = rng.uniform(-0.5, 0.5, 200)

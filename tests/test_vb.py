@@ -1,4 +1,4 @@
-"""Gaussian VB (qpinfer.vb): closed-form and quadrature expectations against mpmath, the ELBO
+"""Gaussian VB (qpinfer.inference.vb): closed-form and quadrature expectations against mpmath, the ELBO
 against an independent dense evaluation, gradients, the bound, monotone optimisation, and the
 estimators."""
 
@@ -9,10 +9,10 @@ import pytest
 from _helpers import blobs, coal, gaussian_kl_to_prior, sklearn_checks
 
 from qpinfer import GPClassifier, GPPoissonRegressor, PoissonSquare, Probit
-from qpinfer.ep import MomentMatching, run_ep
+from qpinfer.inference.ep import MomentMatching, run_ep
+from qpinfer.inference.vb import elbo, fit_vb
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.loglik import expected_log_f2, expected_log_lik
-from qpinfer.vb import elbo, fit_vb
+from qpinfer.likelihoods.loglik import expected_log_f2, expected_log_lik
 
 mpmath = pytest.importorskip("mpmath")
 LIKS = {"poisson_square": PoissonSquare(), "probit": Probit()}

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from qptables import GridSpec
-from qptables.estimate import estimate_build
-from qptables.fanout import fan_out
-from qptables.verify import sample_indices
+from qptables.pipeline.estimate import estimate_build
+from qptables.reference.fanout import fan_out
+from qptables.reference.verify import sample_indices
 
 
 def _square(x: int) -> int:

@@ -1,0 +1,312 @@
+"""GP Poisson regression with the square link (paper 000 Sec. 6.2, App. C.2, App. H).
+
+Counts ``y_i ~ Poisson(f(x_i)^2)`` with a GP prior on ``f``; the posterior over ``f`` is
+approximated by EP, QP (the ``poisson_square`` tilted moments and sigma* tables of
+:mod:`qpinfer.likelihoods` / :mod:`qpinfer.tables`, exact sigma* outside a table), Gaussian VB or
+the Laplace approximation (:mod:`qpinfer.estimators.base`).
+
+Predictions (App. H). With the latent predictive ``f* ~ N(mu*, sigma*^2)``, the rate
+``g* = f*^2`` is approximated by the gamma distribution with the same mean ``mu*^2 + sigma*^2``
+and variance ``2 sigma*^2 (2 mu*^2 + sigma*^2)``, eq. (119):
+
+    k* = (mu*^2 + sigma*^2)^2 / (2 sigma*^2 (2 mu*^2 + sigma*^2)),
+    c* = 2 sigma*^2 (2 mu*^2 + sigma*^2) / (mu*^2 + sigma*^2)                 (shape, scale),
+
+and the count's predictive is its Poisson mixture, the negative binomial of eq. (120)-(122):
+
+    p(y*) = c*^y* (1 + c*)^(-k* - y*) Gamma(k* + y*) / (y*! Gamma(k*)) = NB(y* | k*, c*/(1+c*)),
+
+with mean ``k* c* = mu*^2 + sigma*^2`` and mode ``floor(c* (k* - 1))`` if ``k* > 1`` else 0.
+:meth:`GPPoissonRegressor.log_pmf` evaluates it (``exact=True`` instead gives the exact Poisson
+mixture over the Gaussian ``f*``, which is the tilted normaliser of App. C.2,
+``PoissonSquare.log_z(mu*, sigma*, y*)``; the gamma step is the paper's approximation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.special import gammaln, poch, xlogy
+
+from qpinfer.checks import check_target_vector, check_X
+from qpinfer.estimators.base import GPEstimatorBase
+from qpinfer.likelihoods.poisson import PoissonSquare
+from qpinfer.likelihoods.poisson_moments import MAX_COUNT, MAX_COUNT_TEXT
+
+__all__ = [
+    "GPPoissonRegressor",
+    "negative_binomial_log_pmf",
+    "negative_binomial_mode",
+    "negative_binomial_parameters",
+]
+
+#: Above this shape the negative binomial is evaluated as its Poisson limit (``sigma* -> 0``).
+_POISSON_LIMIT_SHAPE = 1e12
+_MIN_VAR = 1e-100
+
+
+def negative_binomial_parameters(
+    mean: np.ndarray, var: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Shape ``k*`` and scale ``c*`` of eq. (119) from the latent mean and variance.
+
+    ``var`` is floored at ``1e-100`` (``var -> 0`` is the Poisson limit ``k* -> inf``, rate
+    ``mean^2``, which :func:`negative_binomial_log_pmf` evaluates as such for ``k* > 1e12``).
+    """
+    m2 = np.asarray(mean, dtype=np.float64) ** 2
+    v = np.maximum(np.asarray(var, dtype=np.float64), _MIN_VAR)
+    second = m2 + v  # E[f^2]
+    spread = 2.0 * v * (2.0 * m2 + v)  # Var[f^2]
+    return second * second / spread, spread / second
+
+
+def _log_rising(k: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """log Gamma(k + y) / Gamma(k) (Pochhammer), without cancellation for large k."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        out = np.log(poch(k, y))
+    bad = ~np.isfinite(out)
+    if np.any(bad):
+        kb, yb = np.broadcast_arrays(k, y)
+        out = np.where(bad, gammaln(kb + yb) - gammaln(kb), out)
+    return out
+
+
+def negative_binomial_log_pmf(y: np.ndarray, k: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """log NB(y | k, c/(1+c)) of eq. (122), elementwise (broadcasting); Poisson limit for
+    ``k > 1e12`` (rate ``k c``)."""
+    y = np.asarray(y, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    poisson = k > _POISSON_LIMIT_SHAPE
+    k_safe = np.where(poisson, 1.0, k)
+    c_safe = np.where(poisson, 1.0, c)
+    nb = (
+        xlogy(y, c_safe)
+        - (k_safe + y) * np.log1p(c_safe)
+        + _log_rising(k_safe, y)
+        - gammaln(y + 1.0)
+    )
+    rate = np.where(poisson, k * c, 0.0)
+    pois = xlogy(y, rate) - rate - gammaln(y + 1.0)
+    return np.where(poisson, pois, nb)
+
+
+def negative_binomial_mode(k: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """App. H: ``floor(c (k - 1))`` if ``k > 1`` else 0, as int64."""
+    k = np.asarray(k, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    return np.where(k > 1.0, np.floor(c * (k - 1.0)), 0.0).astype(np.int64)
+
+
+def _check_counts(counts: Any, n_samples: int | None, name: str = "counts") -> np.ndarray:
+    """Counts as float64: finite, non-negative integers up to ``MAX_COUNT`` (1e8, see
+    :mod:`qpinfer.likelihoods.poisson_moments`); ``ValueError`` naming the problem."""
+    try:
+        values = check_target_vector(counts, n_samples, "GPPoissonRegressor", name)
+    except ValueError as exc:
+        if "must be numeric" in str(exc):
+            raise ValueError(f"{exc} (non-negative integer counts)") from None
+        raise
+    flat = values.ravel()
+    bad = ~np.isfinite(flat)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{name} contains NaN or infinity (first at index {i}: {flat[i]!r})")
+    bad = flat < 0
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{name} must be non-negative; got {flat[i]!r} at index {i}")
+    bad = flat != np.floor(flat)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{name} must be integers (counts); got {flat[i]!r} at index {i}")
+    bad = flat > MAX_COUNT
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"{name} must be at most {MAX_COUNT_TEXT} (the largest count the poisson_square "
+            f"likelihood supports); got {flat[i]!r} at index {i}"
+        )
+    return values
+
+
+class GPPoissonRegressor(GPEstimatorBase):
+    """GP Poisson regression with the square link, rate ``f(x)^2`` (paper 000 Sec. 6.2).
+
+    Parameters
+    ----------
+    method : {"qp", "ep", "vb", "laplace"}
+        Quantile propagation (eq. (7)), EP (eq. (5)), Gaussian variational Bayes (Opper &
+        Archambeau; the paper's baseline) or the Laplace approximation (around the mode of the
+        positive branch ``f > 0``, see :mod:`qpinfer.inference.laplace`).
+    table : None, "exact", path or table object
+        Where QP gets sigma* from (a ``poisson_square`` table). ``None``: the installed table
+        (:func:`qpinfer.tables.installed_table_path`) if there is one, else the v2 table shipped
+        inside qpinfer if one ships for the likelihood (:mod:`qpinfer.tables.shipped`), else exact
+        computation (warned once); ``"exact"``: always exact; a path: :func:`qpinfer.open_table` of it.
+        Points outside a table are computed exactly. Ignored by the other methods.
+    kernel, variance, length_scale, ard :
+        As :class:`qpinfer.GPClassifier`: a :class:`qpinfer.kernels.Kernel`, or the initial (with
+        ``optimizer=None`` fixed) ARD squared-exponential hyperparameters.
+    optimizer : {"lbfgs", None}
+        Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO at its
+        optimal variational parameters) with L-BFGS-B, or keep them fixed.
+    optimizer_maxiter : int
+        At most this many L-BFGS-B iterations for the hyperparameters.
+    schedule, max_iter, tol, damping :
+        EP/QP site updates as in :func:`qpinfer.inference.ep.run_ep`. ``max_iter`` also bounds Newton
+        iterations (Laplace, at least 100) and VB's fixed-point steps.
+    link : {"square", "log"}
+        The rate: ``f^2`` (the paper's square link, App. C.2) or ``exp(f)`` (issue #15,
+        :mod:`qpinfer.likelihoods.poisson_log`: log-concave, so every method starts from zero sites and
+        the predictive is the exact Poisson-lognormal mixture, counts up to 1e6).
+
+    Attributes
+    ----------
+    n_features_in_, X_train_, y_train_ (the counts), kernel_ :
+        Training inputs, counts and the fitted kernel.
+    log_marginal_likelihood_ : float
+        EP/QP: eq. (4) at the fitted sites; Laplace: R&W eq. (3.32); VB: the ELBO.
+    result_ :
+        The inference result (:class:`~qpinfer.inference.ep.EPResult`,
+        :class:`~qpinfer.inference.laplace.LaplaceResult` or :class:`~qpinfer.inference.vb.VBResult`); for EP/QP
+        also ``ep_result_``.
+    n_iter_, n_evaluations_, n_inner_iter_total_, table_, stage_seconds_ :
+        Inner iterations of the final fit, evidence evaluations while fitting, inner iterations
+        of all of them, QP's table, and the wall seconds of the fit's stages (QP's search:
+        ``{"ep": .., "qp": ..}``).
+    """
+
+    def __init__(
+        self,
+        method: str = "qp",
+        table: Any = None,
+        *,
+        kernel: Any = None,
+        variance: float = 1.0,
+        length_scale: float | np.ndarray = 1.0,
+        ard: bool = True,
+        optimizer: str | None = "lbfgs",
+        optimizer_maxiter: int = 1000,
+        schedule: str = "parallel",
+        max_iter: int = 1000,
+        tol: float = 1e-6,
+        damping: float | None = None,
+        link: str = "square",
+    ) -> None:
+        self.method = method
+        self.table = table
+        self.kernel = kernel
+        self.variance = variance
+        self.length_scale = length_scale
+        self.ard = ard
+        self.optimizer = optimizer
+        self.optimizer_maxiter = optimizer_maxiter
+        self.schedule = schedule
+        self.max_iter = max_iter
+        self.tol = tol
+        self.damping = damping
+        self.link = link
+
+    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="regressor",
+            target_tags=TargetTags(required=True, positive_only=True),
+            regressor_tags=RegressorTags(),
+            input_tags=InputTags(),
+        )
+
+    def fit(self, X: Any, counts: Any) -> GPPoissonRegressor:
+        """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
+        hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,)."""
+        self._validate_params()
+        if self.link not in ("square", "log"):
+            raise ValueError(f"link must be 'square' or 'log', got {self.link!r}")
+        X = check_X(X, estimator="GPPoissonRegressor")
+        y = _check_counts(counts, X.shape[0])
+        if self.link == "log":  # issue #15: rate exp(f), qpinfer.likelihoods.poisson_log
+            from qpinfer.likelihoods.poisson_log import MAX_COUNT as LOG_MAX
+            from qpinfer.likelihoods.poisson_log import PoissonLog
+
+            if np.any(y > LOG_MAX):
+                i = int(np.argmax(y > LOG_MAX))
+                raise ValueError(
+                    f"counts must be at most {LOG_MAX:.0e} with link='log'; got {y[i]!r} at "
+                    f"index {i}"
+                )
+            self._fit_latent(X, y, PoissonLog())
+            return self
+        self._fit_latent(X, y, PoissonSquare())
+        return self
+
+    def _log_link(self) -> bool:
+        return getattr(self.likelihood_, "name", "") == "poisson_log"
+
+    # -- predictions (App. H) ----------------------------------------------------------------
+    def predict_negative_binomial(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Shape ``k*`` and scale ``c*`` of the predictive rate's gamma (eq. (119)); square link
+        only."""
+        mean, var = self.predict_latent(X)
+        if self._log_link():
+            raise ValueError("predict_negative_binomial is for link='square' (App. H) only")
+        return negative_binomial_parameters(mean, var)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The predictive mode of the count (App. H): ``floor(c* (k* - 1))`` if ``k* > 1`` else 0;
+        with ``link="log"`` the mode of the exact Poisson-lognormal predictive."""
+        self._check_is_fitted()
+        if self._log_link():
+            from qpinfer.likelihoods.poisson_log import predictive_mode
+
+            return predictive_mode(*self.predict_latent(X))
+        return negative_binomial_mode(*self.predict_negative_binomial(X))
+
+    def predict_mean(self, X: Any) -> np.ndarray:
+        """The predictive mean of the count, ``E[f*^2] = mu*^2 + sigma*^2`` (= ``k* c*``);
+        ``E[exp(f*)] = exp(mu* + sigma*^2 / 2)`` with ``link="log"``."""
+        mean, var = self.predict_latent(X)
+        if self._log_link():
+            return np.exp(mean + 0.5 * var)
+        return mean * mean + var
+
+    def log_pmf(self, X: Any, counts: Any, *, exact: bool = False) -> np.ndarray:
+        """log p(counts | X): the negative binomial predictive of eq. (120)-(122).
+
+        ``counts`` has shape ``(n_samples,)`` (one count per row of ``X``) or
+        ``(n_samples, m)`` (m counts per row, e.g. a grid ``0..M`` to tabulate the pmf).
+        ``exact=True`` gives the exact Poisson mixture over the Gaussian latent predictive,
+        ``log E[Poisson(y | f*^2)]``, ``f* ~ N(mu*, sigma*^2)`` (App. C.2's normaliser) instead of
+        the paper's gamma approximation of ``f*^2``.
+        """
+        mean, var = self.predict_latent(X)
+        n = mean.shape[0]
+        y = _check_counts(counts, None)
+        if y.ndim not in (1, 2) or y.shape[0] != n:
+            raise ValueError(
+                f"counts must have shape ({n},) or ({n}, m) for X with {n} samples; got {y.shape}"
+            )
+        if y.ndim == 2:
+            mean, var = mean[:, None], var[:, None]
+        if self._log_link():  # the exact mixture: there is no gamma step for the log link
+            from qpinfer.likelihoods.poisson_log import predictive_log_pmf
+
+            return predictive_log_pmf(mean, var, y)
+        if exact:
+            sd = np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
+            return PoissonSquare().log_z(*np.broadcast_arrays(mean, sd, y))
+        k, c = negative_binomial_parameters(mean, var)
+        return negative_binomial_log_pmf(y, k, c)
+
+    def score(self, X: Any, counts: Any, sample_weight: Any = None) -> float:
+        """Mean log predictive probability of ``counts`` (the paper's NTLL is minus its sum)."""
+        self._check_is_fitted()
+        X = check_X(X, estimator="GPPoissonRegressor")
+        y = _check_counts(counts, X.shape[0])
+        lp = self.log_pmf(X, y)
+        if sample_weight is None:
+            return float(np.mean(lp))
+        w = np.asarray(sample_weight, dtype=np.float64)
+        return float(np.sum(w * lp) / np.sum(w))

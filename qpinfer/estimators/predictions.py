@@ -1,0 +1,107 @@
+"""Class predictions of the binary GP classifiers from their latent predictive, in one place.
+
+Every classifier (:class:`qpinfer.GPClassifier`, :class:`qpinfer.SparseGPClassifier`) supplies
+``predict_latent(X) -> (mean*, var*)`` (R&W eqs. (3.60)-(3.61) for the full GP, paper 004
+eq. (18) with pseudo-points) and ``classes_``; :class:`ProbitPredictionsMixin` turns them into
+scikit-learn's ``predict_proba``/``decision_function``/``predict``/``score``. The predictive
+probability of ``y* = +1`` is the likelihood averaged over ``N(f* | mean*, var*)``:
+
+* probit (default, and for an estimator without ``likelihood_``): ``Phi(mean / sqrt(1 + var))``
+  (R&W eq. (3.82)); decision function ``mean / sqrt(1 + var)``;
+* label-noise step (:class:`qpinfer.likelihoods.step_noise.StepNoise`, paper 002 eq. (8)):
+  ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``; decision function ``mean / sqrt(var)``;
+* logit (:class:`qpinfer.likelihoods.logit.Logit`): ``E[sigma(f*)]``, the logit tilt's normaliser (exact
+  quadrature, ``Logit.log_z``); decision function ``log P(+1) - log P(-1)``.
+
+The predicted class is ``classes_[1]`` where the latent mean is positive (both likelihoods are
+symmetric, so that is where its probability exceeds 1/2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.special import ndtr
+
+from qpinfer.likelihoods.logit import Logit
+from qpinfer.likelihoods.step_noise import StepNoise
+
+__all__ = ["ProbitPredictionsMixin", "class_probabilities", "decision_values"]
+
+
+def _logit_log_proba(likelihood: Logit, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """``[log P(y* = -1), log P(y* = +1)]``: log E[sigma(-+f*)], f* ~ N(mean, var)."""
+    sd = np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
+    return np.column_stack((likelihood.log_z(mean, sd, -1.0), likelihood.log_z(mean, sd, 1.0)))
+
+
+def decision_values(likelihood: Any, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """Positive for the class ``+1``: ``mean / sqrt(1 + var)`` (probit), ``mean / sqrt(var)``
+    (step_noise), ``log P(+1) - log P(-1)`` (logit)."""
+    if isinstance(likelihood, Logit):
+        log_p = _logit_log_proba(likelihood, mean, var)
+        return log_p[:, 1] - log_p[:, 0]
+    if isinstance(likelihood, StepNoise):
+        return mean / np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
+    return mean / np.sqrt(1.0 + var)
+
+
+def class_probabilities(likelihood: Any, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """``[P(y* = -1), P(y* = +1)]`` per row for the latent predictive ``N(mean, var)`` (module
+    docstring)."""
+    if isinstance(likelihood, Logit):
+        return np.exp(_logit_log_proba(likelihood, mean, var))
+    z = decision_values(likelihood, mean, var)
+    if isinstance(likelihood, StepNoise):
+        e = likelihood.eps
+        p1 = e + (1.0 - 2.0 * e) * ndtr(z)
+        return np.column_stack((1.0 - p1, p1))
+    return np.column_stack((ndtr(-z), ndtr(z)))
+
+
+class ProbitPredictionsMixin:
+    """Predictions of a binary GP classifier from ``predict_latent``, ``classes_`` and (if it
+    has one) ``likelihood_`` (shared by :class:`qpinfer.GPClassifier` and
+    :class:`qpinfer.SparseGPClassifier`; probit unless ``likelihood_`` says otherwise)."""
+
+    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="classifier",
+            target_tags=TargetTags(required=True),
+            classifier_tags=ClassifierTags(multi_class=False),
+            input_tags=InputTags(),
+        )
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities (columns follow ``classes_``). Probit: ``Phi(mean / sqrt(1 +
+        var))`` (R&W eq. 3.82); step_noise: ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``."""
+        mean, var = self.predict_latent(X)
+        return class_probabilities(getattr(self, "likelihood_", None), mean, var)
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Positive for ``classes_[1]``: ``mean / sqrt(1 + var)`` (probit; ``Phi`` of it is the
+        probability), ``mean / sqrt(var)`` (step_noise)."""
+        mean, var = self.predict_latent(X)
+        return decision_values(getattr(self, "likelihood_", None), mean, var)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The more probable class (``classes_[1]`` where the latent mean is positive)."""
+        mean, _ = self.predict_latent(X)
+        return self.classes_[(mean > 0).astype(np.intp)]
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Mean accuracy of :meth:`predict` on ``(X, y)``."""
+        pred = self.predict(X)
+        y = np.asarray(y)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y.ravel()
+        if y.shape != pred.shape:
+            raise ValueError(f"y has shape {y.shape}, expected {pred.shape}")
+        correct = (pred == y).astype(np.float64)
+        if sample_weight is None:
+            return float(correct.mean())
+        w = np.asarray(sample_weight, dtype=np.float64)
+        return float(np.sum(w * correct) / np.sum(w))

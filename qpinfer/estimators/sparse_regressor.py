@@ -1,0 +1,240 @@
+"""Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (paper 004 eq. (128))."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qpinfer.checks import check_target_vector
+from qpinfer.estimators.classifier import _check_X
+from qpinfer.estimators.sparse_base import SparseEstimatorBase
+from qpinfer.inference.optimize import theta_names
+from qpinfer.inference.power_ep import check_power
+from qpinfer.inference.sparse.pseudo_points import (
+    low_rank_posterior,
+    predict_latent_low_rank,
+    pseudo_point_prior,
+    sparse_regression_energy,
+)
+
+__all__ = ["SparseGPRegressor"]
+
+_LOG_2PI = np.log(2.0 * np.pi)
+
+
+class SparseGPRegressor(SparseEstimatorBase):
+    """Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (paper 004).
+
+    Fits the kernel hyperparameters, the noise variance and (optionally) the inducing inputs by
+    maximising the collapsed Power EP energy eq. (128) with L-BFGS-B and its analytic gradient
+    (:func:`sparse_regression_energy`). O(N M^2) per evaluation.
+
+    Parameters
+    ----------
+    n_inducing : int or None, default None
+        Number of pseudo-points M, in [1, n_samples]; ``None`` means ``min(50, n_samples)``,
+        resolved at fit time (the stored parameter stays ``None``), so the default fits any data
+        set. An explicit value above n_samples is refused with a ``ValueError``. Ignored when
+        ``inducing_points`` is given; the M used is ``inducing_points_.shape[0]``.
+    alpha : float in (0, 1] or "vfe"
+        Power EP power: 1 is FITC, 0.5 the paper's recommended middle, ``"vfe"`` the
+        ``alpha -> 0`` limit (Titsias' variational bound, evaluated as a limit).
+    kernel, variance, length_scale, ard :
+        Initial ARD SE kernel (as :class:`qpinfer.GPClassifier`).
+    noise_variance : float
+        Initial Gaussian noise variance (in units of the normalised targets if ``normalize_y``).
+    normalize_y : bool
+        Fit to ``(y - mean) / std`` and undo it in predictions (the prior mean is zero).
+    inducing_points : array (M, n_features) or None
+        Initial inducing inputs; ``None``: k-means centroids of X (:func:`kmeans_inducing_points`).
+    optimizer : {"lbfgs", None}
+        Maximise eq. (128) or keep everything fixed.
+    optimize_inducing : bool
+        Whether L-BFGS-B also moves the inducing inputs.
+    max_optimizer_iter : int
+        L-BFGS-B iterations at most (relative function tolerance 1e-9).
+    jitter : float
+        Added to ``Kuu``'s diagonal, relative to the kernel variance.
+    random_state : int, Generator or None
+        Seeds k-means.
+
+    Attributes
+    ----------
+    kernel_, noise_variance_, inducing_points_ :
+        Fitted kernel, noise variance (normalised units) and inducing inputs.
+    log_marginal_likelihood_ : float
+        Eq. (128) at the fitted values, for the original (un-normalised) targets.
+    n_features_in_, n_evaluations_ : int
+    """
+
+    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="regressor",
+            target_tags=TargetTags(required=True),
+            regressor_tags=RegressorTags(),
+            input_tags=InputTags(),
+        )
+
+    def __init__(
+        self,
+        n_inducing: int | None = None,
+        alpha: float | str = 0.5,
+        *,
+        kernel: Any = None,
+        variance: float = 1.0,
+        length_scale: float | np.ndarray = 1.0,
+        ard: bool = True,
+        noise_variance: float = 0.1,
+        normalize_y: bool = True,
+        inducing_points: Any = None,
+        optimizer: str | None = "lbfgs",
+        optimize_inducing: bool = True,
+        max_optimizer_iter: int = 1000,
+        jitter: float = 1e-6,
+        random_state: Any = None,
+    ) -> None:
+        self._store_params(locals())
+
+    def _alpha_value(self) -> float:
+        if isinstance(self.alpha, str):
+            if self.alpha == "vfe":
+                return 0.0
+            raise ValueError(f"alpha must be in (0, 1] or 'vfe', got {self.alpha!r}")
+        try:
+            return check_power(self.alpha)
+        except ValueError:
+            raise ValueError(
+                f"alpha must be in (0, 1] or 'vfe' (the alpha -> 0 limit), got {self.alpha!r}"
+            ) from None
+
+    def _energy(self, params, X, y, kernel, Z_fixed, alpha, eval_gradient=True):
+        n_theta = kernel.theta.size
+        kern = kernel.with_theta(params[:n_theta])
+        log_s2 = params[n_theta]
+        Z = Z_fixed if Z_fixed is not None else params[n_theta + 1 :].reshape(-1, X.shape[1])
+        value, g_theta, g_s2, g_Z = sparse_regression_energy(
+            kern, X, y, Z, np.exp(log_s2), alpha, jitter=self.jitter, eval_gradient=eval_gradient
+        )
+        if not eval_gradient:
+            return value, None
+        grad = [g_theta, [g_s2]]
+        if Z_fixed is None:
+            grad.append(g_Z.ravel())
+        return value, np.concatenate(grad)
+
+    def fit(self, X: Any, y: Any) -> SparseGPRegressor:
+        """Fit hyperparameters, noise and inducing inputs by maximising eq. (128)."""
+        self._validate_common()
+        alpha = self._alpha_value()
+        if not (isinstance(self.noise_variance, int | float) and self.noise_variance > 0):
+            raise ValueError(f"noise_variance must be positive, got {self.noise_variance!r}")
+        X = _check_X(X, estimator=type(self).__name__)
+        y = check_target_vector(y, X.shape[0], type(self).__name__, "y")
+        if not np.all(np.isfinite(y)):
+            raise ValueError("Input y contains NaN or infinity.")
+        if self.normalize_y:
+            y_mean = float(y.mean())
+            y_std = float(y.std()) or 1.0
+        else:
+            y_mean, y_std = 0.0, 1.0
+        yn = (y - y_mean) / y_std
+        kernel = self._initial_kernel(X.shape[1])
+        Z = self._initial_inducing(X)
+        log_s2 = np.log(float(self.noise_variance))
+        Z_fixed = None if self.optimize_inducing else Z
+        params = np.concatenate([kernel.theta, [log_s2]] + ([Z.ravel()] if Z_fixed is None else []))
+        n_evals = 1
+        if self.optimizer == "lbfgs":
+            bounds = np.vstack([kernel.bounds, [[np.log(1e-6), np.log(1e4)]]])
+            bounds = list(map(tuple, bounds)) + [(None, None)] * (params.size - bounds.shape[0])
+            state = {"n": 0}
+
+            def objective(p):
+                state["n"] += 1
+                try:
+                    value, grad = self._energy(p, X, yn, kernel, Z_fixed, alpha)
+                except np.linalg.LinAlgError:
+                    return np.inf, np.zeros_like(p)
+                if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+                    return np.inf, np.zeros_like(p)
+                return -value, -grad
+
+            names = [*theta_names(kernel), "log noise_variance"]
+            names += [f"Z[{i}]" for i in range(params.size - len(names))]
+            params = self._lbfgs(objective, params, bounds, names=names).x
+            n_evals = state["n"]
+        n_theta = kernel.theta.size
+        self.kernel_ = kernel.with_theta(params[:n_theta])
+        self.noise_variance_ = float(np.exp(params[n_theta]))
+        Zf = Z if Z_fixed is not None else params[n_theta + 1 :].reshape(-1, X.shape[1])
+        value, _ = self._energy(params, X, yn, kernel, Z_fixed, alpha, eval_gradient=False)
+        prior = pseudo_point_prior(self.kernel_, X, Zf, self.jitter)
+        d = alpha * prior.h + self.noise_variance_
+        self.posterior_ = low_rank_posterior(prior.A, 1.0 / d, yn / d)
+        self._Lu = prior.Lu
+        self.alpha_ = alpha
+        self.inducing_points_ = Zf
+        self.n_features_in_ = X.shape[1]
+        self.X_train_ = X
+        self.y_train_ = y
+        self._y_mean, self._y_std = y_mean, y_std
+        self.log_marginal_likelihood_ = float(value - X.shape[0] * np.log(y_std))
+        self.n_evaluations_ = n_evals
+        return self
+
+    def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of the latent ``f*`` (original units)."""
+        X = self._check_predict_X(X)
+        mean, var = predict_latent_low_rank(
+            self.kernel_, self.inducing_points_, self._Lu, self.posterior_, X
+        )
+        return mean * self._y_std + self._y_mean, var * self._y_std**2
+
+    def predict(self, X: Any, return_std: bool = False) -> Any:
+        """Predictive mean; with ``return_std`` also the standard deviation of a new observation
+        ``y*`` (latent variance plus the noise variance)."""
+        mean, var = self.predict_latent(X)
+        if not return_std:
+            return mean
+        return mean, np.sqrt(var + self.noise_variance_ * self._y_std**2)
+
+    def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
+        """``log N(y | mean*, var* + noise)`` per test point (original units)."""
+        mean, std = self.predict(X, return_std=True)
+        y = np.asarray(y, dtype=np.float64).ravel()
+        if y.shape != mean.shape:
+            raise ValueError(f"y has shape {y.shape}, expected {mean.shape}")
+        z = (y - mean) / std
+        return -0.5 * z * z - np.log(std) - 0.5 * _LOG_2PI
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Coefficient of determination R^2 of :meth:`predict` (scikit-learn's regressor score)."""
+        pred = self.predict(X)
+        y = np.asarray(y, dtype=np.float64).ravel()
+        w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float)
+        ybar = np.sum(w * y) / np.sum(w)
+        return float(1.0 - np.sum(w * (y - pred) ** 2) / np.sum(w * (y - ybar) ** 2))
+
+    def log_marginal_likelihood(
+        self, theta: np.ndarray | None = None, eval_gradient: bool = False
+    ) -> float | tuple[float, np.ndarray]:
+        """Eq. (128) for the normalised targets at ``theta = [kernel log hyperparameters,
+        log noise_variance]`` (default: the fitted ones), inducing inputs fixed at the fitted
+        ones; with ``eval_gradient`` also its gradient in ``theta``."""
+        self._check_is_fitted()
+        if theta is None:
+            theta = np.concatenate([self.kernel_.theta, [np.log(self.noise_variance_)]])
+        yn = (self.y_train_ - self._y_mean) / self._y_std
+        value, grad = self._energy(
+            np.asarray(theta, dtype=np.float64),
+            self.X_train_,
+            yn,
+            self.kernel_,
+            self.inducing_points_,
+            self.alpha_,
+            eval_gradient=eval_gradient,
+        )
+        return (value, grad) if eval_gradient else value

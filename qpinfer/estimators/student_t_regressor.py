@@ -1,0 +1,327 @@
+"""GP regression with Student-t noise (issue #15): a robust regressor by EP, QP, Laplace or VB.
+
+``y_i = f(x_i) + e_i``, ``e_i ~ t_nu(0, scale)`` (:class:`qpinfer.likelihoods.student_t.StudentT`), a GP
+prior on f. The likelihood is not log-concave: sites may have negative precisions, which
+:func:`qpinfer.inference.ep.run_ep` keeps (``log_concave = False``); sweeps are damped (parallel schedule,
+damping 0.5 by default) and a run that does not converge warns with
+:class:`~qpinfer.inference.ep.ConvergenceWarning` and returns the sites with the smallest change seen.
+
+Methods: ``"ep"`` (eq. (5)), ``"qp"`` (eq. (7); sigma* from the v2 table of its nu shipped inside qpinfer, which serves
+every scale -- :mod:`qpinfer.tables.student_t` -- else exact), ``"laplace"``
+(:mod:`qpinfer.inference.laplace`: Newton with the exact step where ``K^-1 + W`` is positive definite and
+W clipped at 0 elsewhere, line-searched; evidence R&W eq. (3.32) with ``log det(I + K W)`` from
+the indefinite Woodbury factorisation when W has negative entries) and ``"vb"``
+(:mod:`qpinfer.inference.vb`, Gaussian q with negative site precisions allowed; the expected
+log-likelihood by the quadrature of :mod:`qpinfer.likelihoods.loglik_student_t`). The kernel
+hyperparameters are fitted by maximising each method's evidence (eq. (4), R&W eq. (3.32), the
+ELBO); with ``optimize_scale=True`` so is ``log(scale)`` (``scale`` is then the starting value,
+``scale_`` the fitted one; gradients in :mod:`qpinfer.inference.student_t_scale`). ``nu`` stays fixed.
+
+Targets are used as given: the GP has zero mean, so data far from 0 (starsCYG: y ~ 5) should be
+centred by the caller (``experiments.compare_student_t`` subtracts the training mean, i.e. a
+constant mean function fixed at the sample mean).
+
+Predictions: the latent predictive ``N(m*, v*)`` (R&W eqs. (3.60)-(3.61)); the predictive
+density of a new ``y*`` is the tilted normaliser ``StudentT.log_z(m*, sqrt(v*), y*)`` (exact,
+by quadrature); :meth:`score` is scikit-learn's R^2 of the predictive mean.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from qpinfer.checks import check_target_vector, check_X
+from qpinfer.checks import finite_array as _finite
+from qpinfer.estimators.base import GPEstimatorBase
+from qpinfer.inference.ep import ConvergenceWarning, MomentMatching
+from qpinfer.inference.optimize import (
+    InnerLoopBudget,
+    check_search,
+    combine,
+    minimize_lbfgsb,
+    theta_names,
+)
+from qpinfer.inference.student_t_scale import scale_gradient
+from qpinfer.inference.vb import LBFGS_OPTIONS
+from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT, check_nu_scale
+
+__all__ = ["GPStudentTRegressor"]
+
+
+def _check_targets(y: Any, n_samples: int | None) -> np.ndarray:
+    """Real, finite targets (``ValueError`` naming ``y``)."""
+    return _finite("y", check_target_vector(y, n_samples, "GPStudentTRegressor", "y"))
+
+
+#: half-width (log units) of the box trust region of the scale-and-kernel optimisation
+TRUST = 2.0
+
+
+class GPStudentTRegressor(GPEstimatorBase):
+    """GP regression with Student-t noise ``t_nu(0, scale)``, by EP, QP, Laplace or VB.
+
+    Parameters
+    ----------
+    method : {"qp", "ep", "laplace", "vb"}
+    table : None, "exact", path or table object
+        Where QP gets sigma* from. ``None``: an installed table, else the v2 table shipped for
+        ``nu`` (nu = 4; any scale), else exact computation (warned once); ``"exact"``: always
+        exact. A scale-1 Student-t table of the same nu serves every scale. Points outside a
+        table are computed exactly (counted in its ``fallback_count``).
+    nu, scale : float
+        Degrees of freedom (> 0, fixed) and scale (> 0; fixed, or the starting value with
+        ``optimize_scale``) of the noise.
+    optimize_scale : bool
+        Also fit ``log(scale)`` by the evidence (needs ``optimizer="lbfgs"``), within
+        ``scale_bounds`` (``(low, high)``, ``0 < low <= scale <= high``).
+    kernel, variance, length_scale, ard, optimizer, optimizer_maxiter :
+        As :class:`qpinfer.GPPoissonRegressor`.
+    schedule, max_iter, tol, damping :
+        Site updates as in :func:`qpinfer.inference.ep.run_ep` (``damping=None``: 0.5 in parallel).
+    """
+
+    _METHODS = ("qp", "ep", "laplace", "vb")
+
+    def __init__(
+        self,
+        method: str = "qp",
+        *,
+        nu: float = DEFAULT_NU,
+        scale: float = 1.0,
+        optimize_scale: bool = False,
+        scale_bounds: tuple[float, float] = (1e-4, 1e4),
+        kernel: Any = None,
+        variance: float = 1.0,
+        length_scale: float | np.ndarray = 1.0,
+        ard: bool = True,
+        optimizer: str | None = "lbfgs",
+        optimizer_maxiter: int = 1000,
+        schedule: str = "parallel",
+        max_iter: int = 1000,
+        tol: float = 1e-6,
+        damping: float | None = None,
+        table: Any = None,
+    ) -> None:
+        self.method = method
+        self.table = table
+        self.nu = nu
+        self.scale = scale
+        self.optimize_scale = optimize_scale
+        self.scale_bounds = scale_bounds
+        self.kernel = kernel
+        self.variance = variance
+        self.length_scale = length_scale
+        self.ard = ard
+        self.optimizer = optimizer
+        self.optimizer_maxiter = optimizer_maxiter
+        self.schedule = schedule
+        self.max_iter = max_iter
+        self.tol = tol
+        self.damping = damping
+
+    def __sklearn_tags__(self):  # called by scikit-learn only
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="regressor",
+            target_tags=TargetTags(required=True),
+            regressor_tags=RegressorTags(),
+            input_tags=InputTags(),
+        )
+
+    def _resolve_table(self, likelihood: Any) -> Any:
+        """The base rule (:meth:`GPEstimatorBase._resolve_table`), with a scale-1 Student-t
+        table of the same nu serving this scale (:func:`qpinfer.tables.student_t.for_likelihood`)."""
+        from qpinfer.tables.student_t import for_likelihood
+
+        return for_likelihood(super()._resolve_table(likelihood), likelihood)
+
+    def fit(self, X: Any, y: Any) -> GPStudentTRegressor:
+        """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
+        hyperparameters) to inputs ``X`` (n_samples, n_features) and real targets ``y``."""
+        self._validate_params()
+        nu, scale = check_nu_scale(self.nu, self.scale)
+        self._check_scale_options(scale)
+        X = check_X(X, estimator="GPStudentTRegressor")
+        y = _check_targets(y, X.shape[0])
+        self._fit_latent(X, y, StudentT(nu, scale))
+        self.scale_ = self.likelihood_.scale
+        return self
+
+    def _check_scale_options(self, scale: float) -> None:
+        if not isinstance(self.optimize_scale, bool | np.bool_):
+            raise ValueError(f"optimize_scale must be True or False, got {self.optimize_scale!r}")
+        try:
+            low, high = (float(b) for b in self.scale_bounds)
+        except (TypeError, ValueError):
+            low = high = np.nan
+        if not (0 < low <= high < np.inf):
+            raise ValueError(
+                "scale_bounds must be (low, high) with 0 < low <= high < inf, got "
+                f"{self.scale_bounds!r}"
+            )
+        if self.optimize_scale and not low <= scale <= high:
+            raise ValueError(f"scale={scale!r} is outside scale_bounds={self.scale_bounds!r}")
+
+    # -- the noise scale by evidence (optimize_scale) ------------------------------------------
+    def _use(self, likelihood: StudentT) -> None:
+        from qpinfer.tables.student_t import for_likelihood
+
+        self.likelihood_ = likelihood
+        self.table_ = for_likelihood(self.table_, likelihood)  # the table serves this scale
+        self.projection_ = self._projection(likelihood, self.table_)
+
+    def _evaluate(self, kern, X, K, y, likelihood, init, ep_phase):
+        """Inner fit at ``(kernel, scale)`` and the gradient in ``(theta, log scale)``."""
+        self._use(likelihood)
+        projection = MomentMatching(likelihood) if ep_phase else None
+        try:
+            res = self._inner(kern, X, K, y, init, projection)
+        except (np.linalg.LinAlgError, ValueError):
+            if init is None:
+                raise
+            res = self._inner(kern, X, K, y, None, projection)  # the warm start was the problem
+        g_k = self._gradient(kern, X, K, y, res)
+        g_s = scale_gradient("ep" if ep_phase else self.method, K, res, y, likelihood)
+        return res, np.append(g_k, g_s)
+
+    def _lbfgs(self, kernel, X, y, init, projection):
+        """As the base class, over ``(kernel theta, log scale)`` with ``optimize_scale``; a
+        failed evaluation (e.g. EP at a tiny scale: improper cavities, no evidence) backtracks
+        (:func:`qpinfer.inference.optimize.minimize_lbfgsb`), and the inner-loop budget spans the rounds."""
+        if not self.optimize_scale:
+            return super()._lbfgs(kernel, X, y, init, projection)
+        ep_phase, nk = projection is not None, kernel.theta.size
+        state: dict[str, Any] = {"init": init, "best": None}
+        budget = InnerLoopBudget(int(self.max_iter))
+
+        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            kern, lik = kernel.with_theta(theta[:nk]), StudentT(self.nu, np.exp(theta[nk]))
+            res, grad = self._evaluate(kern, X, kern(X), y, lik, state["init"], ep_phase)
+            budget.record(res)
+            value = res.log_marginal_likelihood
+            if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+                return -value, -grad  # a failure: minimize_lbfgsb backtracks
+            state["init"] = self._warm_start(res)
+            if state["best"] is None or value > state["best"][2].log_marginal_likelihood:
+                state["best"] = (kern, lik, res, theta.copy())
+            return -value, -grad
+
+        x = np.append(kernel.theta, np.log(self.likelihood_.scale))
+        bounds = np.vstack([kernel.bounds, np.log(np.asarray(self.scale_bounds, float))])
+        iterations = int(self.optimizer_maxiter)
+        searches = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            # a box trust region of +-TRUST (log units) about the current point: L-BFGS-B's
+            # first step follows the raw gradient, which for the scale reaches its bound, where
+            # EP may spend max_iter sweeps failing (no proper cavities); re-centred until the
+            # optimum lies inside the box (at most optimizer_maxiter iterations in all)
+            while iterations > 0:
+                box = np.column_stack(
+                    [np.maximum(bounds[:, 0], x - TRUST), np.minimum(bounds[:, 1], x + TRUST)]
+                )
+                search = minimize_lbfgsb(
+                    objective, x, box, maxiter=iterations, ftol=LBFGS_OPTIONS["ftol"], budget=budget
+                )
+                searches.append(search)
+                iterations -= max(int(search.scipy.nit), 1)
+                if state["best"] is None or budget.exhausted:
+                    break
+                x_new = state["best"][3]
+                inner = (box[:, 0] == bounds[:, 0]) | (x_new > box[:, 0] + 1e-3)
+                inner &= (box[:, 1] == bounds[:, 1]) | (x_new < box[:, 1] - 1e-3)
+                if np.all(inner) or np.array_equal(x_new, x):
+                    break
+                x = x_new
+        self.n_inner_iter_total_ = getattr(self, "n_inner_iter_total_", 0) + budget.n_inner
+        names = [*theta_names(kernel), "log scale"]
+        stage = "ep" if ep_phase else self.method
+        search = combine(searches)
+        check_search(search, self._what(stage), bounds, names, stacklevel=4)
+        kern, lik, result, _ = state["best"]
+        self._use(lik)
+        return kern, result, search.n_evaluations
+
+    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
+        """The evidence (EP/QP eq. (4), Laplace R&W eq. (3.32), VB the ELBO) at log
+        hyperparameters ``theta``; with ``optimize_scale`` ``theta`` ends with ``log(scale)``
+        (and so does the gradient), otherwise it is the kernel's alone (the base class's)."""
+        if not self.optimize_scale:
+            return super().log_marginal_likelihood(theta, eval_gradient)
+        self._check_is_fitted()
+        X, y = self.X_train_, self.y_train_
+        if theta is None:
+            theta = np.append(self.kernel_.theta, np.log(self.likelihood_.scale))
+        theta = np.asarray(theta, dtype=np.float64)
+        nk = self.kernel_.theta.size
+        if theta.shape != (nk + 1,):
+            raise ValueError(f"theta must have {nk + 1} entries (kernel, log scale)")
+        kern, lik = self.kernel_.with_theta(theta[:nk]), StudentT(self.nu, np.exp(theta[nk]))
+        saved = self.likelihood_, self.projection_
+        try:
+            res, grad = self._evaluate(
+                kern, X, kern(X), y, lik, self._warm_start(self.result_), False
+            )
+        finally:
+            self.likelihood_, self.projection_ = saved
+        value = res.log_marginal_likelihood
+        return (value, grad) if eval_gradient else value
+
+    def _gradient(self, kern: Any, X: np.ndarray, K: np.ndarray, y: np.ndarray, res: Any):
+        """R&W eq. (5.27) at fixed sites, ``1/2 tr((b b^T - A) dK/dtheta)`` with
+        ``A = (K + T^-1)^-1 = T (I + K T)^-1`` (T the site precisions): the form that holds for
+        negative site precisions, where the B = I + S^1/2 K S^1/2 Cholesky route does not."""
+        if self.method in ("laplace", "vb") or res.posterior.L is not None:
+            return super()._gradient(kern, X, K, y, res)
+        tau = np.asarray(res.tau, dtype=np.float64)
+        A = tau[:, None] * np.linalg.solve(np.eye(tau.size) + K * tau[None, :], np.eye(tau.size))
+        A = 0.5 * (A + A.T)
+        b = res.posterior.b
+        R = np.outer(b, b) - A
+        return 0.5 * np.asarray(kern.gradient_contract(X, R, K), dtype=np.float64)
+
+    def _inner(self, kern, X, K, y, init, projection=None):
+        """As the base class; Laplace and VB run from the warm start *and* from the cold one
+        (``a = 0``; VB's ``(0, 1)``) and keep the higher ``Psi`` / ELBO (GPML's ``infLaplace``
+        rule): the Student-t posterior can have several modes, and the warm start alone made
+        the evidence depend on the optimiser's path (hills: -1.33 and -1.48 at one theta)."""
+        res = super()._inner(kern, X, K, y, init, projection)
+        if self.method not in ("laplace", "vb") or init is None:
+            return res
+        cold = super()._inner(kern, X, K, y, None, projection)
+        if self.method == "laplace":
+            return cold if cold.history[-1] > res.history[-1] else res
+        return cold if cold.log_marginal_likelihood > res.log_marginal_likelihood else res
+
+    def predict(self, X: Any, return_std: bool = False):
+        """Predictive mean of y (the latent mean: the noise is symmetric); with ``return_std``
+        also the latent standard deviation."""
+        mean, var = self.predict_latent(X)
+        return (mean, np.sqrt(var)) if return_std else mean
+
+    def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
+        """log p(y* | data) = log of int t(y* - f) N(f | m*, v*) df, per point."""
+        self._check_is_fitted()
+        X = check_X(X, estimator="GPStudentTRegressor")
+        y = _check_targets(y, X.shape[0])
+        mean, var = self.predict_latent(X)
+        return self.likelihood_.log_z(mean, np.sqrt(var), y)
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """R^2 of the predictive mean (scikit-learn's regressor score)."""
+        self._check_is_fitted()
+        X = check_X(X, estimator="GPStudentTRegressor")
+        y = _check_targets(y, X.shape[0])
+        w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float)
+        pred = self.predict(X)
+        mean = np.sum(w * y) / np.sum(w)
+        ss_res = np.sum(w * (y - pred) ** 2)
+        ss_tot = np.sum(w * (y - mean) ** 2)
+        if ss_tot == 0:
+            return 1.0 if ss_res == 0 else 0.0
+        return float(1.0 - ss_res / ss_tot)

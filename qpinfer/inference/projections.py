@@ -1,0 +1,122 @@
+"""The local update of a site: what EP, QP, Power EP and relaxed EP differ in.
+
+Given the cavity ``N(cavity_mean, cavity_std^2)`` of a site and its observation ``y``, a
+projection returns the mean and standard deviation of the Gaussian that replaces the tilted
+distribution ``q~(f) ∝ N(f | cavity) p(y | f)^power``:
+
+* :class:`MomentMatching` -- EP, the KL projection, paper 000 eq. (5);
+* :class:`QuantileMatching` -- QP, the L2-Wasserstein projection: the same mean (eq. (5)), the
+  standard deviation sigma* of eq. (7), looked up in a table (:func:`qpinfer.open_table`) or
+  computed exactly with :func:`qpinfer.sigma_qp`.
+
+Power EP (:mod:`qpinfer.inference.power_ep`) and relaxed EP (:mod:`qpinfer.inference.relaxed_ep`) add their own; the site
+loop (:mod:`qpinfer.inference.site_loop`) turns a projection into new site parameters (eq. (6)).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["MomentMatching", "Projection", "QuantileMatching"]
+
+
+@runtime_checkable
+class Projection(Protocol):
+    """The local update of a site (what EP/QP/Power EP/relaxed EP differ in).
+
+    ``power`` is the fraction of the site removed to form the cavity (1 for EP and QP).
+    ``project(cavity_mean, cavity_std, y) -> (mean, std)`` is the Gaussian replacing the tilted
+    distribution, vectorised over sites. ``log_normalizer(cavity_mean, cavity_std, y)`` is
+    ``log Z^_i = log ∫ N(f | cavity) p(y_i | f) df``, needed by the evidence (eq. (4)).
+    """
+
+    power: float
+
+    def project(
+        self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def log_normalizer(
+        self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
+    ) -> np.ndarray: ...
+
+
+class MomentMatching:
+    """EP's projection: match the tilted mean and variance (paper 000 eq. (5))."""
+
+    power = 1.0
+
+    def __init__(self, likelihood: Any) -> None:
+        self.likelihood = likelihood
+
+    def project(
+        self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
+
+    def log_normalizer(
+        self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
+    ) -> np.ndarray:
+        return self.likelihood.log_z(cavity_mean, cavity_std, y)
+
+    def __repr__(self) -> str:
+        return f"MomentMatching({getattr(self.likelihood, 'name', self.likelihood)!r})"
+
+
+class QuantileMatching:
+    """QP's projection: EP's mean (eq. (5)) and the L2-Wasserstein standard deviation (eq. (7)).
+
+    With a ``table`` (from :func:`qpinfer.open_table`), sigma* is
+    ``table.sigma_ratio(mu, sigma, y) * sigma_EP`` (a v2 table, ``accepts_moments``:
+    ``table.sigma_qp(mu, sigma, y, moments=(mean, sigma_EP))``) -- one batched interpolation per
+    parallel sweep, with the table's own exact fallback outside its domain. When the likelihood has
+    ``tilted_mean`` (probit), a v2 table gives both (``table.qp_moments``): it computes EP's
+    standard deviation only for cavities outside its boxes of sigma* / sigma, so a sweep whose
+    cavities all lie in them computes EP's mean alone, in one pass with the lookup. Without a table,
+    sigma* is computed exactly by :func:`qpinfer.sigma_qp` (slower).
+    """
+
+    power = 1.0
+
+    def __init__(self, likelihood: Any, table: Any | None = None) -> None:
+        if table is not None:
+            table_lik = getattr(table, "likelihood", None)
+            if table_lik != likelihood.name:
+                raise ValueError(
+                    f"table is for likelihood {table_lik!r} but inference uses {likelihood.name!r}"
+                )
+        self.likelihood = likelihood
+        self.table = table
+
+    def project(
+        self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        qp_moments = getattr(self.table, "qp_moments", None)
+        if qp_moments is not None and hasattr(self.likelihood, "tilted_mean"):
+            # a v2 table computes EP's moments itself, only for cavities outside its boxes of
+            # sigma* / sigma (the same values as the moments passed in)
+            return qp_moments(cavity_mean, cavity_std, y)
+        mean, std_ep = self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
+        if self.table is not None:
+            if getattr(self.table, "accepts_moments", False):  # v2: no second EP computation
+                std = self.table.sigma_qp(cavity_mean, cavity_std, y, moments=(mean, std_ep))
+            else:
+                std = self.table.sigma_ratio(cavity_mean, cavity_std, y) * std_ep
+        else:
+            from qpinfer.sigma.kernel import (
+                sigma_qp,  # the exact kernel, imported when first needed
+            )
+
+            std = sigma_qp(self.likelihood, cavity_mean, cavity_std, y)
+        return mean, std
+
+    def log_normalizer(
+        self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
+    ) -> np.ndarray:
+        return self.likelihood.log_z(cavity_mean, cavity_std, y)
+
+    def __repr__(self) -> str:
+        src = "exact" if self.table is None else "table"
+        return f"QuantileMatching({getattr(self.likelihood, 'name', self.likelihood)!r}, {src})"

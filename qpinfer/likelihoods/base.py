@@ -1,0 +1,107 @@
+"""The likelihood interface for EP/QP site updates, vectorized over sites: :class:`Likelihood`.
+
+Each likelihood is one small object (in the spirit of GPML's ``likErf.m``): given cavity
+parameters ``(mu, sigma)`` (mean and *standard deviation* of N(f | mu, sigma^2)) and an
+observation ``y`` it returns what a site update needs: ``log_z`` (the tilted normalizer),
+``tilted_moments`` (EP's moment projection, paper 000 App. C) and, for the exact QP kernel
+in :mod:`qpinfer.sigma.kernel`, the unnormalized log tilted density and the location of its lobes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from qpinfer.checks import finite_array as _finite
+
+_LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+
+
+def check_cavity(mu, sigma) -> tuple[np.ndarray, np.ndarray]:
+    """Validate cavity mean ``mu`` and standard deviation ``sigma`` (finite, ``sigma > 0``)."""
+    mu = _finite("mu", mu)
+    sigma = _finite("sigma", sigma)
+    bad = sigma <= 0
+    if bad.any():
+        raise ValueError(f"sigma must be > 0 (a standard deviation); got {sigma[bad].flat[0]!r}")
+    return mu, sigma
+
+
+class Likelihood(ABC):
+    """A likelihood p(y | f) with everything a site update needs, vectorized over sites.
+
+    Subclasses implement :meth:`check_y`, :meth:`log_pdf`, :meth:`log_z`,
+    :meth:`tilted_moments` and the two hooks used by the exact sigma* kernel:
+    :meth:`_log_tilted` and :meth:`_lobes`.
+    """
+
+    name: str = ""
+    _n_nodes: int = 20  # Gauss-Legendre nodes per panel in the sigma* quadrature
+    #: EP moments by the sigma* kernel's own panels (qpinfer.quadrature.tilted): sigma_qp then
+    #: takes sigma_EP for its Theorem 2 clamp from the same pass instead of tilted_moments
+    _ep_from_panels: bool = False
+    #: closed forms (_sigma_closed_form, _rescale) that may round above sigma_EP: sigma_qp clamps
+    #: them too (else only its quadrature points)
+    _clamp_closed_forms: bool = False
+    #: cavities wider than this (canonical sigma) have the sigma* kernel check each lobe's
+    #: outermost panel edge where it ends (one more log-density evaluation per side) and
+    #: re-place one that stopped short of the tail cut (qpinfer.quadrature.level_sets): needed where
+    #: sqrt(drop) bends sharply, at the link's step seen from a cavity much wider than it (a
+    #: probit cavity at sigma 1.8e8 lost 2.5e-13; logit at sigma ~50, 4.4e-10); a tilt that is
+    #: nearly Gaussian never stops short (inf: never checked)
+    _tail_check_sigma: float = np.inf
+
+    @abstractmethod
+    def check_y(self, y) -> np.ndarray:
+        """Validate observations, returning a float64 array; ``ValueError`` names ``y``."""
+
+    @abstractmethod
+    def log_pdf(self, f, y) -> np.ndarray:
+        """log p(y | f)."""
+
+    @abstractmethod
+    def log_z(self, mu, sigma, y) -> np.ndarray:
+        """log Z = log of the integral of p(y | f) N(f | mu, sigma^2) over f."""
+
+    @abstractmethod
+    def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation of the tilted distribution (EP's projection, eq. (5))."""
+
+    def canonical(self, mu, y) -> tuple[np.ndarray, np.ndarray]:
+        """Map ``(mu, y)`` to an equivalent pair by an exact symmetry (default: identity)."""
+        return mu, y
+
+    def _sigma_closed_form(self, mu, sigma, y):
+        """``(mask, sigma_star)`` where sigma* is known in closed form, else ``None``."""
+        return
+
+    def _rescale(self, mu, sigma, y):
+        """``(mask, mu', sigma', scale)``: where the kernel should compute
+        ``scale * sigma*(mu', sigma', y)`` instead (a limit exact to double precision), or
+        ``None``."""
+        return
+
+    def _breakpoints(self, mu, sigma, y):
+        """``(need, edges)``: extra panel edges at features of the likelihood that log-density
+        level sets can straddle, or ``None``. ``need`` is an int array per point: 0 none, 1 add
+        the edges, >= 2 add them and use finer level sets (very wide cavities). ``edges`` is an
+        array of shape (m,), or a function of ``need`` returning one."""
+        return
+
+    @abstractmethod
+    def _log_tilted(self, f, mu, sigma, y, derivative: bool = True):
+        """Unnormalized log tilted density log p(y|f) - (f-mu)^2/(2 sigma^2) and (if
+        ``derivative``) its f-derivative, else ``None`` in its place."""
+
+    @abstractmethod
+    def _lobes(self, mu, sigma, y) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Log-concave pieces of the tilted density, left to right.
+
+        Each lobe is ``(mode, width, lower, upper)``: the mode of the unnormalized density on the
+        lobe, its curvature width ``(-d^2 log q / df^2)^(-1/2)`` at the mode, and hard bounds of
+        the lobe (``-inf``/``inf`` or a zero of the likelihood such as f = 0).
+        """
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

@@ -1,0 +1,108 @@
+"""Poisson counts with the square link, rate f^2 (paper 000 App. C.2)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import gammaln
+
+from qpinfer.checks import check_counts
+from qpinfer.likelihoods.base import Likelihood
+
+_LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+
+
+class PoissonSquare(Likelihood):
+    """Poisson counts with rate f^2 (square link, paper 000 App. C.2), y in {0, 1, 2, ...}.
+
+    With N(f | mu, sigma^2) exp(-f^2) = N(f | beta, v) exp(-mu^2/(1+2 sigma^2)) / sqrt(1+2 sigma^2),
+    ``beta = mu / (1 + 2 sigma^2)``, ``v = sigma^2 / (1 + 2 sigma^2)``, the tilted density is
+    proportional to f^(2y) N(f | beta, v). Writing f = beta + sqrt(v) t, b = beta/sqrt(v), its
+    moments follow from P_n(b) = E[(b + t)^n], t ~ N(0, 1): for counts up to 64 by the positive
+    recurrence P_{n+1} = b P_n + n P_{n-1} and Stein's identity, above by a quadrature of each
+    of the two lobes about its mode whose cost does not grow with y
+    (:mod:`qpinfer.likelihoods.poisson_moments`). Counts up to ``MAX_COUNT`` = 1e8 are accepted; larger
+    ones are refused by :meth:`check_y` (``ValueError`` naming y and the range).
+    """
+
+    name = "poisson_square"
+    _n_nodes = 16  # lobes are Gaussian times |f|^2y: smooth on every panel
+
+    def check_y(self, y) -> np.ndarray:
+        from qpinfer.likelihoods.poisson_moments import MAX_COUNT, MAX_COUNT_TEXT
+
+        why = " (the range where sigma* holds 1e-12 accuracy)"
+        yf = check_counts(y, "poisson_square", MAX_COUNT, MAX_COUNT_TEXT, why)
+        return yf
+
+    def log_pdf(self, f, y) -> np.ndarray:
+        f = np.asarray(f, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            logf2 = np.where(y > 0, y * np.log(f * f), 0.0)
+        return logf2 - f * f - gammaln(y + 1.0)
+
+    @staticmethod
+    def _beta_v(mu, sigma):
+        a = 1.0 + 2.0 * sigma * sigma
+        return mu / a, sigma * sigma / a, a
+
+    def log_z(self, mu, sigma, y) -> np.ndarray:
+        """eq. (53)-(54): for counts up to 64 as log E[f^2y] under N(beta, v) (positive terms
+        only); above, Loader's saddle-point form at the main mode (no terms of size y log y
+        cancel; see :mod:`qpinfer.likelihoods.poisson_moments`)."""
+        from qpinfer.likelihoods.poisson_moments import log_z
+
+        return log_z(mu, sigma, y)
+
+    def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std of |f|^(2y) N(f | beta, v) (:mod:`qpinfer.likelihoods.poisson_moments`): for
+        y <= 64 Stein's identity, E[t] = 2y P_{2y-1}/P_{2y}, E[t^2] = 1 + 2y(2y-1) P_{2y-2}/P_{2y}
+        (equivalent to eq. (56)-(60)); above, the two lobes' moments about their modes."""
+        from qpinfer.likelihoods.poisson_moments import tilted_moments
+
+        return tilted_moments(mu, sigma, y)
+
+    def canonical(self, mu, y):
+        """Symmetry f -> -f: sigma*(mu) == sigma*(-mu) exactly."""
+        return np.abs(mu), y
+
+    def _sigma_closed_form(self, mu, sigma, y):
+        """y = 0 (the tilted density N(f | beta, v) is Gaussian, sigma* = sqrt(v) exactly), a
+        main lobe Gaussian to double precision (sigma* = the tilted std) and far single lobes
+        (quadrature about the mode): see :func:`qpinfer.likelihoods.poisson_moments.sigma_closed_form`."""
+        from qpinfer.likelihoods.poisson_moments import sigma_closed_form
+
+        return sigma_closed_form(mu, sigma, y)
+
+    def _rescale(self, mu, sigma, y):
+        """sigma outside [1e-100, 1e100]: sigma* = 2 sv sigma*(b, 1/sqrt(2), y), see
+        :func:`qpinfer.likelihoods.poisson_moments.rescale`."""
+        from qpinfer.likelihoods.poisson_moments import rescale
+
+        return rescale(mu, sigma, y)
+
+    def _log_tilted(self, f, mu, sigma, y, derivative=True):
+        """2y log|f| - (f - beta)^2 / (2v) up to a per-point constant, written about the mode of
+        f's own lobe so that no terms of size y cancel (see
+        :func:`qpinfer.likelihoods.poisson_moments.log_tilted`)."""
+        from qpinfer.likelihoods.poisson_moments import log_tilted
+
+        beta, v, _ = self._beta_v(mu, sigma)
+        return log_tilted(f, beta, v, y, derivative)
+
+    def _lobes(self, mu, sigma, y):
+        # q ~ |f|^{2y} N(f | beta, v): for y >= 1 one log-concave lobe on each side of f = 0 with
+        # modes solving f^2 - beta f - 2 y v = 0 (y = 0 is closed form, never reaches here).
+        from qpinfer.likelihoods.poisson_moments import lobe_modes
+
+        beta, v, _ = self._beta_v(mu, sigma)
+        near, far, _ = lobe_modes(beta, v, y)
+        lobes = []
+        for side, mode in ((-1.0, np.minimum(near, far)), (1.0, np.maximum(near, far))):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                curv = np.where(y > 0, 2.0 * y / (mode * mode), 0.0) + 1.0 / v
+            width = 1.0 / np.sqrt(curv)
+            zero = np.zeros_like(mode)
+            inf = np.full_like(mode, np.inf)
+            lobes.append((mode, width, -inf if side < 0 else zero, zero if side < 0 else inf))
+        return lobes

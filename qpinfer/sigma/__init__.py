@@ -1,0 +1,13 @@
+"""The exact QP standard deviation sigma* of paper 000 eq. (7): the kernel every table is built
+from and every lookup falls back to.
+
+Holds: :mod:`~qpinfer.sigma.kernel` (validation, the mirror symmetry, closed-form regimes,
+batching into the panel quadrature, the Theorem-2 clamp). Named ``sigma`` rather than ``kernel``
+because :mod:`qpinfer.kernels` already names the GP's covariance functions.
+
+May import: :mod:`qpinfer.likelihoods`, :mod:`qpinfer.quadrature`, :mod:`qpinfer.checks`.
+"""
+
+from qpinfer.sigma.kernel import broadcast_query, sigma_qp, tilted_moments
+
+__all__ = ["broadcast_query", "sigma_qp", "tilted_moments"]

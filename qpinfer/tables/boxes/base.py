@@ -1,0 +1,84 @@
+"""Reduced coordinates of the v2 sigma* tables: where each likelihood's ratio is a smooth function
+on a bounded box (design and measurements: ``docs/tables-v2.md``).
+
+A v2 table stores ``rho = sigma* / sigma_EP`` (in (0, 1], Theorem 2) at the Chebyshev-Gauss
+nodes of equal cells (:mod:`qpinfer.tables.chebyshev`) over one or more *boxes* per likelihood. A lookup
+follows the exact kernel's own path (:func:`qpinfer.sigma.kernel.sigma_qp`):
+
+1. the mirror symmetry (``Likelihood.canonical``);
+2. the regimes where sigma* is known to double precision (``Likelihood._sigma_closed_form``);
+3. the map to an equivalent cavity where the likelihood has one (``Likelihood._rescale``);
+4. the first box that contains the (rescaled) cavity: ``rho`` from its cells, times the
+   closed-form EP standard deviation, times the rescaling factor.
+
+A :class:`Box` knows its axes, its labels (the label axis of the stored array: probit has one,
+canonical ``y = +1``; Poisson one per count), how to turn a node back into a cavity (the build)
+and a cavity into box coordinates (the lookup).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qpinfer.tables.chebyshev import CellAxis
+
+__all__ = ["Box"]
+
+
+@dataclass(frozen=True)
+class Box:
+    """One box of reduced coordinates; subclasses define the maps."""
+
+    name: str
+    axes: tuple[CellAxis, ...]
+    labels: tuple[float, ...]
+    #: what the box stores: ``"sigma_ep"``, rho = sigma* / sigma_EP (looked up after the
+    #: closed-form regimes and the rescaling, needs EP's std), or ``"sigma"``, sigma* / sigma
+    #: (looked up first, on the canonical cavity as it is: its nodes hold what the kernel gives
+    #: in every regime, and a lookup needs no EP moments)
+    denominator: str = "sigma_ep"
+
+    def cavity(self, label: float, *coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(mu, sigma)`` of the (canonical) cavity at box coordinates ``coords``."""
+        raise NotImplementedError
+
+    def locate(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """``(inside, label_index, coords)`` for canonical cavities: which lie in the box, the
+        index of their label on the box's label axis, and their box coordinates."""
+        raise NotImplementedError
+
+    def axis_coords(self, mu, sigma, y) -> tuple[np.ndarray, ...] | None:
+        """Box coordinates of canonical cavities if the box has one label and holds exactly
+        the cavities whose coordinates lie in its axes' ranges (the reader then checks both
+        in one pass, :func:`qpinfer.tables.chebyshev.evaluate_inside`); ``None`` otherwise."""
+        return None
+
+    def axis_array(self, mu, sigma, y) -> np.ndarray | None:
+        """:meth:`axis_coords` of 1-D arrays of cavities as one ``(n_axes, n)`` array, for
+        :class:`qpinfer.tables.sweep_evaluator.SweepEvaluator`. The cavities need not be checked (a
+        non-finite mean or a sigma <= 0 gives coordinates outside the axes); the caller
+        silences floating-point warnings."""
+        coords = self.axis_coords(mu, sigma, y)
+        if coords is None:
+            return None
+        u = np.empty((len(coords), np.size(mu)))
+        for d, x in enumerate(coords):
+            u[d] = x
+        return u
+
+    def to_attrs(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": type(self).__name__,
+            "axes": [ax.to_attrs() for ax in self.axes],
+            "labels": list(self.labels),
+            "denominator": self.denominator,
+        }
+
+    def _inside_axes(self, coords) -> np.ndarray:
+        inside = np.ones(np.shape(coords[0]), dtype=bool)
+        for ax, x in zip(self.axes, coords, strict=True):
+            inside &= (x >= ax.start) & (x <= ax.stop)
+        return inside

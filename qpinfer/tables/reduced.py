@@ -1,0 +1,473 @@
+"""Reader of v2 sigma* tables: reduced coordinates, Chebyshev cells, near-exact lookups.
+
+(Over 400 lines: opening, the integrity check, the general lookup and the sweep path share
+one object.)
+
+A v2 store (``qp_schema_version == 2``, written by ``qptables build LIK OUT --grid v2``) is a
+zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
+:mod:`qpinfer.tables.boxes.probit` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
+<box>_<axis1>])``: ``rho = sigma* / sigma_EP`` at the Chebyshev-Gauss nodes of the box's cells
+(:mod:`qpinfer.tables.chebyshev`), one slice per label, with the node positions as coordinate arrays.
+Root attributes: ``likelihood``, ``boxes`` (each box's kind, axes and labels), ``grid`` (the
+same, for tools that read v1's), ``coordinates`` / ``interpolation`` / ``claimed_domain``
+(prose), ``arrays`` (every array of the store), ``verification`` (the build's check against the
+exact kernel and mpmath), ``integrity`` and ``complete``.
+
+Integrity: a v2 store is small (a few MB), so :func:`open_reduced` reads every file of it once
+at open, hashes it (~2 ms per MB), decodes the arrays from the same bytes and compares the hashes
+with ``attrs["integrity"]``: one sha256 per file and per root attribute (except ``integrity``,
+``verification`` and ``complete``), and a digest over all of them; any change -- a flipped byte in a chunk, an edited likelihood or box -- is refused with a
+:class:`~qpinfer.tables.TableError` naming the file or attribute.
+
+Lookups: a box whose ``denominator`` is ``"sigma"`` (probit's core) stores sigma*/sigma and is
+tried first, on the canonical cavity as it is: its nodes hold the kernel's values in every regime,
+so such a lookup needs neither EP's moments nor the regime tests, and sigma* is the value times
+sigma. The other cavities follow the exact kernel's path (:mod:`qpinfer.tables.boxes.probit`): closed-form
+regimes, the likelihood's rescaling, then the first box holding the (rescaled) cavity. A cavity
+in no box (a Poisson count above the table's labels) is computed by the exact kernel and counted
+in :attr:`ReducedTable.fallback_count`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+
+from qpinfer.likelihoods.registry import get_likelihood
+from qpinfer.sigma.kernel import _prepare
+from qpinfer.tables.boxes.base import Box
+from qpinfer.tables.boxes.probit import ProbitCore
+from qpinfer.tables.boxes.registry import box_from_attrs
+from qpinfer.tables.chebyshev import coefficients, evaluate, evaluate_inside, power_coefficients
+from qpinfer.tables.store import TableError, chunk_key, read_json
+from qpinfer.tables.sweep_evaluator import SweepEvaluator
+
+__all__ = ["SCHEMA_VERSION_V2", "ReducedTable", "integrity_record", "open_reduced"]
+
+SCHEMA_VERSION_V2 = 2
+UNSIGNED_ATTRS = ("integrity", "verification", "complete")
+
+
+def array_names(box: Box) -> dict[str, tuple[str, ...]]:
+    """``{array: dims}`` of one box: its data array and its coordinate arrays."""
+    dims = (f"{box.name}_y", *(f"{box.name}_{ax.name}" for ax in box.axes))
+    return {f"rho_{box.name}": dims, **{d: (d,) for d in dims}}
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _store_files(root: Path) -> dict[str, bytes]:
+    """Every file of the store but the root ``zarr.json``, read once: ``{relative path: bytes}``."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel != "zarr.json" and path.is_file():
+            out[rel] = path.read_bytes()
+    return out
+
+
+def integrity_record(root: str | os.PathLike, attrs: dict) -> dict:
+    """The ``integrity`` attribute of the store at ``root`` as it is now (see module doc)."""
+    return _record(attrs, _store_files(Path(root)))
+
+
+def _record(attrs: dict, files: dict[str, bytes]) -> dict:
+    """The integrity record of a store's attributes and file contents (:func:`_store_files`)."""
+    hashes = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
+    attributes = {
+        k: hashlib.sha256(_canonical(v)).hexdigest()
+        for k, v in sorted(attrs.items())
+        if k not in UNSIGNED_ATTRS
+    }
+    fields = {"files": hashes, "attributes": attributes}
+    return {
+        "algorithm": "sha256",
+        "digest": hashlib.sha256(_canonical(fields)).hexdigest(),
+        **fields,
+    }
+
+
+def _integrity_changes(attrs: dict, files: dict[str, bytes]) -> list[str]:
+    want = attrs.get("integrity")
+    if not isinstance(want, dict) or "digest" not in want:
+        return ["the integrity record is missing"]
+    have = _record(attrs, files)
+    if have["digest"] == want["digest"]:
+        return []
+    out = []
+    for kind in ("files", "attributes"):
+        a, b = want.get(kind) or {}, have[kind]
+        label = "file" if kind == "files" else "attribute"
+        out += [f"{label} {k!r} changed" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
+        out += [f"{label} {k!r} missing" for k in sorted(set(a) - set(b))]
+        out += [f"{label} {k!r} added" for k in sorted(set(b) - set(a))]
+    return out or ["the digest itself was changed"]
+
+
+class ReducedTable:
+    """An open v2 table: ``sigma_qp`` / ``sigma_ratio`` lookups in constant time per query.
+
+    Attributes
+    ----------
+    path : Path
+    likelihood : str
+        The likelihood name (what :class:`qpinfer.inference.ep.QuantileMatching` checks).
+    attrs : dict
+        The store's root attributes.
+    fallback_count : int
+        Queries in no box, answered by the exact kernel (never warned: exact is exact).
+    """
+
+    def __init__(self, path: Path, attrs: dict, boxes: list[Box], coefs: list[np.ndarray]):
+        self.path = path
+        self.attrs = attrs
+        self.likelihood: str = attrs["likelihood"]
+        self._lik = get_likelihood(self.likelihood)
+        self._boxes = boxes
+        self._coefs = coefs = list(coefs)  # per box: (labels * cells, nodes...) rows
+        self._cells = [int(np.prod([ax.n_cells for ax in b.axes])) for b in boxes]
+        self._direct = [k for k, b in enumerate(boxes) if b.denominator == "sigma"]
+        k = self._direct[0] if self._direct else None  # the first: whole sweeps in it (_sweep)
+        self._sweep_box = None if k is None else boxes[k]
+        # the sweep box's cells in the power basis (half the array operations per sweep; the
+        # same polynomials to <= 4e-15, cheb_cells.power_coefficients), for every lookup in it
+        self._power = [i == k for i in range(len(boxes))]
+        if k is not None:
+            coefs[k] = power_coefficients(coefs[k], boxes[k].axes)
+        self._sweep_cells = None if k is None else SweepEvaluator(coefs[k], boxes[k].axes, True)
+        # qp_moments' one pass: the sweep box's first axis is the likelihood's z (probit)
+        self._fused = isinstance(self._sweep_box, ProbitCore) and hasattr(
+            self._lik, "tilted_mean_and_z"
+        )
+        self.fallback_count = 0
+
+    def __repr__(self) -> str:
+        names = ", ".join(b.name for b in self._boxes)
+        return f"ReducedTable({str(self.path)!r}, likelihood={self.likelihood!r}, boxes=[{names}])"
+
+    def __reduce__(self):
+        return (open_reduced, (str(self.path),))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to release (the cells live in memory); kept for the v1 table's interface."""
+
+    accepts_moments = True  # QuantileMatching calls sigma_qp with the EP moments it has already
+
+    def _lookup(self, mu, sigma, y, moments=None, need_ep=False):
+        """``(sigma*, sigma_EP, shape, rest)`` over the flattened broadcast queries; ``rest``:
+        the flat indices the exact kernel answered. ``sigma_EP`` (the caller's ``moments[1]``,
+        else computed if ``need_ep``) is ``None`` if neither.
+
+        First the boxes that store sigma*/sigma, on the canonical cavity as it is (no moments,
+        no regimes: their nodes hold the kernel's values in every regime); the rest follow the
+        kernel's path (:meth:`_ratio_path`). The common case -- every query in the first box,
+        EP's sweeps -- takes no index arrays."""
+        lik, mu, sigma, y = _prepare(self._lik, mu, sigma, y)  # the kernel's input checks
+        shape = mu.shape
+        m, yy = lik.canonical(mu.ravel(), y.ravel())
+        s = sigma.ravel()
+        if moments is not None:  # the caller's, at the original cavities: the std is the
+            # canonical one's, and the closed forms use |mean| only
+            moments = tuple(_flat(a, shape) for a in moments)
+        elif need_ep:
+            with np.errstate(all="ignore"):
+                moments = lik.tilted_moments(m, s, yy)
+        out = np.empty(m.size)
+        todo = _Todo(m.size)
+        for k in self._direct:  # finite coordinates, no warnings to silence
+            idx = todo.indices()
+            if idx is not None and idx.size == 0:
+                break
+            found = self._in_box(k, (m, s, yy) if idx is None else (m[idx], s[idx], yy[idx]), idx)
+            if found is not None:
+                sel, value = found
+                out[sel] = value * s[sel]
+                todo.done(sel)
+        idx = todo.indices()
+        rest = idx
+        if idx is None or idx.size:
+            sub = (m, s, yy) if idx is None else (m[idx], s[idx], yy[idx])
+            sub_moments = moments
+            if moments is not None and idx is not None:
+                sub_moments = tuple(a[idx] for a in moments)
+            with np.errstate(all="ignore"):
+                sig, rest = self._ratio_path(lik, *sub, sub_moments)
+            if idx is None:
+                out = sig
+            else:
+                out[idx] = sig
+                rest = idx[rest]
+            if rest.size:
+                from qpinfer.sigma.kernel import sigma_qp  # the exact kernel, in no box
+
+                self.fallback_count += rest.size
+                out[rest] = sigma_qp(lik, mu.ravel()[rest], s[rest], y.ravel()[rest])
+        return out, None if moments is None else moments[1], shape, rest
+
+    def _in_box(self, k: int, sub, idx):
+        """``(selection, stored values)`` of the queries ``sub`` (at flat indices ``idx``, or
+        all) inside box ``k``; ``None`` if none is."""
+        box = self._boxes[k]
+        coords = box.axis_coords(*sub)
+        if coords is not None:  # one pass locates, checks and evaluates
+            inside, values = evaluate_inside(self._coefs[k], box.axes, coords, 0, self._power[k])
+        else:
+            inside, label_index, coords = box.locate(*sub)
+            if inside.all():
+                inside = None
+            elif inside.any():
+                label_index, coords = label_index[inside], tuple(c[inside] for c in coords)
+            else:
+                return None
+            first = label_index * self._cells[k]
+            values = evaluate(self._coefs[k], box.axes, coords, first, self._power[k])
+        if inside is None:
+            return (slice(None) if idx is None else idx), values
+        if not inside.any():
+            return None
+        return (np.flatnonzero(inside) if idx is None else idx[inside]), values
+
+    def _ratio_path(self, lik, m, s, yy, moments):
+        """``(sigma*, rest)`` of canonical queries along the kernel's path: closed forms,
+        rescaling, then every box; ``rest``: indices in none."""
+        if moments is None:
+            moments = lik.tilted_moments(m, s, yy)
+        ep = moments[1]
+        if getattr(lik, "_closed_form_takes_moments", False):
+            closed = lik._sigma_closed_form(m, s, yy, moments=moments)
+        else:
+            closed = lik._sigma_closed_form(m, s, yy)
+        out = np.empty(m.size)
+        todo = _Todo(m.size)
+        if closed is not None and closed[0].any():
+            mask, values = closed
+            out[mask] = values[mask]
+            todo.done(np.flatnonzero(mask))
+        rescaled = lik._rescale(m, s, yy)
+        moved = None
+        if rescaled is not None:
+            moved, m_r, s_r, scale = rescaled
+            moved = todo.restrict(moved)
+            if moved.any():
+                m, s = np.where(moved, m_r, m), np.where(moved, s_r, s)
+            else:
+                moved = None
+        for k, box in enumerate(self._boxes):  # a rescaled cavity may land in any box
+            idx = todo.indices()
+            if idx is not None and idx.size == 0:
+                break
+            sub = (m, s, yy) if idx is None else (m[idx], s[idx], yy[idx])
+            found = self._in_box(k, sub, idx)
+            if found is None:
+                continue
+            sel, value = found
+            mv = None if moved is None else moved[sel]
+            if box.denominator == "sigma":  # at the (rescaled) cavity's sigma
+                sig = value * s[sel]
+                if mv is not None and mv.any():
+                    sig[mv] *= scale[sel][mv]
+            else:
+                sig = value * ep[sel]
+                if mv is not None and mv.any():
+                    # rescaled: sigma* = rho * sigma_EP(mu', sigma') * scale
+                    sm = np.arange(m.size)[sel][mv]
+                    _, ep_r = lik.tilted_moments(m[sm], s[sm], yy[sm])
+                    sig[mv] = value[mv] * np.ravel(ep_r) * scale[sm]
+            out[sel] = sig
+            todo.done(sel)
+        idx = todo.indices()
+        return out, np.arange(m.size) if idx is None else idx
+
+    def _is_sweep_batch(self, mu, sigma, y) -> bool:
+        """1-D float arrays of one shape, and a box for the sweep path (:meth:`sigma_qp_core`)."""
+        return (
+            self._sweep_cells is not None
+            and type(mu) is np.ndarray
+            and type(sigma) is np.ndarray
+            and mu.ndim == 1
+            and mu.dtype == sigma.dtype == np.float64
+            and mu.shape == sigma.shape == np.shape(y)
+        )
+
+    def sigma_qp_core(self, mu, sigma, y):
+        """sigma* of a sweep's queries -- 1-D float arrays of one shape -- if every one lies in
+        the first box that stores sigma*/sigma (probit's core, a fit's every cavity), else
+        ``None`` (then :meth:`sigma_qp` answers them). Needs no EP moments, so QP's projection
+        (:class:`qpinfer.inference.projections.QuantileMatching`) asks for sigma* without them and
+        computes EP's mean alone (:meth:`qp_moments`).
+
+        No input checks but the labels': a cavity inside the box's axes has a finite mean and a
+        finite sigma > 0 (:meth:`qpinfer.tables.boxes.probit.Box.axis_array`), any other one gives
+        ``None``, and :meth:`sigma_qp` sends the whole batch to :meth:`_lookup`, which checks
+        it."""
+        if not self._is_sweep_batch(mu, sigma, y):
+            return None
+        m, yy = self._lik.canonical(mu, self._lik.check_y(y))
+        with np.errstate(all="ignore"):  # (outside: NaN, inf; the batch goes to _lookup)
+            u = self._sweep_box.axis_array(m, sigma, yy)
+            return None if u is None else self._sweep_cells(u, sigma)
+
+    def qp_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """``(EP's mean, sigma*)`` at cavities ``(mu, sigma)`` and labels ``y``: QP's projection
+        (:class:`qpinfer.inference.projections.QuantileMatching` uses it for likelihoods with
+        ``tilted_mean``; for the others the EP moments it computes are passed on to the lookup).
+
+        On probit's sweeps one pass serves both: the tilted mean's ``z = y mu / sqrt(1 +
+        sigma^2)`` is the core box's first coordinate (:meth:`qpinfer.likelihoods.Probit.tilted_mean_and_z`),
+        so the labels are checked, and z computed, once; a batch with a cavity outside the core
+        takes :meth:`sigma_qp`'s general lookup (which checks the inputs). The same values as
+        ``tilted_mean`` and :meth:`sigma_qp`, bit for bit."""
+        lik = self._lik
+        if self._fused and self._is_sweep_batch(mu, sigma, y):
+            yy = lik.check_y(y)
+            with np.errstate(all="ignore"):  # (outside: NaN, inf; the batch goes to _lookup)
+                mean, z = lik.tilted_mean_and_z(mu, sigma, yy)
+                std = self._sweep_cells(self._sweep_box.axis_array(None, sigma, None, z), sigma)
+            if std is None:
+                std = self._lookup(mu, sigma, y)[0]
+            return mean, std
+        if hasattr(lik, "tilted_mean"):
+            return lik.tilted_mean(mu, sigma, y), self.sigma_qp(mu, sigma, y)
+        mean, std_ep = lik.tilted_moments(mu, sigma, y)
+        return mean, self.sigma_qp(mu, sigma, y, moments=(mean, std_ep))
+
+    def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
+        """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast);
+        ``moments``: EP's ``(mean, std)`` at these cavities if the caller has them (used only
+        outside the boxes that store sigma*/sigma)."""
+        sig = self.sigma_qp_core(mu, sigma, y)
+        if sig is not None:
+            return sig
+        sig, _, shape, _ = self._lookup(mu, sigma, y, moments)
+        return sig.reshape(shape)
+
+    def sigma_ratio(self, mu, sigma, y, moments=None) -> np.ndarray:
+        """sigma* / sigma_EP; ``moments``: EP's ``(mean, std)`` at these cavities if the caller
+        has them."""
+        sig, ep, shape, _ = self._lookup(mu, sigma, y, moments, need_ep=True)
+        return (sig / ep).reshape(shape)
+
+    def contains(self, mu, sigma, y) -> np.ndarray:
+        """True everywhere a lookup needs no exact fallback."""
+        before = self.fallback_count
+        _, _, shape, rest = self._lookup(mu, sigma, y)
+        self.fallback_count = before
+        out = np.ones(int(np.prod(shape)), dtype=bool)
+        out[rest] = False
+        return out.reshape(shape)
+
+
+def _flat(a, shape) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    return a.ravel() if a.shape == shape else np.broadcast_to(a, shape).ravel()
+
+
+class _Todo:
+    """Which of ``n`` queries are still unanswered, without an index array while all are."""
+
+    def __init__(self, n: int):
+        self.mask = None  # None: all
+        self.n = n
+
+    def indices(self):
+        """Flat indices still to answer, or ``None`` for all of them."""
+        return None if self.mask is None else np.flatnonzero(self.mask)
+
+    def done(self, sel) -> None:
+        if self.mask is None:
+            if isinstance(sel, slice) and sel == slice(None):
+                self.mask = np.zeros(self.n, dtype=bool)
+                return
+            self.mask = np.ones(self.n, dtype=bool)
+        self.mask[sel] = False
+
+    def restrict(self, mask: np.ndarray) -> np.ndarray:
+        return mask if self.mask is None else mask & self.mask
+
+
+def _read_array(root: Path, files: dict[str, bytes], name: str, what: str) -> np.ndarray:
+    """A float64 array of the store from its files' bytes (``files``: :func:`_store_files`)."""
+    try:
+        meta = json.loads(files[f"{name}/zarr.json"])
+        shape = tuple(meta["shape"])
+        chunks = tuple(meta["chunk_grid"]["configuration"]["chunk_shape"])
+        enc = meta["chunk_key_encoding"]
+        sep = enc.get("configuration", {}).get("separator", "/")
+        codecs = meta["codecs"]
+    except KeyError as exc:
+        raise TableError(f"{what}: array {name!r} or its metadata is missing ({exc})") from None
+    except (TypeError, ValueError) as exc:
+        raise TableError(f"{what}: malformed metadata of array {name!r} ({exc})") from None
+    if meta.get("data_type") != "float64" or [c.get("name") for c in codecs] != ["bytes"]:
+        raise TableError(f"{what}: array {name!r} must be uncompressed float64")
+    out = np.empty(shape)
+    grid = [range(0, n, c) for n, c in zip(shape, chunks, strict=True)]
+    for idx in np.ndindex(*[len(g) for g in grid]):
+        lo = [g[i] for g, i in zip(grid, idx, strict=True)]
+        rel = chunk_key(name, sep, idx, enc.get("name", "default"))
+        data = files.get(rel)
+        if data is None:
+            raise TableError(f"{what}: chunk {str(root / rel)!r} is missing")
+        if len(data) != 8 * int(np.prod(chunks)):
+            raise TableError(
+                f"{what}: chunk {str(root / rel)!r} has {len(data)} bytes, expected "
+                f"{int(np.prod(chunks)) * 8}"
+            )
+        block = np.frombuffer(data, dtype="<f8").reshape(chunks)
+        sl = tuple(slice(a, min(a + c, n)) for a, c, n in zip(lo, chunks, shape, strict=True))
+        out[sl] = block[tuple(slice(0, s.stop - s.start) for s in sl)]
+    return out
+
+
+def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTable:
+    """Open and validate a v2 store (schema, completeness, verification, integrity, arrays).
+
+    ``finished=False`` (the builder, verifying its own partial store): skip the checks of what
+    only a finished store has -- integrity record, completeness, passed verification."""
+    root = Path(path)
+    what = f"table {str(root)!r}"
+    meta = read_json(root / "zarr.json", what)
+    attrs = meta.get("attributes") or {}
+    if attrs.get("qp_schema_version") != SCHEMA_VERSION_V2:
+        raise TableError(f"{what}: schema version {attrs.get('qp_schema_version')!r}, expected 2")
+    try:
+        files = _store_files(root)  # each file read once: hashed, then decoded
+    except OSError as exc:
+        raise TableError(f"{what}: unreadable ({exc})") from None
+    changes = _integrity_changes(attrs, files) if finished else []
+    if changes:
+        raise TableError(
+            f"{what}: does not match its integrity record ({'; '.join(changes)}); its numbers "
+            "may not mean what it says -- rebuild it (or reinstall the package)"
+        )
+    if finished and attrs.get("complete") is not True:
+        raise TableError(f"{what}: incomplete (attrs['complete'] is {attrs.get('complete')!r})")
+    ver = attrs.get("verification")
+    if finished and (not isinstance(ver, dict) or ver.get("passed") is not True):
+        raise TableError(f"{what}: verification did not pass (attrs['verification'] = {ver!r})")
+    try:
+        boxes = [box_from_attrs(b) for b in attrs["boxes"]]
+        get_likelihood(attrs["likelihood"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TableError(f"{what}: malformed likelihood or boxes ({exc})") from None
+    coefs = []
+    for box in boxes:
+        values = _read_array(root, files, f"rho_{box.name}", what)
+        want = (len(box.labels), *(ax.n_cells * ax.n for ax in box.axes))
+        if values.shape != want or not np.all((values > 0) & (values <= 1 + 1e-12)):
+            raise TableError(f"{what}: array rho_{box.name} is not {want} values in (0, 1]")
+        coefs.append(coefficients(values, box.axes))  # one slice per label
+    return ReducedTable(root, attrs, boxes, coefs)

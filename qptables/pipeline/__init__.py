@@ -1,0 +1,12 @@
+"""Building a table: the grid's plan, the dask run of its tiles, the lock and resume, the atomic
+publish, and packing a finished store for distribution.
+
+Holds: :mod:`~qptables.pipeline.paper` (``qptables build`` of the paper's (mu, log10 sigma)
+grid), :mod:`~qptables.pipeline.v2` (the v2 reduced-coordinate tables), and the parts they share:
+``plan``, ``tiles``, ``dask_run``, ``resume``, ``destination``, ``estimate``, ``interrupt``,
+``errors``, ``publish``. Named ``pipeline`` rather than ``build`` because :func:`qptables.build`
+is the public build function.
+
+May import: :mod:`qptables.reference` (verification), the top-level ``grid``, ``store``,
+``units``, and qpinfer; never :mod:`qptables.cli`.
+"""

@@ -1,0 +1,290 @@
+"""The dask run of a build: a ``distributed`` client (a new ``LocalCluster`` or an existing
+scheduler), its workers, and one pure task per tile (:func:`qptables.pipeline.tiles.compute_tile`),
+written in place by the workers; the client only ever holds tiny per-tile reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from qptables.grid import GridSpec
+from qptables.pipeline.errors import BuildError, BuildInputError, os_error_text
+from qptables.pipeline.tiles import compute_tile, mirror_rows
+
+__all__ = [
+    "SINGLE_THREAD_ENV",
+    "WORKER_WAIT_SECONDS",
+    "connect_scheduler",
+    "completed",
+    "connect_workers",
+    "open_client",
+    "probe_scheduler",
+    "run_tiles",
+]
+
+#: Environment for worker processes: single-threaded numerical libraries (one task per core).
+SINGLE_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+}
+#: How long a build on an external scheduler waits for its first worker.
+WORKER_WAIT_SECONDS = 600
+
+
+def probe_scheduler(address: str, timeout: float | None = None) -> None:
+    """:func:`qpinfer.dask_connect.probe_scheduler`, its error a :class:`BuildInputError`
+    naming ``--scheduler``."""
+    from qpinfer.dask_connect import SchedulerUnreachable
+    from qpinfer.dask_connect import probe_scheduler as probe
+
+    try:
+        probe(address, timeout)
+    except SchedulerUnreachable as exc:
+        raise BuildInputError(f"--scheduler: {exc}") from None
+
+
+def connect_scheduler(address: str) -> Any:
+    """A ``distributed.Client`` on the scheduler at ``address`` within dask's connect timeout,
+    handshake included (:func:`qpinfer.dask_connect.connect_client`); else
+    :class:`BuildInputError` naming ``--scheduler``."""
+    from qpinfer.dask_connect import SchedulerUnreachable, connect_client
+
+    try:
+        return connect_client(address)
+    except SchedulerUnreachable as exc:
+        raise BuildInputError(f"--scheduler: {exc}") from None
+
+
+@contextlib.contextmanager
+def open_client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
+    """A dask.distributed client: on ``scheduler`` or on a new LocalCluster of ``workers``."""
+    from distributed import Client, LocalCluster
+
+    cluster = None
+    if scheduler is None:
+        n = workers or os.cpu_count() or 1
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            # task errors reach the user once, summarised by the build (BuildError), not as the
+            # workers' and scheduler's logged tracebacks
+            silence_logs=logging.CRITICAL,
+            env=dict(SINGLE_THREAD_ENV),
+        )
+        client = Client(cluster)
+    else:
+        client = connect_scheduler(scheduler)
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def dashboard(client: Any) -> str | None:
+    try:
+        link = client.dashboard_link
+    except Exception:  # noqa: BLE001 - no dashboard service is not an error
+        return None
+    info = client.scheduler_info()
+    services = info.get("services", {}) if isinstance(info, dict) else {}
+    if "dashboard" not in services or not link:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is None:
+        link += " (the status pages need bokeh installed where the scheduler runs)"
+    return link
+
+
+def connect_workers(client: Any, partial: Path, say: Callable[[str], None]) -> int:
+    """Wait for the first worker (an external scheduler may have none yet), say what runs
+    where, and check every worker sees ``partial``; returns the number of worker threads."""
+    nthreads = client.nthreads()
+    if not nthreads:
+        say(f"  waiting up to {WORKER_WAIT_SECONDS} s for workers to connect ...")
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+        except (TimeoutError, OSError) as exc:
+            raise BuildError(
+                f"--scheduler: no dask worker connected within {WORKER_WAIT_SECONDS} s "
+                f"({exc!r}); start workers (dask worker ADDRESS --nthreads 1) and re-run"
+            ) from None
+        time.sleep(1.0)  # let the other workers of a starting cluster join too
+        nthreads = client.nthreads()
+    n_workers = max(1, sum(nthreads.values()))
+    say(f"  workers: {n_workers} ({'scheduler ' + client.scheduler.address})")
+    if any(n > 1 for n in nthreads.values()):
+        say(
+            "  note: some workers run several threads; one single-threaded worker process "
+            "per core (dask worker --nthreads 1, OMP_NUM_THREADS=1) is faster for this kernel"
+        )
+    link = dashboard(client)
+    if link:
+        say(f"  dashboard: {link}")
+    visible = client.run(os.path.isdir, str(partial))
+    if not all(visible.values()):
+        bad = [w for w, ok in visible.items() if not ok]
+        raise BuildInputError(
+            f"--scheduler: workers {bad} cannot see {partial}; OUT must be on a file system "
+            f"shared by the client and all workers"
+        )
+    return n_workers
+
+
+def _written_array(partial: Path, filename: Any) -> Path:
+    """The array directory of ``partial`` the file ``filename`` belongs to (else ``partial``)."""
+    try:
+        return partial / Path(filename).relative_to(partial).parts[0]
+    except (TypeError, ValueError, IndexError):
+        return partial
+
+
+#: How often (seconds) a wait on tiles looks at the cluster while no tile finishes.
+_POLL_SECONDS = 5.0
+
+
+class _ClusterWatch:
+    """Raises :class:`BuildError` once the cluster has had no worker for
+    :data:`WORKER_WAIT_SECONDS`, or its scheduler has not answered for that long."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.last_seen = self.last_poll = time.monotonic()
+
+    def check(self, left_to_do: int) -> None:
+        now = time.monotonic()
+        if now - self.last_poll < _POLL_SECONDS:
+            return
+        self.last_poll = now
+        left = max(WORKER_WAIT_SECONDS - (now - self.last_seen), 1.0)
+        try:
+            info = self.client.sync(self.client.scheduler.identity, callback_timeout=left)
+        except (TimeoutError, OSError) as exc:
+            raise BuildError(
+                f"the dask scheduler did not answer for {WORKER_WAIT_SECONDS} s ({exc}); the "
+                "finished tiles are kept, re-run to resume"
+            ) from None
+        if info["workers"]:
+            self.last_seen = now
+        elif now - self.last_seen >= WORKER_WAIT_SECONDS:
+            raise BuildError(
+                f"the dask cluster has had no worker for {WORKER_WAIT_SECONDS} s with "
+                f"{left_to_do} tiles still to compute; the finished tiles are kept, re-run "
+                "(with workers) to resume"
+            )
+
+
+def completed(client: Any, futures: list) -> Iterator[tuple[Any, Any]]:
+    """``(future, result)`` of the tile futures as they finish (``result`` None for a failed
+    task: ``future.status == "error"``). A build may run for hours, but never waits on nothing:
+    :class:`BuildError` once the cluster has had no worker for :data:`WORKER_WAIT_SECONDS`
+    (every worker died or was removed: dask would wait for one forever; a finished tile's result
+    held by a dead worker is lost and recomputed too) or its scheduler stops answering."""
+    from distributed import as_completed
+
+    watch = _ClusterWatch(client)
+    pending = as_completed(futures)
+    while not pending.is_empty():
+        batch = pending.next_batch(block=False)
+        if not batch:
+            time.sleep(0.05)
+            watch.check(pending.count())
+            continue
+        for fut in batch:
+            while fut.status != "error":
+                try:
+                    value = fut.result(timeout=_POLL_SECONDS)
+                    break
+                except TimeoutError:
+                    watch.check(pending.count() + 1)
+            else:
+                value = None
+            yield fut, value
+
+
+def run_tiles(
+    client: Any,
+    partial: Path,
+    likelihood: str,
+    grid: GridSpec,
+    todo: list[tuple[int, int]],
+    mirror_pairs: dict[int, int],
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Submit one task per tile (mirror tiles after their sources); wait with a progress bar
+    (:func:`completed`)."""
+    token = uuid.uuid4().hex[:8]
+    grid_attrs = grid.to_attrs()
+    todo_set = set(todo)
+    futures: dict[tuple[int, int], Any] = {}
+    ordered = sorted(todo, key=lambda t: (t[0] in mirror_pairs, t))
+    for iy, k in ordered:
+        deps = []
+        src = mirror_pairs.get(iy)
+        if src is not None:
+            (lo, hi), _exact = mirror_rows(grid, k)
+            for kk in range(lo // grid.tile_mu, (hi - 1) // grid.tile_mu + 1):
+                if (src, kk) in todo_set:
+                    deps.append(futures[(src, kk)])
+        futures[(iy, k)] = client.submit(
+            compute_tile,
+            str(partial),
+            likelihood,
+            grid_attrs,
+            grid.tile_mu,
+            iy,
+            k,
+            src,
+            *deps,
+            key=f"qptile-{token}-{iy}-{k}",
+            pure=False,
+            retries=2,
+            priority=0 if src is not None else 1,
+        )
+    if not futures:
+        return []
+    reports = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(futures), unit="tile", desc="tiles", file=sys.stderr)
+    try:
+        for fut, report in completed(client, list(futures.values())):
+            if fut.status == "error":
+                exc = fut.exception()
+                iy, k = (int(p) for p in str(fut.key).rsplit("-", 2)[1:])
+                tile = f"tile {k + 1}/{grid.tiles_per_y} of y={grid.y[iy]}"
+                keep = "; the other tiles are kept, re-run to resume"
+                if isinstance(exc, OSError):  # a full disk...: the phase and the path
+                    where = _written_array(partial, exc.filename)
+                    raise BuildError(
+                        f"writing {tile} to {where}: {os_error_text(exc, where)}{keep}"
+                    ) from exc
+                raise BuildError(
+                    f"the task of {tile} failed: {type(exc).__name__}: {exc}{keep}"
+                ) from exc
+            reports.append(report)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        for fut in futures.values():
+            fut.cancel()
+    return reports

@@ -1,0 +1,142 @@
+"""Planning a build: the grid, the disk space it needs, the tiles still to compute (with the
+probit mirror's pairs of labels) and the plan printed before any work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from qpinfer.tables.schema import DATA_VARS
+from qptables.grid import GridError, GridSpec, paper_grid
+from qptables.pipeline.errors import BuildInputError
+from qptables.pipeline.resume import partial_path
+from qptables.pipeline.tiles import mirror_map, mirror_rows
+from qptables.units import human_bytes
+
+__all__ = [
+    "DISK_SLACK_BYTES",
+    "check_disk_space",
+    "describe_plan",
+    "mirror_pairs",
+    "points_to_compute",
+    "published_nbytes",
+    "resolve_grid",
+]
+
+#: Bytes of slack required on top of the chunk data (metadata, temporary files).
+DISK_SLACK_BYTES = 16 * 2**20
+
+
+def published_nbytes(grid: GridSpec) -> int:
+    """Bytes of the published copy (one chunk per (variable, y), no edge padding)."""
+    return len(DATA_VARS) * grid.n_points * 8
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path``."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += (Path(dirpath) / name).stat().st_size
+    return total
+
+
+def resolve_grid(likelihood: str, grid: GridSpec | str | None, y_max: int | None) -> GridSpec:
+    """``grid`` itself, or the paper's grid for ``"paper"``/``None`` (``y_max``: Poisson labels)."""
+    if grid is None or (isinstance(grid, str) and grid == "paper"):
+        return paper_grid(likelihood, y_max)
+    if isinstance(grid, str):
+        raise GridError(f"--grid: unknown preset {grid!r}; expected 'paper'")
+    if not isinstance(grid, GridSpec):
+        raise GridError(f"grid must be a GridSpec or 'paper', got {type(grid).__name__}")
+    return grid
+
+
+def check_disk_space(out: Path, grid: GridSpec, done: set[tuple[int, int]] | None = None) -> int:
+    """Refuse a build whose store does not fit next to ``out``; returns the free bytes.
+
+    ``done=None`` (before the lock): the whole store plus its published copy, counting an
+    unfinished ``OUT.partial`` as reusable. Otherwise the tiles not in ``done`` plus the copy.
+    """
+    free = shutil.disk_usage(out.parent).free
+    total_bytes = grid.store_nbytes(len(DATA_VARS))
+    if done is None:
+        # cheap check before anything allocates or computes (the tiles plus, while publishing,
+        # their one-chunk-per-slice copy)
+        partial = partial_path(out)
+        need = total_bytes + published_nbytes(grid)
+        reusable = tree_bytes(partial) if partial.is_dir() else 0
+        if need + DISK_SLACK_BYTES > free + reusable:
+            raise BuildInputError(
+                f"grid (--mu/--log10-sigma/--y): the build needs {human_bytes(need)} but "
+                f"only {human_bytes(free)} is free on {out.parent} ({grid.describe()})"
+            )
+        return free
+    need = (
+        total_bytes
+        - len(done) * len(DATA_VARS) * grid.chunk_nbytes()
+        + published_nbytes(grid)
+        + DISK_SLACK_BYTES
+    )
+    if need > free:
+        raise BuildInputError(
+            f"grid (--mu/--log10-sigma/--y): the store needs {human_bytes(need)} more on "
+            f"{out.parent} but only {human_bytes(free)} is free ({grid.describe()})"
+        )
+    return free
+
+
+def mirror_pairs(likelihood: str, grid: GridSpec) -> dict[int, int]:
+    """``{y index derived by mirroring: y index it is copied from}`` for the labels on ``grid``."""
+    ys = list(grid.y)
+    return {
+        ys.index(dst): ys.index(src)
+        for dst, src in mirror_map(likelihood).items()
+        if dst in ys and src in ys
+    }
+
+
+def points_to_compute(grid: GridSpec, todo: list[tuple[int, int]], pairs: dict[int, int]) -> int:
+    """Kernel points the tiles ``todo`` evaluate (mirrored rows are copied, not computed)."""
+    n_ls = grid.log10_sigma.n
+    points = 0
+    for iy, k in todo:
+        a, b = grid.tile_rows(k)
+        if iy in pairs:
+            points += int((~mirror_rows(grid, k)[1]).sum()) * n_ls
+        else:
+            points += (b - a) * n_ls
+    return points
+
+
+def describe_plan(
+    likelihood: str,
+    out: Path,
+    grid: GridSpec,
+    pairs: dict[int, int],
+    n_done: int,
+    n_todo: int,
+    free: int,
+    say: Callable[[str], None],
+) -> None:
+    """Print what the build will do, before it does it."""
+    chunk_bytes = grid.chunk_nbytes()
+    total_bytes = grid.store_nbytes(len(DATA_VARS))
+    say(f"qptables build {likelihood} -> {out}")
+    say(f"  grid: {grid.describe()}")
+    if pairs:
+        n_rows = grid.mu.n
+        exact = int((grid.mu_values()[::-1] == -grid.mu_values()).sum())
+        say(f"  probit mirror: y=-1 copied from y=+1 on {exact}/{n_rows} mu rows (exact negation)")
+    say(
+        f"  store: {human_bytes(published_nbytes(grid))} on disk when done "
+        f"({len(DATA_VARS)} variables x {len(grid.y)} uncompressed chunks, one per (variable, y)); "
+        f"built in {len(DATA_VARS)} x {grid.n_tiles} tiles of {human_bytes(chunk_bytes)} "
+        f"({human_bytes(total_bytes)}, deleted once published); {human_bytes(free)} free"
+    )
+    say(f"  tiles: {grid.n_tiles} total, {n_done} already done, {n_todo} to compute")

@@ -1,0 +1,217 @@
+"""Pack a finished, verified table store for distribution (``qptables publish``).
+
+``publish(STORE, DIR)`` writes ``DIR/<name>.tar.gz`` -- the store directory as ``<name>.zarr/``
+in a gzip-compressed tar -- and adds or replaces the entry ``name`` in the manifest
+(``DIR/manifest.json`` unless another path is given). ``DIR`` is then what a table host serves:
+``qpinfer download NAME --url URL-OF-DIR`` (:mod:`qpinfer.tables.download.install`) reads the manifest, fetches
+the archive, checks its size and sha256, unpacks it and validates every chunk.
+
+Only a store the reader accepts is published: :func:`qpinfer.open_table` with
+``verify_checksums=True`` (schema, ``complete``, a passed verification report, coordinates,
+chunk sizes, every chunk's sha256), plus at least one mpmath-checked point in the report.
+
+The archive is reproducible: members sorted, owner ``0:0``, modes ``0644``/``0755``, every
+mtime the store's ``created`` time, gzip header without name or time -- so publishing the same
+store twice gives the same sha256. Tar + gzip (stdlib on both sides) rather than a zarr zip
+store because the reader memory-maps chunk files, so the table is installed unpacked anyway.
+
+Manifest (format :data:`qpinfer.tables.download.install.MANIFEST_FORMAT`)::
+
+    {"format": 1, "tables": {NAME: {
+        "name", "file", "size", "sha256",            # the archive
+        "likelihood", "grid", "shape", "store_bytes", "content_sha256",
+        "verification": {"passed", "points", "max_rel_error", "median_rel_error",
+                         "tolerance", "reference", "checked"},
+        "package_version", "schema_version", "created", "published"}}}
+
+``content_sha256`` is :func:`qpinfer.tables.download.install.checksums_digest` of the store's chunk checksums:
+a download is skipped when the installed table already has it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gzip
+import json
+import os
+import tarfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from qpinfer.tables import TableError, open_table, sha256_file
+from qpinfer.tables.download.deadline import Deadline
+from qpinfer.tables.download.install import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    checksums_digest,
+    file_lock,
+    validate_name,
+)
+
+__all__ = ["PublishError", "pack_store", "publish", "update_manifest"]
+
+#: gzip level of the archives (float64 tables compress ~10-25%; higher levels gain little).
+COMPRESSLEVEL = 6
+#: Longest wait (seconds) for another publisher holding the manifest's lock file.
+MANIFEST_LOCK_SECONDS = 600.0
+
+
+class PublishError(ValueError):
+    """The store cannot be published (incomplete, unverified, corrupt) or the name is invalid."""
+
+
+def _created_epoch(attrs: dict[str, Any]) -> int:
+    try:
+        return int(_dt.datetime.fromisoformat(str(attrs.get("created"))).timestamp())
+    except ValueError:
+        return 0
+
+
+def pack_store(store: Path, archive: Path, name: str, mtime: int) -> None:
+    """Write ``store`` as ``<name>.zarr/`` into the reproducible tar.gz ``archive``."""
+    entries: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(store):
+        dirnames.sort()
+        rel = Path(dirpath).relative_to(store)
+        entries.append((str(Path(f"{name}.zarr") / rel), Path(dirpath)))
+        for f in sorted(filenames):
+            entries.append((str(Path(f"{name}.zarr") / rel / f), Path(dirpath) / f))
+    entries.sort(key=lambda e: e[0])
+    with (
+        open(archive, "wb") as raw,
+        gzip.GzipFile(
+            filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=COMPRESSLEVEL
+        ) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for arcname, path in entries:
+            info = tar.gettarinfo(str(path), arcname=arcname)
+            if not (info.isfile() or info.isdir()):
+                raise PublishError(f"{path}: only regular files and directories can be published")
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = mtime
+            info.mode = 0o755 if info.isdir() else 0o644
+            info.pax_headers = {}
+            if info.isfile():
+                with open(path, "rb") as f:
+                    tar.addfile(info, f)
+            else:
+                tar.addfile(info)
+    with open(archive, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def update_manifest(manifest: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """Add or replace ``entry`` (by ``entry["name"]``) in ``manifest`` (created if missing),
+    atomically (temporary file + rename, under a lock file ``manifest.lock``, waited for at most
+    :data:`MANIFEST_LOCK_SECONDS`)."""
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(manifest.with_name(manifest.name + ".lock"), Deadline(MANIFEST_LOCK_SECONDS)):
+        if manifest.exists():
+            try:
+                data = json.loads(manifest.read_text())
+            except ValueError as exc:
+                raise PublishError(f"--manifest: {manifest} is not valid JSON ({exc})") from None
+            if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
+                raise PublishError(f"--manifest: {manifest} is not a table manifest")
+            if data.get("format") != MANIFEST_FORMAT:
+                raise PublishError(
+                    f"--manifest: {manifest} has format {data.get('format')!r}, expected "
+                    f"{MANIFEST_FORMAT}"
+                )
+        else:
+            data = {"format": MANIFEST_FORMAT, "tables": {}}
+        data.setdefault(
+            "description",
+            "sigma* lookup tables for Quantile Propagation, written by `qptables publish`; "
+            "download with `qpinfer download NAME --url URL-OF-THIS-DIRECTORY`",
+        )
+        data["tables"][entry["name"]] = entry
+        data["tables"] = dict(sorted(data["tables"].items()))
+        tmp = manifest.with_name(f".{manifest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        try:
+            tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+            os.replace(tmp, manifest)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return data
+
+
+def publish(
+    store: str | os.PathLike,
+    to: str | os.PathLike,
+    *,
+    name: str | None = None,
+    manifest: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Pack the verified ``store`` into ``to/<name>.tar.gz`` and record it in the manifest.
+
+    ``name`` defaults to the store directory's name without ``.zarr``; ``manifest`` to
+    ``to/manifest.json``. Returns the manifest entry. Raises :class:`PublishError` for a store
+    the reader refuses (incomplete, unverified, failing checksums) or a bad name.
+    """
+    store = Path(store)
+    if name is None:
+        name = store.name.removesuffix(".zarr")
+    try:
+        validate_name(name)
+    except ValueError as exc:
+        raise PublishError(f"--name: {exc}".replace("NAME: ", "")) from None
+    try:
+        table = open_table(store, verify_checksums=True)
+    except TableError as exc:
+        raise PublishError(
+            f"STORE: {store} is not a finished, verified table store, not published ({exc})"
+        ) from None
+    attrs = table.attrs
+    table.close()
+    ver = attrs["verification"]
+    if not isinstance(ver.get("points"), int) or ver["points"] < 1:
+        raise PublishError(
+            f"STORE: {store} has no mpmath-checked points in its verification report; run "
+            f"`qptables verify {store}` first"
+        )
+    to = Path(to)
+    try:
+        to.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PublishError(f"--to: cannot create {to} ({exc.strerror})") from None
+    manifest = Path(manifest) if manifest is not None else to / MANIFEST_NAME
+    file = f"{name}.tar.gz"
+    archive = to / file
+    tmp = to / f".{file}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    try:
+        pack_store(store, tmp, name, _created_epoch(attrs))
+        os.replace(tmp, archive)
+    finally:
+        tmp.unlink(missing_ok=True)
+    store_bytes = sum((Path(d) / f).stat().st_size for d, _, files in os.walk(store) for f in files)
+    keep = (
+        "passed",
+        "points",
+        "max_rel_error",
+        "median_rel_error",
+        "tolerance",
+        "reference",
+        "checked",
+    )
+    entry = {
+        "name": name,
+        "file": file,
+        "size": archive.stat().st_size,
+        "sha256": sha256_file(archive),
+        "likelihood": attrs["likelihood"],
+        "grid": attrs["grid"],
+        "shape": [len(attrs["grid"]["y"]), int(table.shape[1]), int(table.shape[2])],
+        "store_bytes": store_bytes,
+        "content_sha256": checksums_digest(attrs["checksums"]),
+        "verification": {k: ver[k] for k in keep if k in ver},
+        "package_version": attrs["package_version"],
+        "schema_version": attrs["qp_schema_version"],
+        "created": attrs["created"],
+        "published": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    update_manifest(manifest, entry)
+    return entry

@@ -1,0 +1,243 @@
+"""Locking and resuming a build: the siblings of ``OUT``, the lock ``OUT.lock``, and the build
+record that decides whether an unfinished ``OUT.partial`` can be resumed.
+
+Resuming requires the same likelihood, grid, tiling and kernel output (a fingerprint of a probe
+tile, :func:`qptables.pipeline.tiles.probe`); anything else is an error unless ``force`` (which starts
+afresh). The finished tiles of a resumable store are found by :func:`qptables.store.scan_tiles`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Self
+
+from qpinfer.likelihoods.step_noise import parse_name
+from qpinfer.tables.replace import remove_store
+from qptables.grid import GridSpec
+from qptables.pipeline.errors import BuildInputError, LockError, writing
+from qptables.store import StoreError, create_store, read_attrs, scan_tiles
+
+__all__ = [
+    "BuildLock",
+    "build_record",
+    "create_partial",
+    "lock_path",
+    "partial_path",
+    "publishing_path",
+    "resumable_tiles",
+    "resume_refusal",
+]
+
+
+def partial_path(out: str | os.PathLike) -> Path:
+    """Temporary sibling the store is built in: ``OUT.partial``."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
+def publishing_path(out: str | os.PathLike) -> Path:
+    """Sibling the published copy is written to before it is renamed to ``OUT``."""
+    out = Path(out)
+    return out.with_name(out.name + ".publishing")
+
+
+def lock_path(out: str | os.PathLike) -> Path:
+    """Lock file next to ``OUT``: ``OUT.lock``."""
+    out = Path(out)
+    return out.with_name(out.name + ".lock")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped) is dead for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+#: Tokens of the locks this process holds (a lock with our pid but another token is stale).
+_HELD_TOKENS: set[str] = set()
+
+
+class BuildLock:
+    """Exclusive lock file ``OUT.lock`` created with ``O_CREAT | O_EXCL``.
+
+    Holds ``{"pid", "host", "started"}``. A lock whose pid is dead on this host -- or is this
+    process's own pid (a re-run container with a pinned hostname, as in ``cluster/``) -- is
+    stale and taken over with a warning; any other existing lock refuses the build
+    (:class:`LockError`).
+    """
+
+    def __init__(self, out: str | os.PathLike) -> None:
+        self.path = lock_path(out)
+        self.info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "token": uuid.uuid4().hex,
+        }
+        self.held = False
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.path.read_text() or "null")
+        except (OSError, ValueError):
+            return None
+
+    def acquire(self) -> None:
+        """Take the lock or raise :class:`LockError`."""
+        for _attempt in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                other = self._read()
+                if other is None:
+                    # being written right now, or garbage: stale only if old
+                    with contextlib.suppress(OSError):
+                        if time.time() - self.path.stat().st_mtime > 30:
+                            warnings.warn(
+                                f"removing unreadable stale lock {self.path}", stacklevel=2
+                            )
+                            self.path.unlink(missing_ok=True)
+                            continue
+                    raise LockError(
+                        f"another build holds the lock {self.path} (unreadable); if no build is "
+                        f"running, delete that file"
+                    ) from None
+                host, pid = other.get("host"), int(other.get("pid", -1))
+                # dead on this host -- or "alive" only because it is our own pid but not a
+                # lock this process holds: a container re-run with the same hostname (cluster/
+                # pins it) reuses pid 1, and no other process on this host has our pid
+                ours = pid == os.getpid() and other.get("token") not in _HELD_TOKENS
+                if host == self.info["host"] and (ours or not pid_alive(pid)):
+                    warnings.warn(
+                        f"taking over stale lock {self.path} of dead process {pid} on {host}",
+                        stacklevel=2,
+                    )
+                    self.path.unlink(missing_ok=True)
+                    continue
+                raise LockError(
+                    f"another build into {self.path.name[: -len('.lock')]} is running: pid {pid} "
+                    f"on host {host} since {other.get('started')} (lock file {self.path}); if no "
+                    f"build is running there, delete the lock file"
+                ) from None
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(self.info))
+            self.held = True
+            _HELD_TOKENS.add(self.info["token"])
+            return
+        raise LockError(f"could not take the lock {self.path}")
+
+    def release(self) -> None:
+        """Remove the lock file if it is still ours."""
+        if self.held:
+            other = self._read()
+            if other is not None and other.get("token") == self.info["token"]:
+                self.path.unlink(missing_ok=True)
+            self.held = False
+            _HELD_TOKENS.discard(self.info["token"])
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def build_record(likelihood: str, grid: GridSpec, fingerprint: str, mirror: bool) -> dict:
+    """``attrs["build"]`` of the store: what a resumed build must match."""
+    params = {}
+    eps = parse_name(likelihood)
+    if eps is not None:  # one store per eps: recorded beside the name, checked by open_table
+        params["eps"] = eps
+    return {
+        "likelihood": likelihood,
+        "likelihood_params": params,
+        "grid": grid.to_attrs(),
+        "tile_mu": int(grid.tile_mu),
+        "kernel_fingerprint": fingerprint,
+        "kernel_call_unit": "one mu row (all log10_sigma) per qpinfer.sigma_qp call",
+        "probit_mirror": bool(mirror),
+        "tool": "qptables build",
+    }
+
+
+def resume_refusal(old: dict, new: dict) -> str | None:
+    """None if ``old`` (attrs["build"] of a partial store) can be resumed as ``new``."""
+    if not old:
+        return "it has no build record"
+    for key in ("likelihood", "grid", "tile_mu", "kernel_fingerprint"):
+        if old.get(key) != new.get(key):
+            return f"its {key} is {old.get(key)!r}, this build's is {new.get(key)!r}"
+    return None
+
+
+def resumable_tiles(
+    partial: Path,
+    grid: GridSpec,
+    record: dict,
+    force: bool,
+    dry_run: bool,
+    say: Callable[[str], None],
+) -> set[tuple[int, int]]:
+    """The finished tiles of ``partial`` if it can be resumed as the build ``record``; an
+    incompatible one is refused (:class:`BuildInputError`) or, with ``force``, deleted (a dry
+    run only says it would be)."""
+    done: set[tuple[int, int]] = set()
+    if not partial.exists():
+        return done
+    try:
+        reason = resume_refusal(read_attrs(partial).get("build", {}), record)
+    except StoreError as exc:
+        reason = str(exc)
+    if reason is None:
+        return scan_tiles(partial, grid, clean=not dry_run)
+    if not force:
+        raise BuildInputError(
+            f"{partial} holds an unfinished build that cannot be resumed by this one "
+            f"({reason}); re-run with the original options, or pass --force to discard it"
+        )
+    if dry_run:
+        say(f"  (a real run would discard the incompatible {partial}: {reason})")
+    else:
+        say(f"discarding incompatible unfinished build {partial} ({reason})")
+        remove_store(partial, what="OUT (its unfinished build)")
+    return done
+
+
+def create_partial(
+    partial: Path, likelihood: str, grid: GridSpec, package_version: str, record: dict
+) -> bool:
+    """Create the empty build store ``partial`` unless it exists (to be resumed); returns
+    whether it was created. Written in a staging sibling renamed into place, so ``partial`` is
+    a complete store or absent; a failed write (a full disk) removes the staging copy and is a
+    :class:`~qptables.pipeline.errors.BuildError` naming the phase and path."""
+    if partial.exists():
+        return False
+    staging = partial.with_name(partial.name + f".new-{os.getpid()}")
+    try:
+        with writing("creating the build store", partial):
+            create_store(
+                staging, likelihood, grid, package_version=package_version, build_info=record
+            )
+            os.replace(staging, partial)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return True

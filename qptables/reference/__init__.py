@@ -1,0 +1,26 @@
+"""The independent mpmath reference for sigma* and the tilted moments, and verification of a
+store against it.
+
+Holds: :mod:`~qptables.reference.sigma` (the reference for probit and Poisson, and the
+dispatch), one module per other likelihood (``logit``, ``step_noise``, ``student_t``), the
+multiprecision panel rule (:mod:`~qptables.reference.mp_panels`), and
+:mod:`~qptables.reference.verify` (``qptables verify``) with its fan-out over a cluster
+(:mod:`~qptables.reference.fanout`).
+
+May import: mpmath, the top-level ``grid`` and ``store``, and qpinfer; never
+:mod:`qptables.pipeline` or :mod:`qptables.cli`.
+"""
+
+from qptables.reference.sigma import (
+    ReferencePoint,
+    reference_point,
+    sigma_qp_reference,
+    tilted_moments_reference,
+)
+
+__all__ = [
+    "ReferencePoint",
+    "reference_point",
+    "sigma_qp_reference",
+    "tilted_moments_reference",
+]
