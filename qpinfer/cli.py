@@ -30,8 +30,8 @@ _EPILOG = """examples:
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``qpinfer`` (all subcommands)."""
-    from qpinfer.tables.download.install import URL_ENV
-    from qpinfer.tables.download.transfer import DEFAULT_TIMEOUT, STALL_TIMEOUT
+    from qpinfer.tables.remote.install import URL_ENV
+    from qpinfer.tables.remote.transfer import DEFAULT_TIMEOUT, STALL_TIMEOUT
 
     p = OneLineParser(
         prog="qpinfer",
@@ -91,7 +91,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _seconds(text: str) -> float:
     """argparse type of ``--timeout``: a positive, finite number of seconds."""
-    from qpinfer.tables.download.deadline import check_timeout
+    from qpinfer.tables.remote.deadline import check_timeout
 
     try:
         return check_timeout(float(text), "--timeout")
@@ -124,7 +124,7 @@ class _Progress:
 
 def _cmd_download(args: argparse.Namespace) -> int:
     from qpinfer.tables import open_table
-    from qpinfer.tables.download.install import download
+    from qpinfer.tables.remote.install import download
 
     if args.retries < 0:
         raise ValueError("--retries must be >= 0")
@@ -147,7 +147,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     import os
 
     from qpinfer.tables import TableError, open_table, tables_dir
-    from qpinfer.tables.download.install import URL_ENV, DownloadError, fetch_manifest
+    from qpinfer.tables.remote.install import URL_ENV, DownloadError, fetch_manifest
 
     root = tables_dir()
     print(f"installed in {root}:")
@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     handler = {"download": _cmd_download, "list": _cmd_list}[args.command]
     try:
-        from qpinfer.tables.download.install import (
+        from qpinfer.tables.remote.install import (
             DownloadError,
             InstallRefusedError,
             UnknownTableError,

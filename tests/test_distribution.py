@@ -28,10 +28,10 @@ import numpy as np
 import pytest
 
 import qpinfer
-import qpinfer.tables.download.install as dl
-import qpinfer.tables.download.transfer
+import qpinfer.tables.remote.install as dl
+import qpinfer.tables.remote.transfer
 from qpinfer.tables import TableError, open_table
-from qpinfer.tables.download.install import DownloadError, UnknownTableError
+from qpinfer.tables.remote.install import DownloadError, UnknownTableError
 from qptables import GridSpec, build
 from qptables.pipeline.publish import PublishError, publish
 from qptables.store import chunk_key, read_attrs, update_attrs
@@ -71,7 +71,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     c = tmp_path / "cache"
     monkeypatch.setenv("QPINFER_TABLES", str(c))
     monkeypatch.delenv(dl.URL_ENV, raising=False)
-    monkeypatch.setattr(qpinfer.tables.download.transfer, "RETRY_BACKOFF", 0.01)
+    monkeypatch.setattr(qpinfer.tables.remote.transfer, "RETRY_BACKOFF", 0.01)
     return c
 
 
@@ -376,7 +376,7 @@ def test_an_archive_with_the_right_sha256_but_a_corrupt_table_is_not_installed(
 
 def test_qpinfer_download_imports_no_dask():
     code = (
-        "import sys, qpinfer.cli, qpinfer.tables.download.install, qpinfer.tables; "
+        "import sys, qpinfer.cli, qpinfer.tables.remote.install, qpinfer.tables; "
         "bad = [m for m in ('dask', 'distributed', 'mpmath') if m in sys.modules]; "
         "assert not bad, bad"
     )

@@ -32,11 +32,11 @@ from pathlib import Path
 import pytest
 from test_tables_reader import write_store
 
-import qpinfer.tables.download.install as dl
-import qpinfer.tables.download.transfer
+import qpinfer.tables.remote.install as dl
+import qpinfer.tables.remote.transfer
 from qpinfer.cli import main
 from qpinfer.tables import TableError, open_table
-from qpinfer.tables.download.install import DownloadError
+from qpinfer.tables.remote.install import DownloadError
 from qptables.pipeline.publish import publish
 
 NAME = "probit-lim"
@@ -57,7 +57,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     c = tmp_path / "cache"
     monkeypatch.setenv("QPINFER_TABLES", str(c))
     monkeypatch.delenv(dl.URL_ENV, raising=False)
-    monkeypatch.setattr(qpinfer.tables.download.transfer, "RETRY_BACKOFF", 0.01)
+    monkeypatch.setattr(qpinfer.tables.remote.transfer, "RETRY_BACKOFF", 0.01)
     return c
 
 
@@ -222,7 +222,7 @@ def test_an_endless_manifest_is_refused_at_its_size_cap_with_bounded_memory(host
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-    cap = qpinfer.tables.download.transfer.MANIFEST_MAX_BYTES
+    cap = qpinfer.tables.remote.transfer.MANIFEST_MAX_BYTES
     msg = str(info.value)
     assert f"{srv.url}/manifest.json" in msg and f"{cap} bytes" in msg, msg
     assert peak < 3 * cap, peak  # read up to the cap, never the whole stream

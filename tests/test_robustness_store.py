@@ -30,10 +30,10 @@ import pytest
 from _helpers import FAST
 
 import qpinfer
-import qpinfer.tables.download.install as dl
+import qpinfer.tables.remote.install as dl
 from qpinfer.tables import TableError, open_table
-from qpinfer.tables.download.install import DownloadError
 from qpinfer.tables.integrity import INTEGRITY_ATTR, integrity_record
+from qpinfer.tables.remote.install import DownloadError
 from qpinfer.tables.replace import ReplaceRefusedError, check_replaceable, replace_store, store_kind
 from qptables import BuildInputError, GridSpec, build
 from qptables.pipeline.paper import lock_path, partial_path

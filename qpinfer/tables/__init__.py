@@ -34,10 +34,19 @@ query point. Outside the grid, or for a ``y`` the table lacks, sigma* is compute
 :func:`qpinfer.sigma_qp` -- not the paper's ``sigma_QP ~ sigma_EP`` fallback, which biases
 variances upward -- counted in :attr:`SigmaTable.fallback_count`, with a one-time warning.
 
-The reader's parts, each re-exported here: :mod:`qpinfer.tables.store` (errors, paths, reading
-store files), :mod:`qpinfer.tables.open` (:func:`open_table`, either schema),
-:mod:`qpinfer.tables.grid_store` (validating a v1 store), :mod:`qpinfer.tables.grid_table` (v1 lookups) and
-:mod:`qpinfer.tables.reduced` (v2 stores).
+Holds: the reader's parts: :mod:`qpinfer.tables.reader` (:class:`SigmaTableReader`, the one interface
+of every open table), :mod:`qpinfer.tables.store` (errors, paths, reading store files),
+:mod:`qpinfer.tables.open` (:func:`open_table`, either schema), :mod:`qpinfer.tables.grid_store`
+(validating a v1 store), :mod:`qpinfer.tables.grid_table` (v1 lookups),
+:mod:`qpinfer.tables.reduced` with :mod:`qpinfer.tables.reduced_store` (v2 stores) and
+:mod:`qpinfer.tables.student_t` (one Student-t table for every noise scale); the v2 cells
+(:mod:`qpinfer.tables.chebyshev`, :mod:`qpinfer.tables.sweep_evaluator`) and coordinates
+(:mod:`qpinfer.tables.boxes`); :mod:`qpinfer.tables.shipped` (the tables inside qpinfer);
+:mod:`qpinfer.tables.replace`; :mod:`qpinfer.tables.remote` (downloads).
+
+May import: :mod:`qpinfer.sigma` (the exact fallback), :mod:`qpinfer.likelihoods`,
+:mod:`qpinfer.quadrature`, zarr's metadata files and the top-level helpers; never inference or
+the estimators.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from typing import Any
 from qpinfer.tables.grid_table import SigmaTable as SigmaTable
 from qpinfer.tables.grid_table import _reopen as _reopen  # pickles of tables name it here
 from qpinfer.tables.open import open_table as open_table
+from qpinfer.tables.reader import SigmaTableReader as SigmaTableReader
 from qpinfer.tables.store import TableError as TableError
 from qpinfer.tables.store import installed_table_path as installed_table_path
 from qpinfer.tables.store import sha256_file as sha256_file
@@ -56,6 +66,7 @@ from qpinfer.tables.store import tables_dir as tables_dir
 
 __all__ = [
     "SigmaTable",
+    "SigmaTableReader",
     "TableError",
     "download",
     "installed_table_path",
@@ -66,14 +77,14 @@ __all__ = [
 
 def download(name: str, base_url: str | os.PathLike | None = None, **kwargs: Any) -> Path:
     """Download the prebuilt table ``name`` and install it where :func:`open_table` and the
-    estimators' ``table=None`` find it; see :func:`qpinfer.tables.download.install.download` (keyword
+    estimators' ``table=None`` find it; see :func:`qpinfer.tables.remote.install.download` (keyword
     arguments ``force``, ``make_default``, ``retries``, ``timeout``, ``progress``).
 
     ``base_url``: the ``http(s)://`` or ``file://`` URL of a directory holding ``manifest.json``
     (written by ``qptables publish``); default ``$QPINFER_TABLES_URL``. Returns
     ``tables_dir() / f"{name}.zarr"``.
     """
-    from qpinfer.tables.download.install import (
+    from qpinfer.tables.remote.install import (
         download as _download,  # lazy: urllib/tarfile only when used
     )
 

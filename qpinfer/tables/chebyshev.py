@@ -33,6 +33,7 @@ __all__ = [
     "CellAxis",
     "coefficients",
     "evaluate",
+    "evaluate_inside",
     "power_coefficients",
     "power_rounding_bound",
     "tail_size",
@@ -82,12 +83,6 @@ class CellAxis:
         """All node positions, cell by cell, ascending: shape ``(n_cells * n,)``."""
         left = self.start + self.width * np.arange(self.n_cells)
         return (left[:, None] + 0.5 * self.width * (_nodes(self.n)[None, :] + 1.0)).ravel()
-
-    def locate(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cell index and local coordinate in [-1, 1] of points inside ``[start, stop]``."""
-        u = (x - self.start) / self.width
-        cell = np.clip(np.floor(u), 0, self.n_cells - 1).astype(np.intp)
-        return cell, 2.0 * (u - cell) - 1.0
 
     def to_attrs(self) -> dict:
         return {

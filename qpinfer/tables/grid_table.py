@@ -9,13 +9,15 @@ from __future__ import annotations
 import math
 import warnings
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 
+from qpinfer.likelihoods.base import Likelihood
 from qpinfer.sigma.kernel import broadcast_query, sigma_qp
 from qpinfer.tables.grid_cubic import interp_cubic
 from qpinfer.tables.grid_store import GridAxis, check_grid_store
+from qpinfer.tables.reader import SigmaTableReader, flat_moment
 from qpinfer.tables.store import TableError, read_json, sha256_file
 
 __all__ = ["SigmaTable", "open_grid_table"]
@@ -24,8 +26,8 @@ __all__ = ["SigmaTable", "open_grid_table"]
 _EDGE_TOL = 1e-9
 
 
-class SigmaTable:
-    """An open sigma* table (see the module docstring); create with :func:`open_table`.
+class SigmaTable(SigmaTableReader):
+    """An open v1 sigma* table (see the module docstring); create with :func:`open_table`.
 
     Attributes
     ----------
@@ -43,6 +45,7 @@ class SigmaTable:
         self,
         path: Path,
         attrs: dict[str, Any],
+        likelihood: Likelihood,
         y: np.ndarray,
         mu_axis: GridAxis,
         ls_axis: GridAxis,
@@ -53,6 +56,7 @@ class SigmaTable:
         self.path = path
         self.attrs = attrs
         self.likelihood: str = attrs["likelihood"]
+        self._lik = likelihood
         self.y = y
         self._mu = mu_axis
         self._ls = ls_axis
@@ -69,7 +73,6 @@ class SigmaTable:
         self.fallback_count = 0
         self.lookup_count = 0
         self._warned = False
-        self._lik = None
         self.interpolation = "linear"
 
     # -- description --------------------------------------------------------------------------
@@ -130,27 +133,14 @@ class SigmaTable:
         """Pickle (and deep-copy) by path: the copy re-opens and re-validates the store."""
         return (_reopen, (str(self.path), self._verify, self.interpolation))
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- lookups ------------------------------------------------------------------------------
-    def _likelihood(self):
-        if self._lik is None:
-            from qpinfer.likelihoods.registry import get_likelihood
-
-            self._lik = get_likelihood(self.likelihood)
-        return self._lik
-
     def _prepare(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
         """Broadcast and validate a query; the labels ``y`` are checked against the store's
         likelihood (a label the table holds is valid by the check at open)."""
         mu = np.asarray(mu, dtype=np.float64)
         sigma = np.asarray(sigma, dtype=np.float64)
         if not (np.ndim(y) == 0 and isinstance(y, int | float) and float(y) in self._y_index):
-            y = self._likelihood().check_y(y)
+            y = self._lik.check_y(y)
         mu, sigma, y = broadcast_query(mu, sigma, np.asarray(y, dtype=np.float64))
         shape = mu.shape
         mu, sigma, y = mu.ravel(), sigma.ravel(), y.ravel()
@@ -335,12 +325,9 @@ class SigmaTable:
             out[ins] = self._interpolate("sigma_ratio", None if iy is None else iy[ins], uu, vv)
         return out, np.flatnonzero(~inside)
 
-    def _fallback(self, mu, sigma, y, outside: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Exact sigma* and sigma_ep at the queries the table does not cover."""
-        lik = self._likelihood()
-        m, s, yy = mu[outside], sigma[outside], y[outside]
-        exact = sigma_qp(lik, m, s, yy)
-        _, s_ep = lik.tilted_moments(m, s, yy)
+    def _fallback(self, mu, sigma, y, outside: np.ndarray) -> np.ndarray:
+        """Exact sigma* at the queries the table does not cover (counted, warned once)."""
+        exact = sigma_qp(self._lik, mu[outside], sigma[outside], y[outside])
         self.fallback_count += outside.size
         if not self._warned:
             self._warned = True
@@ -353,35 +340,48 @@ class SigmaTable:
                 RuntimeWarning,
                 stacklevel=3,
             )
-        return exact, s_ep
+        return exact
 
-    def sigma_ratio(self, mu, sigma, y) -> np.ndarray:
+    def sigma_ratio(self, mu, sigma, y, moments=None) -> np.ndarray:
         """``sigma_qp / sigma_ep`` at cavity ``(mu, sigma)`` and label ``y`` (vectorised).
 
         Bilinear interpolation in ``(mu, log10 sigma)`` -- the fast path, a pure lookup -- with the
-        exact ratio outside the table (counted in :attr:`fallback_count`).
+        exact ratio outside the table (counted in :attr:`fallback_count`; its sigma_ep from
+        ``moments``, EP's ``(mean, std)`` at these cavities, if given).
         """
         mu, sigma, y, shape = self._prepare(mu, sigma, y)
         out, outside = self._lookup(mu, sigma, y)
         if outside.size:
-            exact, s_ep = self._fallback(mu, sigma, y, outside)
+            exact = self._fallback(mu, sigma, y, outside)
+            if moments is None:
+                s_ep = self._lik.tilted_moments(mu[outside], sigma[outside], y[outside])[1]
+            else:
+                s_ep = flat_moment(moments[1], shape)[outside]
             out[outside] = exact / s_ep
         return out.reshape(shape)
 
-    def sigma_qp(self, mu, sigma, y) -> np.ndarray:
+    def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
         """QP standard deviation sigma* (eq. (7)) at cavity ``(mu, sigma)`` and label ``y``.
 
         ``sigma_ratio`` interpolated from the table times the exact EP std (eq. (5)) at the query
-        point; exact :func:`qpinfer.sigma_qp` outside the table.
+        point (``moments[1]`` if the caller passes EP's ``(mean, std)``); exact
+        :func:`qpinfer.sigma_qp` outside the table.
         """
         mu, sigma, y, shape = self._prepare(mu, sigma, y)
         out, outside = self._lookup(mu, sigma, y)
-        _, s_ep = self._likelihood().tilted_moments(mu, sigma, y)
-        out *= s_ep
+        if moments is None:
+            out *= self._lik.tilted_moments(mu, sigma, y)[1]
+        else:
+            out *= flat_moment(moments[1], shape)
         if outside.size:
-            exact, _ = self._fallback(mu, sigma, y, outside)
-            out[outside] = exact
+            out[outside] = self._fallback(mu, sigma, y, outside)
         return out.reshape(shape)
+
+    def qp_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """``(EP's mean, sigma_ratio * EP's std)``: a v1 table stores the ratio only, so EP's
+        moments (eq. (5)) are computed at every cavity."""
+        mean, std_ep = self._lik.tilted_moments(mu, sigma, y)
+        return mean, self.sigma_ratio(mu, sigma, y) * std_ep
 
     def contains(self, mu, sigma, y) -> np.ndarray:
         """Boolean mask of the queries the table covers (no exact fallback needed)."""
@@ -395,8 +395,9 @@ def open_grid_table(
     """Validate the v1 store at ``root`` and open it (arguments as :func:`qpinfer.open_table`)."""
     store = check_grid_store(root, attrs, what)
     y, mu_axis, ls_axis, tile_mu, chunk_files, lik = store
-    table = SigmaTable(root, attrs, y, mu_axis, ls_axis, tile_mu, chunk_files, verify_checksums)
-    table._lik = lik
+    table = SigmaTable(
+        root, attrs, lik, y, mu_axis, ls_axis, tile_mu, chunk_files, verify_checksums
+    )
     if interpolation not in ("linear", "cubic"):
         raise ValueError(f"interpolation must be 'linear' or 'cubic', got {interpolation!r}")
     if interpolation == "cubic" and (tile_mu < mu_axis.n or min(mu_axis.n, ls_axis.n) < 4):

@@ -1,22 +1,8 @@
 """Reader of v2 sigma* tables: reduced coordinates, Chebyshev cells, near-exact lookups.
 
-(Over 400 lines: opening, the integrity check, the general lookup and the sweep path share
-one object.)
-
-A v2 store (``qp_schema_version == 2``, written by ``qptables build LIK OUT --grid v2``) is a
-zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
-:mod:`qpinfer.tables.boxes.probit` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
-<box>_<axis1>])``: ``rho = sigma* / sigma_EP`` at the Chebyshev-Gauss nodes of the box's cells
-(:mod:`qpinfer.tables.chebyshev`), one slice per label, with the node positions as coordinate arrays.
-Root attributes: ``likelihood``, ``boxes`` (each box's kind, axes and labels), ``grid`` (the
-same, for tools that read v1's), ``coordinates`` / ``interpolation`` / ``claimed_domain``
-(prose), ``arrays`` (every array of the store), ``verification`` (the build's check against the
-exact kernel and mpmath), ``integrity`` and ``complete``.
-
-Integrity: a v2 store is small (a few MB), so :func:`open_reduced` reads every file of it once
-at open, hashes it (~2 ms per MB), decodes the arrays from the same bytes and compares the hashes
-with ``attrs["integrity"]``: one sha256 per file and per root attribute (except ``integrity``,
-``verification`` and ``complete``), and a digest over all of them; any change -- a flipped byte in a chunk, an edited likelihood or box -- is refused with a
+The store (its layout, its integrity record, its arrays) is described in
+:mod:`qpinfer.tables.reduced_store`; :func:`open_reduced` opens one after checking its schema,
+integrity, completeness and verification, and refuses any change with a
 :class:`~qpinfer.tables.TableError` naming the file or attribute.
 
 Lookups: a box whose ``denominator`` is ``"sigma"`` (probit's core) stores sigma*/sigma and is
@@ -30,88 +16,35 @@ in :attr:`ReducedTable.fallback_count`.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
-from typing import Any, Self
 
 import numpy as np
 
+from qpinfer.likelihoods.base import Likelihood
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.sigma.kernel import _prepare
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.boxes.probit import ProbitCore
 from qpinfer.tables.boxes.registry import box_from_attrs
 from qpinfer.tables.chebyshev import coefficients, evaluate, evaluate_inside, power_coefficients
-from qpinfer.tables.store import TableError, chunk_key, read_json
+from qpinfer.tables.reader import SigmaTableReader, flat_moment
+from qpinfer.tables.reduced_store import (
+    SCHEMA_VERSION_V2,
+    array_names,
+    integrity_changes,
+    integrity_record,
+    read_array,
+    store_files,
+)
+from qpinfer.tables.store import TableError, read_json
 from qpinfer.tables.sweep_evaluator import SweepEvaluator
 
-__all__ = ["SCHEMA_VERSION_V2", "ReducedTable", "integrity_record", "open_reduced"]
-
-SCHEMA_VERSION_V2 = 2
-UNSIGNED_ATTRS = ("integrity", "verification", "complete")
+# SCHEMA_VERSION_V2, array_names and integrity_record: also imported from here (qptables.pipeline.v2)
+__all__ = ["SCHEMA_VERSION_V2", "ReducedTable", "array_names", "integrity_record", "open_reduced"]
 
 
-def array_names(box: Box) -> dict[str, tuple[str, ...]]:
-    """``{array: dims}`` of one box: its data array and its coordinate arrays."""
-    dims = (f"{box.name}_y", *(f"{box.name}_{ax.name}" for ax in box.axes))
-    return {f"rho_{box.name}": dims, **{d: (d,) for d in dims}}
-
-
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _store_files(root: Path) -> dict[str, bytes]:
-    """Every file of the store but the root ``zarr.json``, read once: ``{relative path: bytes}``."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if rel != "zarr.json" and path.is_file():
-            out[rel] = path.read_bytes()
-    return out
-
-
-def integrity_record(root: str | os.PathLike, attrs: dict) -> dict:
-    """The ``integrity`` attribute of the store at ``root`` as it is now (see module doc)."""
-    return _record(attrs, _store_files(Path(root)))
-
-
-def _record(attrs: dict, files: dict[str, bytes]) -> dict:
-    """The integrity record of a store's attributes and file contents (:func:`_store_files`)."""
-    hashes = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
-    attributes = {
-        k: hashlib.sha256(_canonical(v)).hexdigest()
-        for k, v in sorted(attrs.items())
-        if k not in UNSIGNED_ATTRS
-    }
-    fields = {"files": hashes, "attributes": attributes}
-    return {
-        "algorithm": "sha256",
-        "digest": hashlib.sha256(_canonical(fields)).hexdigest(),
-        **fields,
-    }
-
-
-def _integrity_changes(attrs: dict, files: dict[str, bytes]) -> list[str]:
-    want = attrs.get("integrity")
-    if not isinstance(want, dict) or "digest" not in want:
-        return ["the integrity record is missing"]
-    have = _record(attrs, files)
-    if have["digest"] == want["digest"]:
-        return []
-    out = []
-    for kind in ("files", "attributes"):
-        a, b = want.get(kind) or {}, have[kind]
-        label = "file" if kind == "files" else "attribute"
-        out += [f"{label} {k!r} changed" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
-        out += [f"{label} {k!r} missing" for k in sorted(set(a) - set(b))]
-        out += [f"{label} {k!r} added" for k in sorted(set(b) - set(a))]
-    return out or ["the digest itself was changed"]
-
-
-class ReducedTable:
+class ReducedTable(SigmaTableReader):
     """An open v2 table: ``sigma_qp`` / ``sigma_ratio`` lookups in constant time per query.
 
     Attributes
@@ -125,11 +58,18 @@ class ReducedTable:
         Queries in no box, answered by the exact kernel (never warned: exact is exact).
     """
 
-    def __init__(self, path: Path, attrs: dict, boxes: list[Box], coefs: list[np.ndarray]):
+    def __init__(
+        self,
+        path: Path,
+        attrs: dict,
+        likelihood: Likelihood,
+        boxes: list[Box],
+        coefs: list[np.ndarray],
+    ):
         self.path = path
         self.attrs = attrs
         self.likelihood: str = attrs["likelihood"]
-        self._lik = get_likelihood(self.likelihood)
+        self._lik = likelihood
         self._boxes = boxes
         self._coefs = coefs = list(coefs)  # per box: (labels * cells, nodes...) rows
         self._cells = [int(np.prod([ax.n_cells for ax in b.axes])) for b in boxes]
@@ -155,17 +95,6 @@ class ReducedTable:
     def __reduce__(self):
         return (open_reduced, (str(self.path),))
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Nothing to release (the cells live in memory); kept for the v1 table's interface."""
-
-    accepts_moments = True  # QuantileMatching calls sigma_qp with the EP moments it has already
-
     def _lookup(self, mu, sigma, y, moments=None, need_ep=False):
         """``(sigma*, sigma_EP, shape, rest)`` over the flattened broadcast queries; ``rest``:
         the flat indices the exact kernel answered. ``sigma_EP`` (the caller's ``moments[1]``,
@@ -181,7 +110,7 @@ class ReducedTable:
         s = sigma.ravel()
         if moments is not None:  # the caller's, at the original cavities: the std is the
             # canonical one's, and the closed forms use |mean| only
-            moments = tuple(_flat(a, shape) for a in moments)
+            moments = tuple(flat_moment(a, shape) for a in moments)
         elif need_ep:
             with np.errstate(all="ignore"):
                 moments = lik.tilted_moments(m, s, yy)
@@ -370,11 +299,6 @@ class ReducedTable:
         return out.reshape(shape)
 
 
-def _flat(a, shape) -> np.ndarray:
-    a = np.asarray(a, dtype=np.float64)
-    return a.ravel() if a.shape == shape else np.broadcast_to(a, shape).ravel()
-
-
 class _Todo:
     """Which of ``n`` queries are still unanswered, without an index array while all are."""
 
@@ -398,40 +322,6 @@ class _Todo:
         return mask if self.mask is None else mask & self.mask
 
 
-def _read_array(root: Path, files: dict[str, bytes], name: str, what: str) -> np.ndarray:
-    """A float64 array of the store from its files' bytes (``files``: :func:`_store_files`)."""
-    try:
-        meta = json.loads(files[f"{name}/zarr.json"])
-        shape = tuple(meta["shape"])
-        chunks = tuple(meta["chunk_grid"]["configuration"]["chunk_shape"])
-        enc = meta["chunk_key_encoding"]
-        sep = enc.get("configuration", {}).get("separator", "/")
-        codecs = meta["codecs"]
-    except KeyError as exc:
-        raise TableError(f"{what}: array {name!r} or its metadata is missing ({exc})") from None
-    except (TypeError, ValueError) as exc:
-        raise TableError(f"{what}: malformed metadata of array {name!r} ({exc})") from None
-    if meta.get("data_type") != "float64" or [c.get("name") for c in codecs] != ["bytes"]:
-        raise TableError(f"{what}: array {name!r} must be uncompressed float64")
-    out = np.empty(shape)
-    grid = [range(0, n, c) for n, c in zip(shape, chunks, strict=True)]
-    for idx in np.ndindex(*[len(g) for g in grid]):
-        lo = [g[i] for g, i in zip(grid, idx, strict=True)]
-        rel = chunk_key(name, sep, idx, enc.get("name", "default"))
-        data = files.get(rel)
-        if data is None:
-            raise TableError(f"{what}: chunk {str(root / rel)!r} is missing")
-        if len(data) != 8 * int(np.prod(chunks)):
-            raise TableError(
-                f"{what}: chunk {str(root / rel)!r} has {len(data)} bytes, expected "
-                f"{int(np.prod(chunks)) * 8}"
-            )
-        block = np.frombuffer(data, dtype="<f8").reshape(chunks)
-        sl = tuple(slice(a, min(a + c, n)) for a, c, n in zip(lo, chunks, shape, strict=True))
-        out[sl] = block[tuple(slice(0, s.stop - s.start) for s in sl)]
-    return out
-
-
 def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTable:
     """Open and validate a v2 store (schema, completeness, verification, integrity, arrays).
 
@@ -444,10 +334,10 @@ def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTa
     if attrs.get("qp_schema_version") != SCHEMA_VERSION_V2:
         raise TableError(f"{what}: schema version {attrs.get('qp_schema_version')!r}, expected 2")
     try:
-        files = _store_files(root)  # each file read once: hashed, then decoded
+        files = store_files(root)  # each file read once: hashed, then decoded
     except OSError as exc:
         raise TableError(f"{what}: unreadable ({exc})") from None
-    changes = _integrity_changes(attrs, files) if finished else []
+    changes = integrity_changes(attrs, files) if finished else []
     if changes:
         raise TableError(
             f"{what}: does not match its integrity record ({'; '.join(changes)}); its numbers "
@@ -460,14 +350,14 @@ def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTa
         raise TableError(f"{what}: verification did not pass (attrs['verification'] = {ver!r})")
     try:
         boxes = [box_from_attrs(b) for b in attrs["boxes"]]
-        get_likelihood(attrs["likelihood"])
+        likelihood = get_likelihood(attrs["likelihood"])
     except (KeyError, TypeError, ValueError) as exc:
         raise TableError(f"{what}: malformed likelihood or boxes ({exc})") from None
     coefs = []
     for box in boxes:
-        values = _read_array(root, files, f"rho_{box.name}", what)
+        values = read_array(root, files, f"rho_{box.name}", what)
         want = (len(box.labels), *(ax.n_cells * ax.n for ax in box.axes))
         if values.shape != want or not np.all((values > 0) & (values <= 1 + 1e-12)):
             raise TableError(f"{what}: array rho_{box.name} is not {want} values in (0, 1]")
         coefs.append(coefficients(values, box.axes))  # one slice per label
-    return ReducedTable(root, attrs, boxes, coefs)
+    return ReducedTable(root, attrs, likelihood, boxes, coefs)

@@ -4,7 +4,7 @@
 (bit for bit the same on every run: the kernel's results do not depend on scheduling, and the
 stores record no times); ``tests/test_shipped_tables.py`` rebuilds a random sample of their tiles
 and compares the bytes. The estimators' ``table=None`` uses them when no table is installed for
-the likelihood (:func:`qpinfer.tables.download.install.download` installs one, and an installed or explicitly
+the likelihood (:func:`qpinfer.tables.remote.install.download` installs one, and an installed or explicitly
 passed table wins).
 """
 
@@ -13,7 +13,13 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-__all__ = ["SHIPPED", "open_shipped", "shipped_path"]
+from qpinfer.likelihoods.base import Likelihood
+from qpinfer.likelihoods.student_t import StudentT, parse_name, student_t_name
+from qpinfer.tables.reader import SigmaTableReader
+from qpinfer.tables.reduced import open_reduced
+from qpinfer.tables.student_t import ScaledTable, base_name
+
+__all__ = ["SHIPPED", "open_shipped", "shipped_key", "shipped_path", "shipped_table"]
 
 #: likelihood name -> store directory name under ``qpinfer/tables_data``
 SHIPPED = {
@@ -31,30 +37,49 @@ SHIPPED = {
 DATA_DIR = Path(__file__).resolve().parents[1] / "tables_data"
 
 
-def shipped_path(likelihood_name: str) -> Path | None:
-    """The shipped store for a likelihood name, or ``None`` if none ships (a Student-t name of
-    any scale: the store of its nu, built for scale 1)."""
-    name = SHIPPED.get(likelihood_name)
-    if name is None and likelihood_name.startswith("student_t"):
-        from qpinfer.tables.student_t import base_name
+def shipped_key(likelihood: str | Likelihood) -> str | None:
+    """The key of :data:`SHIPPED` whose store serves ``likelihood`` (a likelihood object or
+    name): its own, or for a Student-t likelihood of any scale the scale-1 store of its nu;
+    ``None`` if none ships."""
+    name = likelihood if isinstance(likelihood, str) else likelihood.name
+    if name in SHIPPED:
+        return name
+    key = None
+    if isinstance(likelihood, StudentT):
+        key = base_name(likelihood)
+    elif isinstance(likelihood, str):
+        params = parse_name(likelihood)  # a Student-t name of another scale (None: not one)
+        key = None if params is None else student_t_name(params[0], 1.0)
+    return key if key in SHIPPED else None
 
-        name = SHIPPED.get(base_name(likelihood_name))
-    return None if name is None else DATA_DIR / name
+
+def shipped_path(likelihood: str | Likelihood) -> Path | None:
+    """The shipped store serving a likelihood object or name (:func:`shipped_key`), or
+    ``None`` if none ships."""
+    key = shipped_key(likelihood)
+    return None if key is None else DATA_DIR / SHIPPED[key]
 
 
 @functools.cache
-def open_shipped(likelihood_name: str):
-    """The shipped table of a likelihood, opened once per process (validated: schema, integrity,
-    verification); ``None`` if none ships. A damaged shipped file raises
+def open_shipped(likelihood_name: str) -> SigmaTableReader | None:
+    """The shipped table of a likelihood name, opened once per process (validated: schema,
+    integrity, verification); ``None`` if none ships. A damaged shipped file raises
     :class:`~qpinfer.tables.TableError` naming it. A Student-t name of a scale other than 1
-    gets its nu's table through :class:`qpinfer.tables.student_t.ScaledTable`."""
-    path = shipped_path(likelihood_name)
-    if path is None:
+    gets its nu's table through :class:`qpinfer.tables.student_t.ScaledTable`
+    (:func:`shipped_table`)."""
+    if likelihood_name in SHIPPED:
+        return open_reduced(DATA_DIR / SHIPPED[likelihood_name])
+    params = parse_name(likelihood_name)  # a Student-t name of another scale (None: not one)
+    return None if params is None else shipped_table(StudentT(*params))
+
+
+def shipped_table(likelihood: Likelihood) -> SigmaTableReader | None:
+    """The shipped table serving a likelihood object (its store opened once per process by
+    :func:`open_shipped`), a Student-t likelihood of another scale answered by its nu's
+    scale-1 table through a :class:`~qpinfer.tables.student_t.ScaledTable` that holds this very
+    object; ``None`` if none ships."""
+    key = shipped_key(likelihood)
+    if key is None:
         return None
-    if likelihood_name not in SHIPPED:  # Student-t, another scale
-        from qpinfer.tables.student_t import base_name, for_likelihood
-
-        return for_likelihood(open_shipped(base_name(likelihood_name)), likelihood_name)
-    from qpinfer.tables.reduced import open_reduced
-
-    return open_reduced(path)
+    table = open_shipped(key)
+    return table if key == likelihood.name else ScaledTable(table, likelihood)

@@ -5,7 +5,9 @@ in :mod:`qpinfer.tables.boxes.student_t`). ``f' = (f - y) / scale`` maps the til
 so for any scale ``sigma*(mu, sigma, y) = scale * sigma*_1((mu - y) / scale, sigma / scale, 0)``
 and ``sigma* / sigma_EP`` is unchanged: :class:`ScaledTable` answers a scaled likelihood's queries
 from the scale-1 table (the kernel does the same through ``StudentT.reduced``).
-:func:`for_likelihood` adapts a table to the likelihood an estimator uses.
+:func:`for_likelihood` adapts a table to the likelihood object an estimator uses, reading the
+table's own likelihood object (:attr:`~qpinfer.tables.reader.SigmaTableReader.likelihood_object`):
+no likelihood name is parsed and no :class:`StudentT` built on the way.
 """
 
 from __future__ import annotations
@@ -15,54 +17,54 @@ from typing import Any
 import numpy as np
 
 from qpinfer.likelihoods.registry import get_likelihood
-from qpinfer.likelihoods.student_t import StudentT, parse_name
+from qpinfer.likelihoods.student_t import StudentT, student_t_name
 from qpinfer.sigma.kernel import _prepare
+from qpinfer.tables.reader import SigmaTableReader
 
 __all__ = ["ScaledTable", "base_name", "for_likelihood"]
 
 
-def base_name(likelihood_name: str) -> str | None:
-    """The scale-1 name of a Student-t likelihood name (``None`` if not Student-t)."""
-    params = parse_name(likelihood_name)
-    return None if params is None else StudentT(params[0], 1.0).name
+def base_name(likelihood: StudentT) -> str:
+    """The name of the scale-1 Student-t likelihood of ``likelihood``'s nu: its table's."""
+    return student_t_name(likelihood.nu, 1.0)
 
 
-class ScaledTable:
+def _unit_scale_nu(table: Any) -> float | None:
+    """nu if ``table`` is a reader of a scale-1 Student-t table (one that serves every scale)."""
+    lik = table.likelihood_object if isinstance(table, SigmaTableReader) else None
+    return lik.nu if isinstance(lik, StudentT) and lik.scale == 1.0 else None
+
+
+class ScaledTable(SigmaTableReader):
     """A scale-1 Student-t table (``base``) answering for ``StudentT(nu, scale)``.
 
-    Same interface as :class:`qpinfer.tables.reduced.ReducedTable` (``sigma_qp``, ``sigma_ratio``,
-    ``contains``, ``fallback_count``, ``likelihood``); input checks and their messages are the
+    ``scale``: the noise scale, or the :class:`StudentT` likelihood (of the base's nu) itself,
+    which is then used as it is. The readers' interface
+    (:class:`~qpinfer.tables.reader.SigmaTableReader`); input checks and their messages are the
     scaled likelihood's."""
 
-    accepts_moments = True
-
-    def __init__(self, base: Any, scale: float) -> None:
-        nu_scale = parse_name(getattr(base, "likelihood", None))
-        if nu_scale is None or nu_scale[1] != 1.0:
-            raise ValueError(
-                f"base must be a Student-t table for scale 1.0; got {getattr(base, 'likelihood', base)!r}"
-            )
+    def __init__(self, base: SigmaTableReader, scale: float | StudentT) -> None:
+        nu = _unit_scale_nu(base)
+        if nu is None:
+            got = base.likelihood if isinstance(base, SigmaTableReader) else base
+            raise ValueError(f"base must be a Student-t table for scale 1.0; got {got!r}")
+        if isinstance(scale, StudentT):
+            if scale.nu != nu:
+                raise ValueError(f"scale is {scale!r}, whose nu is not the base table's {nu!r}")
+            self._lik = scale
+        else:
+            self._lik = StudentT(nu, scale)
         self.base = base
-        self._lik = StudentT(nu_scale[0], scale)
         self.likelihood: str = self._lik.name
-        self.path = getattr(base, "path", None)
-        self.attrs = getattr(base, "attrs", {})
+        self.path = base.path
+        self.attrs = base.attrs
         self.fallback_count = 0
 
     def __repr__(self) -> str:
         return f"ScaledTable({self.base!r}, scale={self._lik.scale!r})"
 
     def __reduce__(self):
-        return (ScaledTable, (self.base, self._lik.scale))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Nothing to release (kept for the tables' interface)."""
+        return (ScaledTable, (self.base, self._lik))
 
     def _reduced(self, mu, sigma, y):
         lik, mu, sigma, y = _prepare(self._lik, mu, sigma, y)
@@ -95,6 +97,12 @@ class ScaledTable:
         out = self._counted(self.base.sigma_ratio, d, s, np.zeros_like(d), moments=moments)
         return out.reshape(shape)
 
+    def qp_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """``(EP's mean, sigma*)``: EP's moments (eq. (5)) of the scaled likelihood, the std
+        passed on to the lookup (:meth:`sigma_qp`)."""
+        mean, std_ep = self._lik.tilted_moments(mu, sigma, y)
+        return mean, self.sigma_qp(mu, sigma, y, moments=(mean, std_ep))
+
     def contains(self, mu, sigma, y) -> np.ndarray:
         """True everywhere a lookup needs no exact fallback."""
         d, s, shape = self._reduced(mu, sigma, y)
@@ -102,21 +110,18 @@ class ScaledTable:
 
 
 def for_likelihood(table: Any, likelihood: Any) -> Any:
-    """``table`` for ``likelihood``: itself if it is that likelihood's, a :class:`ScaledTable`
-    if it is the scale-1 Student-t table of the same nu, else itself (the projection then
-    refuses the mismatch, naming both)."""
+    """``table`` for ``likelihood`` (an object; a name is built into one): itself if it is that
+    likelihood's, a :class:`ScaledTable` if it is the scale-1 Student-t table of the same nu,
+    else itself (the projection then refuses the mismatch, naming both)."""
     if table is None:
         return None
     lik = get_likelihood(likelihood)
     if not isinstance(lik, StudentT):
         return table
     if isinstance(table, ScaledTable):  # re-scaled (the noise scale is being fitted)
-        if table._lik == lik:
+        if table.likelihood_object == lik:
             return table
         table = table.base
-    have = getattr(table, "likelihood", None)
-    if have == lik.name or lik.scale == 1.0:
-        return table
-    if isinstance(have, str) and have == base_name(lik.name):
-        return ScaledTable(table, lik.scale)
+    if lik.scale != 1.0 and _unit_scale_nu(table) == lik.nu:
+        return ScaledTable(table, lik)
     return table

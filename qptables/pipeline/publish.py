@@ -3,7 +3,7 @@
 ``publish(STORE, DIR)`` writes ``DIR/<name>.tar.gz`` -- the store directory as ``<name>.zarr/``
 in a gzip-compressed tar -- and adds or replaces the entry ``name`` in the manifest
 (``DIR/manifest.json`` unless another path is given). ``DIR`` is then what a table host serves:
-``qpinfer download NAME --url URL-OF-DIR`` (:mod:`qpinfer.tables.download.install`) reads the manifest, fetches
+``qpinfer download NAME --url URL-OF-DIR`` (:mod:`qpinfer.tables.remote.install`) reads the manifest, fetches
 the archive, checks its size and sha256, unpacks it and validates every chunk.
 
 Only a store the reader accepts is published: :func:`qpinfer.open_table` with
@@ -15,7 +15,7 @@ mtime the store's ``created`` time, gzip header without name or time -- so publi
 store twice gives the same sha256. Tar + gzip (stdlib on both sides) rather than a zarr zip
 store because the reader memory-maps chunk files, so the table is installed unpacked anyway.
 
-Manifest (format :data:`qpinfer.tables.download.install.MANIFEST_FORMAT`)::
+Manifest (format :data:`qpinfer.tables.remote.install.MANIFEST_FORMAT`)::
 
     {"format": 1, "tables": {NAME: {
         "name", "file", "size", "sha256",            # the archive
@@ -24,7 +24,7 @@ Manifest (format :data:`qpinfer.tables.download.install.MANIFEST_FORMAT`)::
                          "tolerance", "reference", "checked"},
         "package_version", "schema_version", "created", "published"}}}
 
-``content_sha256`` is :func:`qpinfer.tables.download.install.checksums_digest` of the store's chunk checksums:
+``content_sha256`` is :func:`qpinfer.tables.remote.install.checksums_digest` of the store's chunk checksums:
 a download is skipped when the installed table already has it.
 """
 
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from qpinfer.tables import TableError, open_table, sha256_file
-from qpinfer.tables.download.deadline import Deadline
-from qpinfer.tables.download.install import (
+from qpinfer.tables.remote.deadline import Deadline
+from qpinfer.tables.remote.install import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     checksums_digest,

@@ -1,4 +1,4 @@
-"""Time limits of a transfer (:mod:`qpinfer.tables.download.transfer`): an overall :class:`Deadline` shared by
+"""Time limits of a transfer (:mod:`qpinfer.tables.remote.transfer`): an overall :class:`Deadline` shared by
 every attempt, retries and back-off included, and reads whose every wait is cut at it.
 
 Each blocking network operation (connect, one read) waits at most :data:`STALL_TIMEOUT` seconds

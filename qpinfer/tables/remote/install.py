@@ -19,11 +19,11 @@ is the ``base_url`` argument, else the environment variable :data:`URL_ENV`
    sends the whole file again) and retrying connection failures ``retries`` times with
    exponential back-off; the part file keeps its progress between calls. The whole call has
    one deadline (``timeout``, default 600 s: manifest, lock wait, archive, retries), and every
-   connect or read gives up after 30 s of silence (:mod:`qpinfer.tables.download.deadline`);
+   connect or read gives up after 30 s of silence (:mod:`qpinfer.tables.remote.deadline`);
 4. checks the size and the sha256 -- a mismatch or a server file shorter than the manifest says
    deletes the part file and raises :class:`DownloadError`;
 5. unpacks into a hidden staging directory only what the store's own record lists, bounded by
-   the manifest's ``store_bytes`` (:mod:`qpinfer.tables.download.unpack`: a stray or oversized member is
+   the manifest's ``store_bytes`` (:mod:`qpinfer.tables.remote.unpack`: a stray or oversized member is
    refused, naming it, before anything is written), opens the result with
    :func:`qpinfer.open_table` hashing *every* chunk (``verify_checksums=True``) and checks it
    is the manifest's likelihood and grid;
@@ -38,7 +38,7 @@ succeeds: interrupted or failed downloads leave at most the ``.part`` file under
 Concurrent downloads of the same name are serialised with a lock file (``fcntl``, POSIX).
 
 The transfer itself (steps 1 and 3: manifest, ``Range`` resumes, retries) is
-:mod:`qpinfer.tables.download.transfer`; this module is the install side (cache, lock, unpack, validate, place).
+:mod:`qpinfer.tables.remote.transfer`; this module is the install side (cache, lock, unpack, validate, place).
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qpinfer.tables.download.transfer import (
+from qpinfer.tables.open import open_table
+from qpinfer.tables.remote.transfer import (
     DEFAULT_TIMEOUT,
     Deadline,
     DownloadError,
@@ -63,12 +64,11 @@ from qpinfer.tables.download.transfer import (
     join_url,
     resolve_base_url,
 )
-from qpinfer.tables.download.transfer import MANIFEST_FORMAT as MANIFEST_FORMAT
-from qpinfer.tables.download.transfer import MANIFEST_NAME as MANIFEST_NAME
-from qpinfer.tables.download.transfer import RETRY_BACKOFF as RETRY_BACKOFF
-from qpinfer.tables.download.transfer import URL_ENV as URL_ENV
-from qpinfer.tables.download.unpack import unpack_store
-from qpinfer.tables.open import open_table
+from qpinfer.tables.remote.transfer import MANIFEST_FORMAT as MANIFEST_FORMAT
+from qpinfer.tables.remote.transfer import MANIFEST_NAME as MANIFEST_NAME
+from qpinfer.tables.remote.transfer import RETRY_BACKOFF as RETRY_BACKOFF
+from qpinfer.tables.remote.transfer import URL_ENV as URL_ENV
+from qpinfer.tables.remote.unpack import unpack_store
 from qpinfer.tables.replace import ReplaceRefusedError, check_replaceable, replace_store
 from qpinfer.tables.store import TableError, sha256_file, tables_dir
 
@@ -269,7 +269,7 @@ def download(
     timeout:
         Seconds the whole download may take -- manifest, waiting for a concurrent download of
         the same name, archive, retries and back-off included (default 600). Each connect or
-        read also gives up after :data:`qpinfer.tables.download.transfer.STALL_TIMEOUT` (30 s) of silence and
+        read also gives up after :data:`qpinfer.tables.remote.transfer.STALL_TIMEOUT` (30 s) of silence and
         is retried while time is left. Past the deadline a :class:`DownloadError` names the
         URL, the time and the bytes received (kept in the ``.part`` file, to resume from).
     progress:

@@ -1,4 +1,5 @@
-"""Talking to a table host (:mod:`qpinfer.tables.download.install`): resolving its URL, reading its
+# Over 400 lines: one transfer (URL, manifest, resumable fetch, retries) whose steps share one deadline and one error type.
+"""Talking to a table host (:mod:`qpinfer.tables.remote.install`): resolving its URL, reading its
 ``manifest.json``, and fetching an archive over http(s) or from a ``file://`` URL -- resuming an
 interrupted transfer with an HTTP ``Range`` request (a server that ignores it sends the whole
 file again) and retrying connection failures with exponential back-off.
@@ -7,7 +8,7 @@ HTTP is the standard library's :mod:`urllib` -- chosen over pooch/fsspec to keep
 dependencies at numpy, scipy and zarr; it covers http(s) and file URLs, ``Range`` resumes and
 retries, which is all a static table host needs.
 
-Every wait is bounded (:mod:`qpinfer.tables.download.deadline`). A transfer has an overall deadline
+Every wait is bounded (:mod:`qpinfer.tables.remote.deadline`). A transfer has an overall deadline
 (``timeout`` seconds, retries and back-off included), each connect or read waits at most
 :data:`STALL_TIMEOUT` seconds of silence, and a request's sockets are shut down when the deadline
 passes, so a server that trickles one byte at a time cannot hold a transfer past it either. The
@@ -30,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qpinfer.tables.download.deadline import STALL_TIMEOUT as STALL_TIMEOUT
-from qpinfer.tables.download.deadline import (
+from qpinfer.tables.remote.deadline import STALL_TIMEOUT as STALL_TIMEOUT
+from qpinfer.tables.remote.deadline import (
     Deadline,
     Watchdog,
     as_deadline,
@@ -126,7 +127,7 @@ def open_url(url: str, offset: int, timeout: float, deadline: Deadline | None = 
     """GET ``url`` from byte ``offset`` (``file://``: seek; http: a ``Range`` request).
 
     ``timeout``: the socket timeout (connect, each read); ``deadline``: the request's sockets
-    are shut down when it passes (:class:`qpinfer.tables.download.deadline.Watchdog`), until the response is
+    are shut down when it passes (:class:`qpinfer.tables.remote.deadline.Watchdog`), until the response is
     closed."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "file":

@@ -1,4 +1,4 @@
-"""Unpacking a downloaded table archive (:mod:`qpinfer.tables.download.install`): only what the store says it
+"""Unpacking a downloaded table archive (:mod:`qpinfer.tables.remote.install`): only what the store says it
 holds, and no more bytes than the manifest says it has.
 
 A table archive is ``<name>.zarr/`` in a gzip-compressed tar. :func:`unpack_store` reads it in two
@@ -19,7 +19,7 @@ passes:
    (``tarfile``'s ``data`` filter), each writing exactly the bytes its checked header says.
 
 Anything else -- a stray chunk such as ``sigma_qp/c/9``, an extra directory, a chunk larger
-than its array's chunk shape -- is refused with a :class:`~qpinfer.tables.download.transfer.DownloadError`
+than its array's chunk shape -- is refused with a :class:`~qpinfer.tables.remote.transfer.DownloadError`
 naming the member; nothing is left in the staging directory (the caller removes it).
 """
 
@@ -31,7 +31,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from qpinfer.tables.download.transfer import DownloadError
+from qpinfer.tables.remote.transfer import DownloadError
 from qpinfer.tables.schema import DATA_VARS, DIMS
 from qpinfer.tables.store import TableError, bytes_only, check_array_meta, chunk_key
 
@@ -167,7 +167,7 @@ def expected_files(metas: dict[str, bytes]) -> dict[str, int | None]:
 def unpack_store(archive: Path, staging: Path, top: str, store_bytes: int | None) -> Path:
     """Unpack the store ``top`` (``<name>.zarr``) of ``archive`` into ``staging``; returns
     ``staging / top``. See the module docstring for what is refused (a
-    :class:`~qpinfer.tables.download.transfer.DownloadError` naming the member)."""
+    :class:`~qpinfer.tables.remote.transfer.DownloadError` naming the member)."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
             members, metas = _scan(tar, top, store_bytes, archive.name)
