@@ -7,7 +7,7 @@ and returns the probability of class 1 at the test inputs. Settings (``quick`` i
 
 * ``sparse-ep``: ``qpinfer.SparseGPClassifier(M, alpha=1.0, random_state=seed)`` -- Power EP at
   alpha = 1, i.e. sparse (FITC) EP; L-BFGS-B over the hyperparameters and the inducing inputs
-  (``max_optimizer_iter`` 1000, the default [15]).
+  (``optimizer_maxiter`` 1000, the default [15]).
 * ``sparse-qp``: the same with ``method="qp"`` and the shipped sigma* tables.
 * ``gpy-epdtc``: ``GPy.core.SparseGP`` with ``EPDTC`` (ep_mode "alternated", GPy's default: EP
   sites, then L-BFGS-B on the hyperparameters and inducing inputs with the sites fixed, repeated),
@@ -48,7 +48,7 @@ def fit_ours(method, Xtr, ytr, Xte, m, seed, settings, max_opt_iter):
         m,
         alpha=1.0,
         random_state=seed,
-        max_optimizer_iter=max_opt_iter or settings["ours_max_opt_iter"],
+        optimizer_maxiter=max_opt_iter or settings["ours_max_opt_iter"],
         **kwargs,
     )
     with warnings.catch_warnings(record=True) as caught:

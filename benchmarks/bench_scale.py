@@ -222,7 +222,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="cap every optimiser (labelled)")
-    ap.add_argument("--max-opt-iter", type=int, default=None, help="ours: max_optimizer_iter")
+    ap.add_argument("--max-opt-iter", type=int, default=None, help="ours: optimizer_maxiter")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     methods = args.methods.split(",")

@@ -82,7 +82,7 @@ def main() -> None:
             args.m,
             1.0,
             random_state=args.seed,
-            max_optimizer_iter=args.lbfgs_iter,
+            optimizer_maxiter=args.lbfgs_iter,
             **common,
         ),
     }

@@ -5,16 +5,28 @@ accepts and never answers the dask handshake (a web server, a dashboard port) it
 and one that answers other bytes can make it allocate a bogus frame length (``MemoryError``).
 :func:`probe_scheduler` asks the server what it is (connect, handshake, one ``identity`` call)
 under one overall deadline, in its own thread, and :func:`connect_client` makes the ``Client``
-only after it answered as a scheduler. Used by the dask sweep (:mod:`qpinfer.inference.sparse.dask_partitions`)
-and by ``qptables`` (builds, ``verify --scheduler``). ``distributed`` is imported inside the
-functions: ``import qpinfer`` never imports it.
+only after it answered as a scheduler. :func:`local_cluster_client` starts the other kind of
+cluster, a new ``LocalCluster`` on this machine. Used by the dask sweep
+(:mod:`qpinfer.inference.sparse.dask_partitions`) and by ``qptables`` (builds, ``verify
+--scheduler``). ``dask`` and ``distributed`` are imported inside the functions: ``import
+qpinfer`` never imports them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["SchedulerUnreachable", "connect_client", "connect_seconds", "probe_scheduler"]
+__all__ = [
+    "SchedulerUnreachable",
+    "connect_client",
+    "connect_seconds",
+    "local_cluster_client",
+    "probe_scheduler",
+]
 
 
 class SchedulerUnreachable(ConnectionError):
@@ -119,3 +131,52 @@ def connect_client(address: str, timeout: float | None = None) -> Any:
         raise SchedulerUnreachable(
             f"cannot connect to {address} ({type(exc).__name__}: {exc})"
         ) from None
+
+
+@contextlib.contextmanager
+def local_cluster_client(
+    n_workers: int | None = None,
+    *,
+    config: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    silence_logs: int | bool = logging.WARNING,
+) -> Iterator[Any]:
+    """A ``distributed.Client`` on a new ``LocalCluster`` of ``n_workers`` (default: one per
+    core) single-threaded worker processes (one task at a time per process: the numerical
+    kernels run one per core), dashboard on a free port; client and cluster closed afterwards.
+
+    What the callers legitimately differ in:
+
+    * ``config`` -- dask settings in force while the cluster starts (its worker processes
+      inherit them) and runs. The dask sweep (:func:`qpinfer.inference.sparse.dask_partitions.local_client`)
+      passes :data:`~qpinfer.inference.sparse.dask_partitions.QUIET_LOCAL_CONFIG`: processes that
+      wake less often, because a sweep is a short round trip that waits for its slowest
+      partition. A ``qptables`` build passes none: its tasks are tiles of seconds or more, beside
+      which dask's default intervals cost nothing.
+    * ``env`` -- environment variables of the worker processes. A build
+      (:func:`qptables.pipeline.dask_run.open_client`) passes ``SINGLE_THREAD_ENV`` (every
+      threaded numerical library held to one thread, numexpr and Accelerate included: one tile
+      per core); the sweep passes none (its workers get this process's environment and the
+      nanny's ``distributed.nanny.pre-spawn-environ``, single-threaded OpenMP/MKL/OpenBLAS).
+    * ``silence_logs`` -- the level below which the cluster's own logging is silenced (dask's
+      default ``logging.WARNING``, which the sweep keeps). A build passes ``logging.CRITICAL``:
+      a failed tile reaches the user once, summarised by the build's error, not as the
+      workers' and scheduler's logged tracebacks.
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    n = n_workers or os.cpu_count() or 1
+    with (
+        dask.config.set(dict(config or {})),
+        LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=silence_logs,
+            env=None if env is None else dict(env),
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client

@@ -6,14 +6,15 @@ A store is a zarr v3 directory (``zarr.storage.LocalStore``) with data variables
 ``(1, tile_mu, n_log10_sigma)`` and *uncompressed* (bytes codec only), coordinate arrays
 ``y``/``mu``/``log10_sigma`` and the root attributes of :data:`qpinfer.tables.schema.REQUIRED_ATTRS`.
 
-Chunk integrity. Every chunk file has a known size (``tile_mu * n_log10_sigma * 8`` bytes, edge
-chunks are stored full size and padded with the NaN fill value). A chunk counts as *done* only
-when its file exists with exactly that size. This is safe because (1) zarr's ``LocalStore``
-writes each chunk to a temporary sibling (``0.<uuid>.partial``) and ``os.replace``-s it into
-place, so a killed writer never leaves a half-written chunk under the real name, and (2) even
-without (1), a chunk file is written sequentially by one ``write`` so a torn write is always
-*short*, which the size check rejects. Left-over temporary files are deleted by
-:func:`scan_tiles`. Once every chunk is written, :func:`chunk_checksums` records a sha256 per
+Chunk integrity (every build, the v2 tables of :mod:`qptables.pipeline.v2` too). Builds write
+uncompressed chunks with :func:`write_chunk`, so every chunk file has a known size (here
+``tile_mu * n_log10_sigma * 8`` bytes; edge chunks are stored full size and padded with the NaN
+fill value). A chunk counts as *done* only when its file exists with exactly that size
+(:func:`finished_chunks`). This is safe because (1) zarr's ``LocalStore`` writes each chunk to a
+temporary sibling (``0.<uuid>.partial``) and ``os.replace``-s it into place, so a killed writer
+never leaves a half-written chunk under the real name, and (2) even without (1), a chunk file is
+written sequentially by one ``write`` so a torn write is always *short*, which the size check
+rejects. Left-over temporary files are deleted by :func:`finished_chunks`. Once every chunk is written, :func:`chunk_checksums` records a sha256 per
 chunk file in ``attrs["checksums"]`` so readers can detect later corruption.
 
 Beyond :data:`qpinfer.tables.schema.REQUIRED_ATTRS` the writer records ``attrs["build"]`` (likelihood,
@@ -42,11 +43,10 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
-import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import zarr
@@ -60,20 +60,22 @@ from qptables.grid import GridSpec
 
 __all__ = [
     "StoreError",
+    "StoreHeader",
     "chunk_checksums",
     "chunk_key",
     "consolidate_slice",
     "consolidate_store",
     "create_store",
+    "finished_chunks",
     "published_grid",
     "read_attrs",
+    "read_header",
     "read_rows",
     "scan_tiles",
     "update_attrs",
+    "write_chunk",
     "write_tile",
 ]
-
-_CHUNK_NAME = re.compile(r"^\d+$")
 
 VAR_DESCRIPTIONS = {
     "sigma_qp": "QP standard deviation sigma* (paper 000 eq. 7) of the tilted distribution",
@@ -167,14 +169,34 @@ def read_attrs(path: str | os.PathLike) -> dict[str, Any]:
     return dict(g.attrs)
 
 
-def update_attrs(path: str | os.PathLike, consolidate: bool = True, **attrs: Any) -> None:
-    """Update root attributes of the store at ``path`` and refresh consolidated metadata."""
+def update_attrs(path: str | os.PathLike, consolidate: bool = True, **attrs: Any) -> dict[str, Any]:
+    """Update root attributes of the store at ``path`` and refresh consolidated metadata;
+    returns all its root attributes as updated."""
     g = zarr.open_group(LocalStore(str(path)), mode="r+", use_consolidated=False)
     g.attrs.update(attrs)
     if consolidate:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "consolidated metadata is not in the v3 spec"
             zarr.consolidate_metadata(LocalStore(str(path)))
+    return dict(g.attrs)
+
+
+class StoreHeader(NamedTuple):
+    """A tiled store's root attributes and the grid they describe: read once
+    (:func:`read_header`) and handed down to every step of a build or a check that needs them."""
+
+    attrs: dict[str, Any]
+    grid: GridSpec
+
+    @classmethod
+    def of(cls, attrs: dict[str, Any]) -> StoreHeader:
+        """The header of a store with root attributes ``attrs``."""
+        return cls(attrs, GridSpec.from_attrs(attrs["grid"], attrs["tile_mu"]))
+
+
+def read_header(path: str | os.PathLike) -> StoreHeader:
+    """The :class:`StoreHeader` of the store at ``path``."""
+    return StoreHeader.of(read_attrs(path))
 
 
 def write_tile(
@@ -187,13 +209,22 @@ def write_tile(
     """
     a, b = rows
     for var in DATA_VARS:
-        arr = zarr.open_array(
-            LocalStore(str(path)),
-            path=var,
-            mode="r+",
-            config={"write_empty_chunks": True},
+        write_chunk(
+            path, var, (slice(iy, iy + 1), slice(a, b), slice(None)), values[var][np.newaxis]
         )
-        arr[iy : iy + 1, a:b, :] = values[var][np.newaxis]
+
+
+def write_chunk(
+    path: str | os.PathLike, array: str, region: tuple[slice, ...], values: np.ndarray
+) -> None:
+    """Write ``values`` into the ``region`` of ``array`` of the store at ``path``: the one tile
+    writer of every build. ``region`` covers exactly one chunk (its start aligned, its end the
+    chunk's or the array's), so one zarr region write replaces one whole chunk file atomically
+    (module docstring); it is written even if it holds only the fill value."""
+    arr = zarr.open_array(
+        LocalStore(str(path)), path=array, mode="r+", config={"write_empty_chunks": True}
+    )
+    arr[region] = values
 
 
 def read_rows(path: str | os.PathLike, var: str, iy: int, rows: tuple[int, int]) -> np.ndarray:
@@ -203,38 +234,39 @@ def read_rows(path: str | os.PathLike, var: str, iy: int, rows: tuple[int, int])
     return np.asarray(arr[iy, a:b, :])
 
 
-def scan_tiles(
-    path: str | os.PathLike, grid: GridSpec, *, clean: bool = True
-) -> set[tuple[int, int]]:
-    """Tiles ``(iy, k)`` whose chunk files are all present with the exact expected size.
+def finished_chunks(
+    path: str | os.PathLike, sizes: Mapping[str, int], *, clean: bool = True
+) -> set[str]:
+    """The chunk keys of ``sizes`` (key -> the exact size of its uncompressed file) whose files
+    are present with that size: the tiles a build has finished (module docstring).
 
-    With ``clean=True`` deletes what cannot be trusted: left-over temporary files of killed
-    writers and chunk files of the wrong size (truncated).
+    With ``clean=True`` deletes what cannot be trusted under the arrays' chunk directories
+    (``<array>/c``): left-over temporary files of killed writers, chunk files of the wrong size
+    (truncated) and any other file that is not one of ``sizes``' chunks.
     """
     root = Path(path)
-    size = grid.chunk_nbytes()
-    counts: dict[tuple[int, int], int] = {}
-    for var in DATA_VARS:
-        base = root / var / "c"
-        if not base.is_dir():
-            continue
+    done = set()
+    for base in sorted({root / key.split("/c/", 1)[0] / "c" for key in sizes}):
         for dirpath, _dirs, files in os.walk(base):
             for name in files:
                 fpath = Path(dirpath) / name
-                rel = fpath.relative_to(base).parts
-                ok_name = (
-                    len(rel) == 3
-                    and all(_CHUNK_NAME.match(p) for p in rel)
-                    and rel[2] == "0"
-                    and int(rel[0]) < len(grid.y)
-                    and int(rel[1]) < grid.tiles_per_y
-                )
-                if ok_name and fpath.stat().st_size == size:
-                    key = (int(rel[0]), int(rel[1]))
-                    counts[key] = counts.get(key, 0) + 1
+                key = fpath.relative_to(root).as_posix()
+                if key in sizes and fpath.stat().st_size == sizes[key]:
+                    done.add(key)
                 elif clean:
                     fpath.unlink(missing_ok=True)
-    return {key for key, c in counts.items() if c == len(DATA_VARS)}
+    return done
+
+
+def scan_tiles(
+    path: str | os.PathLike, grid: GridSpec, *, clean: bool = True
+) -> set[tuple[int, int]]:
+    """Tiles ``(iy, k)`` whose chunk files are all present with the exact expected size
+    (:func:`finished_chunks`, which ``clean`` is passed to)."""
+    size = grid.chunk_nbytes()
+    sizes = {chunk_key(var, iy, k): size for var in DATA_VARS for iy, k in grid.tiles()}
+    done = finished_chunks(path, sizes, clean=clean)
+    return {t for t in grid.tiles() if all(chunk_key(var, *t) in done for var in DATA_VARS)}
 
 
 def chunk_checksum(root: str | os.PathLike, key: str) -> str:
@@ -331,7 +363,10 @@ def _task_result(future: Any, var: str, y: int) -> tuple[str, str]:
 
 
 def consolidate_store(
-    src: str | os.PathLike, dst: str | os.PathLike, client: Any | None = None
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    client: Any | None = None,
+    header: StoreHeader | None = None,
 ) -> dict[str, Any]:
     """Write the published copy of the finished, checksummed build ``src`` into ``dst``.
 
@@ -343,14 +378,13 @@ def consolidate_store(
     ``attrs["integrity"]`` (:mod:`qpinfer.tables.integrity`) and consolidated metadata. ``complete``
     is set to ``True`` as the very last write, so an interrupted copy never looks complete. The
     tasks run on the dask ``client``'s workers if given (one per ``(variable, y)``), else
-    inline; a failed task is raised as one :class:`StoreError` naming it. Returns the new root
-    attributes.
+    inline; a failed task is raised as one :class:`StoreError` naming it. ``header``: ``src``'s
+    (read here if not given). Returns the new root attributes.
     """
     import shutil
 
     src, dst = Path(src), Path(dst)
-    attrs = read_attrs(src)
-    grid = GridSpec.from_attrs(attrs["grid"], attrs["tile_mu"])
+    attrs, grid = header if header is not None else read_header(src)
     tile_sums = attrs.get("checksums") or {}
     expected = set(chunk_keys(grid))
     if set(tile_sums) != expected:
@@ -419,8 +453,9 @@ def consolidate_store(
         "build_tile_mu": int(grid.tile_mu),
         "build_chunks_per_y": int(grid.tiles_per_y),
     }
-    update_attrs(dst, consolidate=False, **new)
-    written = read_attrs(dst)  # the digest covers the metadata exactly as stored
-    update_attrs(dst, consolidate=False, **{INTEGRITY_ATTR: integrity_record(dst, written)})
+    # the digest covers the metadata as stored: JSON values, which update_attrs returns as such
+    written = update_attrs(dst, consolidate=False, **new)
+    record = integrity_record(dst, written)
+    update_attrs(dst, consolidate=False, **{INTEGRITY_ATTR: record})
     update_attrs(dst, complete=True)  # last: only now does the copy look complete
-    return read_attrs(dst)
+    return {**written, INTEGRITY_ATTR: record, "complete": True}

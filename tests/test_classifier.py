@@ -12,7 +12,7 @@ import pytest
 from scipy.special import ndtr
 
 import qpinfer
-import qpinfer.estimators.base as estimator_module
+import qpinfer.estimators.params as estimator_params
 from qpinfer import ConvergenceWarning, GPClassifier
 from qpinfer.estimators.classifier import DataConversionWarning, NotFittedError
 
@@ -172,7 +172,7 @@ def test_table_none_without_an_installed_table_uses_the_shipped_one(monkeypatch)
 def test_table_none_with_no_installed_or_shipped_table_warns_once_and_computes_exactly(
     monkeypatch,
 ):
-    monkeypatch.setattr(estimator_module, "_warned_exact", set())
+    monkeypatch.setattr(estimator_params, "_warned_exact", set())
     X, y = _blobs(seed=8, n=30)
     kw = {"likelihood": "step_noise", "eps": 0.1, "optimizer": None}  # only eps = 0.2 ships
     with pytest.warns(RuntimeWarning, match="exactly"):
@@ -185,15 +185,11 @@ def test_table_none_with_no_installed_or_shipped_table_warns_once_and_computes_e
 
 
 def test_a_table_for_the_wrong_likelihood_is_a_value_error():
-    class PoissonTable:
-        likelihood = "poisson_square"
-
-        def sigma_ratio(self, mu, sigma, y):  # pragma: no cover
-            return np.ones_like(mu)
+    from qpinfer.tables.shipped import open_shipped
 
     X, y = _blobs(n=20)
     with pytest.raises(ValueError, match="poisson_square"):
-        GPClassifier("qp", table=PoissonTable(), optimizer=None).fit(X, y)
+        GPClassifier("qp", table=open_shipped("poisson_square"), optimizer=None).fit(X, y)
 
 
 def test_a_corrupt_table_path_is_a_value_error(tmp_path):

@@ -173,13 +173,20 @@ def test_qp_sites_satisfy_the_quantile_matching_fixed_point(problem, ep_and_qp):
 
 
 def test_quantile_matching_refuses_a_table_for_another_likelihood():
+    from qpinfer.tables.shipped import open_shipped
+
+    with pytest.raises(ValueError, match="poisson_square"):
+        QuantileMatching(PROBIT, open_shipped("poisson_square"))
+
+
+def test_quantile_matching_refuses_what_is_not_a_table_reader():
     class FakeTable:
-        likelihood = "poisson_square"
+        likelihood = "probit"
 
         def sigma_ratio(self, mu, sigma, y):  # pragma: no cover - never called
             return np.ones_like(mu)
 
-    with pytest.raises(ValueError, match="poisson_square"):
+    with pytest.raises(ValueError, match="^table must be a sigma\\* table .* got FakeTable"):
         QuantileMatching(PROBIT, FakeTable())
 
 

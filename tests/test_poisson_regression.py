@@ -246,15 +246,11 @@ def test_qp_with_a_poisson_table_matches_exact_qp(tmp_path):
 
 
 def test_a_probit_table_is_refused():
-    class ProbitTable:
-        likelihood = "probit"
-
-        def sigma_ratio(self, mu, sigma, y):  # pragma: no cover
-            return np.ones_like(mu)
+    from qpinfer.tables.shipped import open_shipped
 
     X, y = synthetic_counts(n=10)
     with pytest.raises(ValueError, match="probit"):
-        GPPoissonRegressor("qp", table=ProbitTable(), optimizer=None).fit(X, y)
+        GPPoissonRegressor("qp", table=open_shipped("probit"), optimizer=None).fit(X, y)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,7 +7,12 @@ import pytest
 
 import qpinfer
 from qpinfer.inference.ep import MomentMatching, run_ep
-from qpinfer.inference.site_loop import STALL_SWEEPS, SweepSettings
+from qpinfer.inference.site_loop import (
+    STALL_SWEEPS,
+    ConvergenceWarning,
+    SweepControl,
+    SweepSettings,
+)
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.sparse import pseudo_point_prior, run_sparse_pep
 
@@ -50,3 +55,35 @@ def test_sweep_settings_name_the_bad_argument():
     with pytest.raises(ValueError, match="damping"):
         SweepSettings.checked("parallel", 1.5, 10, 1e-6, None)
     assert SweepSettings.checked("sequential", None, 10, 1e-6, None).damping == 1.0
+
+
+def test_sweep_control_ends_at_a_failed_sweep_with_the_best_state_and_warns_at_the_caller():
+    """One loop for every sweep (run_sites in process, the dask sweep over partitions): a sweep
+    whose posterior is improper (LinAlgError) ends it, the state with the smallest RMS change is
+    returned, the sweep may ask whether it starts from that state, and the warning names the
+    caller's line."""
+    settings = SweepSettings.checked("parallel", None, 10, 1e-6, None)
+    control = SweepControl(settings)
+    rms = {0: 0.5, 1: 0.2, 2: 0.3}
+    starts_from_best = []
+
+    def sweep(state, damping):
+        starts_from_best.append(control.best is state)
+        if state == 3:
+            raise np.linalg.LinAlgError("improper")
+        return state + 1, rms[state], 0, state
+
+    with pytest.warns(ConvergenceWarning, match="toy sweep did not converge") as caught:
+        best = control.run(sweep, 0, "toy sweep")
+    assert best == 2 and control.best_rms == 0.2 and control.history == [0.5, 0.2, 0.3]
+    assert control.n_iter == 4 and control.n_skipped == 2 and not control.converged
+    assert starts_from_best == [True, True, True, False]
+    assert caught[0].filename == __file__
+
+
+def test_sweep_control_returns_none_when_no_sweep_succeeds():
+    """Non-finite sites in the first sweep: no state to return (the caller returns the prior)."""
+    control = SweepControl(SweepSettings.checked("parallel", None, 10, 1e-6, None))
+    with pytest.warns(ConvergenceWarning):
+        assert control.run(lambda state, damping: None, "start", "toy sweep") is None
+    assert control.n_iter == 1 and control.history == [] and control.best_rms == np.inf

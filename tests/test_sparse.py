@@ -144,7 +144,7 @@ def test_regression_gradients_match_finite_differences(small_regression, alpha):
 def test_sparse_regressor_fits_boston(boston, alpha):
     X, y, Xs, ys = boston
     init = SparseGPRegressor(20, alpha, optimizer=None, random_state=0).fit(X, y)
-    reg = SparseGPRegressor(20, alpha, random_state=0, max_optimizer_iter=80).fit(X, y)
+    reg = SparseGPRegressor(20, alpha, random_state=0, optimizer_maxiter=80).fit(X, y)
     assert reg.log_marginal_likelihood_ > init.log_marginal_likelihood_
     assert reg.score(Xs, ys) > 0.75
     mean, std = reg.predict(Xs, return_std=True)
@@ -242,7 +242,7 @@ def test_sparse_classifier_fits_ionosphere(ionosphere):
     X, y, Xs, ys = ionosphere
     labels = np.where(y > 0, "good", "bad")
     clf = SparseGPClassifier(
-        20, 1.0, ard=False, variance=4.0, length_scale=6.0, random_state=0, max_optimizer_iter=15
+        20, 1.0, ard=False, variance=4.0, length_scale=6.0, random_state=0, optimizer_maxiter=15
     )
     clf.fit(X, labels)
     assert clf.score(Xs, np.where(ys > 0, "good", "bad")) > 0.85
@@ -260,7 +260,7 @@ def test_sparse_classifier_fits_ionosphere(ionosphere):
 def test_sparse_classifier_alpha_half_optimises_hyperparameters_and_inducing_inputs(ionosphere):
     X, y, Xs, ys = ionosphere
     init = SparseGPClassifier(20, 0.5, ard=False, optimizer=None, random_state=0).fit(X, y)
-    clf = SparseGPClassifier(20, 0.5, ard=False, random_state=0, max_optimizer_iter=50).fit(X, y)
+    clf = SparseGPClassifier(20, 0.5, ard=False, random_state=0, optimizer_maxiter=50).fit(X, y)
     assert clf.log_marginal_likelihood_ > init.log_marginal_likelihood_
     assert clf.score(Xs, ys) > 0.85
 
@@ -331,12 +331,41 @@ def test_get_set_params_and_sklearn_clone():
     assert clone.get_params()["n_inducing"] == 7 and clone.schedule == "sequential"
 
 
+@pytest.mark.parametrize("cls", [SparseGPClassifier, SparseGPRegressor])
+def test_the_old_name_max_optimizer_iter_still_works_with_a_future_warning(cls):
+    """``max_optimizer_iter`` (renamed ``optimizer_maxiter`` in 0.2, every estimator's name):
+    accepted and kept by get_params/clone, a FutureWarning at fit that names the new name, and
+    its value used -- the same fit as the new name; a disagreeing pair is a ValueError."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(30, 2))
+    y = X[:, 0] > 0 if cls is SparseGPClassifier else np.sin(X[:, 0])
+    kw = {"n_inducing": 6, "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", qpinfer.ConvergenceWarning)  # 3 iterations: capped
+        warnings.simplefilter("error", FutureWarning)
+        new = cls(**kw, optimizer_maxiter=3).fit(X, y)
+        old = cls(**kw, max_optimizer_iter=3)
+        assert old.get_params()["max_optimizer_iter"] == 3
+        with pytest.warns(FutureWarning, match="optimizer_maxiter=3"):
+            old.fit(X, y)
+    assert old.log_marginal_likelihood_ == new.log_marginal_likelihood_
+    assert old.n_evaluations_ == new.n_evaluations_
+    np.testing.assert_array_equal(old.kernel_.theta, new.kernel_.theta)
+    np.testing.assert_array_equal(old.inducing_points_, new.inducing_points_)
+    base = pytest.importorskip("sklearn.base")
+    assert base.clone(old).get_params() == old.get_params()
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="disagree"):
+        cls(**kw, max_optimizer_iter=3, optimizer_maxiter=5).fit(X, y)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="max_optimizer_iter"):
+        cls(**kw, max_optimizer_iter=0).fit(X, y)
+
+
 def test_parallel_sparse_ep_converges_on_separable_data():
     """Iris setosa vs the rest: parallel updates at damping 0.5 oscillated (RMS ~2e-3 after 1000
     sweeps); the loop halves the damping when the change stalls."""
     datasets = pytest.importorskip("sklearn.datasets")
     X, y = datasets.load_iris(return_X_y=True)
-    clf = qpinfer.SparseGPClassifier(n_inducing=5, max_optimizer_iter=20).fit(X, y == 0)
+    clf = qpinfer.SparseGPClassifier(n_inducing=5, optimizer_maxiter=20).fit(X, y == 0)
     assert clf.pep_result_.converged and clf.pep_result_.n_iter < 200
     assert clf.score(X, y == 0) == 1.0
 
@@ -361,8 +390,8 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Estimator Sparse.* does not inherit")
     _with_sparse_checks = _sk_checks.parametrize_with_checks(
         [
-            qpinfer.SparseGPClassifier(n_inducing=5, max_optimizer_iter=20),
-            qpinfer.SparseGPRegressor(n_inducing=5, max_optimizer_iter=20),
+            qpinfer.SparseGPClassifier(n_inducing=5, optimizer_maxiter=20),
+            qpinfer.SparseGPRegressor(n_inducing=5, optimizer_maxiter=20),
         ]
     )
 

@@ -122,7 +122,7 @@ def test_fast_search_ends_at_sites_converged_to_tol_and_matches_the_full_search(
     to 3 points; and the
     returned sites are the fixed point at the fitted values to ``tol`` (re-run from scratch)."""
     X, y, Xs, ys = ionosphere
-    common = {"ard": False, "random_state": 0, "max_optimizer_iter": 300}
+    common = {"ard": False, "random_state": 0, "optimizer_maxiter": 300}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fast = SparseGPClassifier(15, 1.0, **common).fit(X, y)
@@ -144,7 +144,7 @@ def test_fast_search_ends_at_sites_converged_to_tol_and_matches_the_full_search(
 
 def test_qp_runs_from_the_search_sites_to_tol(ionosphere):
     X, y, Xs, ys = ionosphere
-    clf = SparseGPClassifier(15, method="qp", ard=False, random_state=0, max_optimizer_iter=30)
+    clf = SparseGPClassifier(15, method="qp", ard=False, random_state=0, optimizer_maxiter=30)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf.fit(X, y)

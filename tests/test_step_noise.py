@@ -122,8 +122,7 @@ def test_power_projection_is_ep_at_one_and_matches_quadrature():
 
 
 def test_quantile_matching_table_name_check():
-    class FakeTable:
-        likelihood = "step_noise(eps=0.05)"
+    from qpinfer.tables.shipped import open_shipped
 
-    with pytest.raises(ValueError, match="table is for likelihood"):
-        QuantileMatching(StepNoise(0.2), table=FakeTable())
+    with pytest.raises(ValueError, match="table is for likelihood 'step_noise\\(eps=0.2\\)'"):
+        QuantileMatching(StepNoise(0.1), table=open_shipped("step_noise(eps=0.2)"))

@@ -195,11 +195,11 @@ def test_shipped_core_cells_in_the_power_basis_round_within_1e_14():
     """The reader holds the probit core's cells in the power basis (cheb_cells
     power_coefficients): the rounding bound of that conversion on the shipped cells."""
     from qpinfer.tables.chebyshev import coefficients, power_rounding_bound
-    from qpinfer.tables.reduced import _read_array, _store_files
+    from qpinfer.tables.reduced_store import read_array, store_files
 
     table = open_shipped("probit")
     box = table._sweep_box
-    values = _read_array(table.path, _store_files(table.path), f"rho_{box.name}", "test")
+    values = read_array(table.path, store_files(table.path), f"rho_{box.name}", "test")
     assert power_rounding_bound(coefficients(values, box.axes), box.axes) <= 1e-14
 
 

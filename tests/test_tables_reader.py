@@ -449,12 +449,10 @@ def test_store_opens_with_xarray(small_store):
 def test_reads_a_store_built_by_the_pipeline(tmp_path):
     qptables = pytest.importorskip("qptables")
     if not hasattr(qptables, "build"):
-        pytest.skip("qptables.pipeline.paper not available")
+        pytest.skip("qptables.build not available")
     out = tmp_path / "probit.zarr"
     grid = qptables.GridSpec((-0.5, 0.5, 0.05), (-0.1, 0.1, 0.05), (-1, 1), tile_mu=4)
-    qptables.pipeline.paper(
-        "probit", out, grid, workers=1, progress=False, samples=8, stream=io.StringIO()
-    )
+    qptables.build("probit", out, grid, workers=1, progress=False, samples=8, stream=io.StringIO())
     t = open_table(out, verify_checksums=True)
     rng = np.random.default_rng(3)
     mu = rng.uniform(-0.5, 0.5, 200)

@@ -1,7 +1,9 @@
 """The scikit-learn-style estimators: hyperparameters in the constructor, ``fit`` / ``predict``.
 
-Holds: :mod:`~qpinfer.estimators.base` (what every estimator shares: parameters, input checks,
-table resolution, inference by EP/QP, VB or Laplace), the dense estimators
+Holds: :mod:`~qpinfer.estimators.protocol` (scikit-learn's parameter protocol),
+:mod:`~qpinfer.estimators.params` (the parameters the estimators share, each defined once: default,
+check, docstring text; table resolution), :mod:`~qpinfer.estimators.base` (what the dense
+estimators share: inference by EP/QP, VB or Laplace, the hyperparameter search), the dense estimators
 (:mod:`~qpinfer.estimators.classifier`, :mod:`~qpinfer.estimators.poisson_regressor`,
 :mod:`~qpinfer.estimators.student_t_regressor`), the sparse ones
 (:mod:`~qpinfer.estimators.sparse_base`, :mod:`~qpinfer.estimators.sparse_classifier`,

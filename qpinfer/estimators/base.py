@@ -1,12 +1,13 @@
-# Over 400 lines: one base class holds the whole estimator protocol (params, checks, fit, L-BFGS, evidence).
-"""What the GP estimators share: parameters, input checks, and inference by EP/QP, VB or Laplace.
+"""What the dense GP estimators share: fitting by EP/QP, VB or Laplace, and latent predictions.
 
-:class:`GPEstimatorBase` holds everything of :class:`qpinfer.GPClassifier` and
-:class:`qpinfer.GPPoissonRegressor` that does not depend on the likelihood, in scikit-learn's
-conventions (constructor arguments stored verbatim, ``get_params``/``set_params``, learned state
-in attributes ending in ``_``, validation at the boundary with messages that name the argument)
-without depending on scikit-learn. A subclass supplies the likelihood, the target validation and
-the predictions.
+:class:`GPEstimatorBase` holds everything of :class:`qpinfer.GPClassifier`,
+:class:`qpinfer.GPPoissonRegressor` and the Student-t regressor that does not depend on the
+likelihood, in scikit-learn's conventions (learned state in attributes ending in ``_``,
+validation at the boundary with messages that name the argument) without depending on
+scikit-learn; its parameters (shared with the sparse estimators: their defaults, checks and
+text) are :class:`qpinfer.estimators.params.SiteLoopParams`, its protocol
+:class:`qpinfer.estimators.protocol.ParamsMixin`. A subclass supplies the likelihood, the target
+validation and the predictions.
 
 Inference methods (``method=``):
 
@@ -23,7 +24,7 @@ Hyperparameters (paper Sec. 6): L-BFGS-B (at most 1000 iterations, relative func
 1e-9) over the log kernel hyperparameters. For every method each evaluation re-runs the inner
 loop (EP/QP sites, the Laplace mode, VB's variational parameters) to convergence, warm-started
 from the previous evaluation (except for the square link, see ``_warm_start``), and returns the evidence (VB: the ELBO) with its gradient; the fit
-keeps the best evidence seen. The search is :func:`qpinfer.inference.optimize.minimize_lbfgsb`: an
+keeps the best evidence seen. The search is :func:`qpinfer.inference.optimize.search_evidence`: an
 evaluation where inference fails backtracks (it no longer ends the search at its start); a search
 that fails, never leaves its start or ends on a bound warns
 (:class:`qpinfer.inference.optimize.OptimizerWarning`); it stops after ``MAX_UNCONVERGED_EVALUATIONS``
@@ -42,9 +43,6 @@ smoother of ``sqrt(y)``. Probit starts as usual (zero sites, ``f = 0``, GPy's VB
 
 from __future__ import annotations
 
-import inspect
-import os
-import sys
 import time
 import warnings
 from typing import Any
@@ -58,6 +56,8 @@ from qpinfer.checks import (  # check_X, check_positive_int: re-exported (were d
     check_X,
     warn_large_dense_fit,
 )
+from qpinfer.estimators.params import SiteLoopParams, resolve_table
+from qpinfer.estimators.protocol import NotFittedError
 from qpinfer.inference.ep import (
     ConvergenceWarning,
     EPResult,
@@ -72,11 +72,9 @@ from qpinfer.inference.laplace import (
     laplace_mode,
     positive_branch_start,
 )
-from qpinfer.inference.optimize import InnerLoopBudget, check_search, minimize_lbfgsb, theta_names
-from qpinfer.inference.vb import LBFGS_OPTIONS, elbo, vb_fixed_point
-from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.tables import TableError, installed_table_path, open_table
-from qpinfer.tables.shipped import open_shipped
+from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
+from qpinfer.inference.search_space import kernel_block, search_space
+from qpinfer.inference.vb import elbo, vb_fixed_point
 
 __all__ = [
     "DataConversionWarning",
@@ -84,146 +82,18 @@ __all__ = [
     "LargeDenseFitWarning",
     "NotFittedError",
     "check_X",
+    "check_positive_int",
 ]
 
 #: The baselines (not site-update methods).
 BASELINE_METHODS = ("vb", "laplace")
 
 
-class NotFittedError(ValueError, AttributeError):
-    """The estimator is used before ``fit`` (same bases as scikit-learn's)."""
+class GPEstimatorBase(SiteLoopParams):
+    """Fitting and latent predictions of the dense GP estimators.
 
-
-_sklearn_compatible: dict[str, type] = {}
-
-
-def not_fitted_error(message: str) -> NotFittedError:
-    """A :class:`NotFittedError`; if scikit-learn is loaded, also an instance of its own
-    ``NotFittedError``, so its tooling recognises it (qpinfer never imports scikit-learn)."""
-    sk = sys.modules.get("sklearn.exceptions")
-    if sk is None:
-        return NotFittedError(message)
-    cls = _sklearn_compatible.get("NotFittedError")
-    if cls is None:
-        cls = type("NotFittedError", (NotFittedError, sk.NotFittedError), {})
-        _sklearn_compatible["NotFittedError"] = cls
-    return cls(message)
-
-
-_warned_exact: set[str] = set()
-
-
-def warn_exact_once(reason: str, key: str) -> None:
-    """QP without a table: warn once per process and ``key`` (the estimator's name)."""
-    if key not in _warned_exact:
-        _warned_exact.add(key)
-        warnings.warn(
-            f"{reason}; QP computes sigma* exactly with qpinfer.sigma_qp (slower than a table "
-            "lookup). Install a table (qptables) or pass table=... . Warned once per process.",
-            RuntimeWarning,
-            stacklevel=5,
-        )
-
-
-def check_site_loop_params(est: Any) -> None:
-    """Validate an estimator's ``schedule``, ``max_iter``, ``tol`` and ``damping`` (the site
-    loop's settings, :class:`qpinfer.inference.site_loop.SweepSettings`) with messages that name them."""
-    if est.schedule not in ("parallel", "sequential"):
-        raise ValueError(f"schedule must be 'parallel' or 'sequential', got {est.schedule!r}")
-    check_positive_int(est.max_iter, "max_iter")
-    if not (isinstance(est.tol, int | float) and est.tol > 0):
-        raise ValueError(f"tol must be a positive number, got {est.tol!r}")
-    if est.damping is not None and not (0 < est.damping <= 1):
-        raise ValueError(f"damping must be None or in (0, 1], got {est.damping!r}")
-
-
-def site_loop_options(est: Any) -> dict[str, Any]:
-    """The keyword arguments of :func:`qpinfer.inference.ep.run_ep` / :func:`qpinfer.sparse.run_sparse_pep`
-    that an estimator's ``schedule``, ``damping``, ``max_iter`` and ``tol`` set."""
-    return {
-        "schedule": est.schedule,
-        "damping": est.damping,
-        "max_iter": int(est.max_iter),
-        "tol": float(est.tol),
-    }
-
-
-def se_kernel_from_params(est: Any, n_features: int) -> ARDSquaredExponential:
-    """The initial ARD SE kernel from an estimator's ``variance``, ``length_scale`` and ``ard``
-    (a scalar length scale becomes one per feature when ``ard``)."""
-    ls = np.asarray(est.length_scale, dtype=np.float64)
-    if ls.ndim == 0 and est.ard:
-        ls = np.full(n_features, float(ls))
-    elif ls.ndim == 1 and ls.size not in (1, n_features):
-        raise ValueError(f"length_scale has {ls.size} entries but X has {n_features} features")
-    return ARDSquaredExponential(est.variance, ls)
-
-
-class ParamsMixin:
-    """scikit-learn's parameter protocol (``get_params``/``set_params``/``__repr__``, the fitted
-    check and the check of prediction inputs) without a dependency on scikit-learn. ``_PARAM_NAMES`` is set from the signature of the subclass's
-    ``__init__``, which must store its arguments verbatim."""
-
-    _PARAM_NAMES: tuple[str, ...] = ()
-    #: the attribute whose presence means "fitted"
-    _FITTED_ATTR = "result_"
-
-    def __sklearn_is_fitted__(self) -> bool:
-        return hasattr(self, self._FITTED_ATTR)
-
-    def _check_is_fitted(self) -> None:
-        if not hasattr(self, self._FITTED_ATTR):
-            raise not_fitted_error(
-                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
-                "appropriate arguments before using this estimator."
-            )
-
-    def _check_predict_X(self, X: Any) -> np.ndarray:
-        self._check_is_fitted()
-        X = check_X(X, estimator=type(self).__name__)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input."
-            )
-        return X
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "__init__" in cls.__dict__:
-            params = inspect.signature(cls.__init__).parameters
-            cls._PARAM_NAMES = tuple(name for name in params if name != "self")
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Constructor arguments (scikit-learn's ``get_params``)."""
-        return {name: getattr(self, name) for name in self._PARAM_NAMES}
-
-    def set_params(self, **params: Any):
-        """Set constructor arguments (scikit-learn's ``set_params``)."""
-        for key, value in params.items():
-            if key not in self._PARAM_NAMES:
-                raise ValueError(
-                    f"Invalid parameter {key!r} for {type(self).__name__}; valid parameters are "
-                    f"{sorted(self._PARAM_NAMES)}"
-                )
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = type(self)().get_params()
-        changed = []
-        for k, v in self.get_params().items():
-            d = defaults[k]
-            same = v is d or (type(v) is type(d) and not isinstance(v, np.ndarray) and bool(v == d))
-            if not same:
-                changed.append(f"{k}={v!r}")
-        return f"{type(self).__name__}({', '.join(changed)})"
-
-
-class GPEstimatorBase(ParamsMixin):
-    """Shared parameters, fitting and latent predictions of the GP estimators.
-
-    Subclasses define ``__init__`` (storing its arguments verbatim), and call
+    Subclasses are :func:`qpinfer.estimators.params.estimator` dataclasses (their own
+    parameters besides the shared ones: ``method``, ``table``, ...) and call
     :meth:`_fit_latent` from ``fit`` with validated inputs and the likelihood's labels.
     """
 
@@ -236,52 +106,12 @@ class GPEstimatorBase(ParamsMixin):
         if self.method not in self._METHODS:
             names = ", ".join(repr(m) for m in self._METHODS)
             raise ValueError(f"method must be one of {names}; got {self.method!r}")
-        if self.optimizer not in ("lbfgs", None):
-            raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
-        check_site_loop_params(self)
-        check_positive_int(self.optimizer_maxiter, "optimizer_maxiter")
-
-    def _initial_kernel(self, n_features: int) -> Any:
-        if self.kernel is not None:
-            for attr in ("theta", "bounds", "with_theta", "gradient_contract", "diag"):
-                if not hasattr(self.kernel, attr):
-                    raise ValueError(
-                        f"kernel must implement the qpinfer.kernels.Kernel protocol; "
-                        f"{type(self.kernel).__name__} lacks {attr!r}"
-                    )
-            return self.kernel.with_theta(self.kernel.theta)  # a copy; the parameter is kept
-        return se_kernel_from_params(self, n_features)
-
-    def _warn_exact(self, reason: str) -> None:
-        warn_exact_once(reason, type(self).__name__)
+        self._check_search_params()
+        self._check_site_loop()
 
     def _resolve_table(self, likelihood: Any) -> Any:
-        if self.method != "qp":
-            return None
-        table = self.table
-        if isinstance(table, str) and table == "exact":
-            return None
-        if table is None:
-            path = installed_table_path(likelihood)
-            if not path.exists():
-                shipped = open_shipped(likelihood.name)  # the v2 table inside qpinfer
-                if shipped is not None:
-                    return shipped
-                self._warn_exact(f"no installed sigma* table for {likelihood.name!r} at {path}")
-                return None
-            try:
-                return open_table(path)
-            except TableError as exc:
-                self._warn_exact(f"the installed table is unusable ({exc})")
-                return None
-        if isinstance(table, str | os.PathLike):
-            return open_table(table)
-        if not hasattr(table, "sigma_ratio"):
-            raise ValueError(
-                f"table must be None, 'exact', a path or a table from qpinfer.open_table; got "
-                f"{type(table).__name__}"
-            )
-        return table
+        """QP's sigma* table (:func:`qpinfer.estimators.params.resolve_table`)."""
+        return resolve_table(self, likelihood)
 
     def _projection(self, likelihood: Any, table: Any) -> Any:
         if self.method in BASELINE_METHODS:
@@ -291,7 +121,7 @@ class GPEstimatorBase(ParamsMixin):
         return QuantileMatching(likelihood, table)
 
     def _run(self, K: np.ndarray, y: np.ndarray, projection: Any, init=None) -> EPResult:
-        return run_ep(K, y, projection, init=init, **site_loop_options(self))
+        return run_ep(K, y, projection, init=init, **self._site_loop_options())
 
     # -- one inner fit at fixed hyperparameters, and its gradient ----------------------------
     def _inner(
@@ -341,7 +171,7 @@ class GPEstimatorBase(ParamsMixin):
         kernel = self._initial_kernel(X.shape[1])
 
         self.stage_seconds_ = {}
-        self.n_inner_iter_total_ = 0  # inner iterations over every evaluation (_lbfgs adds)
+        self.n_inner_iter_total_ = 0  # inner iterations over every evaluation (_search adds)
         if self.optimizer == "lbfgs":
             kernel, result, n_evals = self._optimize(kernel, X, y)
         else:
@@ -409,50 +239,44 @@ class GPEstimatorBase(ParamsMixin):
             )
         return kern, result, n_ep + n
 
-    def _what(self, stage: str | None = None) -> str:
-        """``"GPClassifier(method='qp')"`` (plus the stage, e.g. QP's EP stage): who warns."""
-        tail = f", stage {stage!r}" if stage and stage != self.method else ""
-        return f"{type(self).__name__}(method={self.method!r}{tail})"
-
     def _lbfgs(self, kernel, X, y, init, projection) -> tuple[Any, Any, int]:
-        """L-BFGS-B from ``kernel.theta`` (:func:`qpinfer.inference.optimize.minimize_lbfgsb`: a failed
-        evaluation backtracks, the exit is checked); returns the best
-        ``(kernel, result, n_evaluations)``."""
-        state: dict[str, Any] = {"init": init, "best": None}
-        budget = InnerLoopBudget(int(self.max_iter))
+        """L-BFGS-B from ``kernel.theta`` (:func:`qpinfer.inference.optimize.search_evidence`:
+        a failed evaluation backtracks, the exit is checked), each inner loop warm-started from
+        the latest successful one (``init`` before); returns the best ``(kernel, result,
+        n_evaluations)``."""
+        budget, trail = InnerLoopBudget(int(self.max_iter)), SearchTrail()
 
-        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        def objective(theta: np.ndarray) -> tuple[float, np.ndarray, tuple[Any, Any]]:
             kern = kernel.with_theta(theta)
             K = kern(X)
-            res = self._inner(kern, X, K, y, state["init"], projection)
+            warm = init if trail.latest is None else self._warm_start(trail.latest[1])
+            res = self._inner(kern, X, K, y, warm, projection)
             budget.record(res)
             grad = self._gradient(kern, X, K, y, res)
-            value = res.log_marginal_likelihood
-            if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                return -value, -grad  # a failure: minimize_lbfgsb backtracks
-            state["init"] = self._warm_start(res)
-            best = state["best"]
-            if best is None or value > best[2].log_marginal_likelihood:
-                state["best"] = (theta.copy(), kern, res)
-            return -value, -grad
+            return -res.log_marginal_likelihood, -grad, (kern, res)
 
-        with warnings.catch_warnings():
-            # the first evaluations may run at extreme hyperparameters; only the result counts
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            warnings.simplefilter("ignore", RuntimeWarning)
-            search = minimize_lbfgsb(
-                objective,
-                kernel.theta,
-                kernel.bounds,
-                maxiter=int(self.optimizer_maxiter),
-                ftol=LBFGS_OPTIONS["ftol"],
-                budget=budget,
-            )
-        self.n_inner_iter_total_ = getattr(self, "n_inner_iter_total_", 0) + budget.n_inner
-        stage = "ep" if isinstance(projection, MomentMatching) else self.method
-        check_search(search, self._what(stage), kernel.bounds, theta_names(kernel), stacklevel=4)
-        _, kern, result = state["best"]
+        space = search_space(kernel_block(kernel))
+        search = self._search(objective, space, projection, budget, trail)
+        kern, result = search.best
         return kern, result, search.n_evaluations
+
+    def _search(self, objective, space, projection, budget, trail, trust=None) -> Any:
+        """:func:`qpinfer.inference.optimize.search_evidence` of a dense fit's stage (EP's
+        for a ``MomentMatching`` ``projection``, else the method's); adds the inner loops'
+        iterations to ``n_inner_iter_total_``."""
+        stage = "ep" if isinstance(projection, MomentMatching) else self.method
+        search = search_evidence(
+            objective,
+            space,
+            self._what(stage),
+            maxiter=self._optimizer_maxiter(),
+            budget=budget,
+            trail=trail,
+            trust=trust,
+            stacklevel=5,
+        )
+        self.n_inner_iter_total_ = getattr(self, "n_inner_iter_total_", 0) + budget.n_inner
+        return search
 
     # -- latent predictions and the evidence --------------------------------------------------
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:

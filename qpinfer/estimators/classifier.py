@@ -24,19 +24,19 @@ gradient; VB's natural-gradient fixed point with the envelope gradient).
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY
 from typing import Any
 
 import numpy as np
 
 from qpinfer.checks import check_target_vector, check_X
 from qpinfer.estimators.base import (
-    BASELINE_METHODS,
     DataConversionWarning,
     GPEstimatorBase,
     NotFittedError,
 )
+from qpinfer.estimators.params import estimator
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
-from qpinfer.inference.ep import MomentMatching, QuantileMatching
 from qpinfer.inference.power_ep import PowerMomentMatching, StepNoisePowerMatching, check_power
 from qpinfer.inference.relaxed_ep import RelaxedMomentMatching, check_penalty
 from qpinfer.likelihoods.probit import Probit
@@ -84,6 +84,7 @@ def binary_labels(y: np.ndarray, estimator: str) -> tuple[np.ndarray, np.ndarray
     return classes, np.where(y == classes[1], 1.0, -1.0)
 
 
+@estimator
 class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
     """Gaussian process classifier (probit or label-noise likelihood) with EP, QP, Power EP,
     relaxed EP, VB or Laplace.
@@ -120,26 +121,14 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         computation (with a one-time warning). ``"exact"``: always exact. A path: :func:`qpinfer.open_table`
         of it. A table object (from ``open_table``) is used as is; one for another likelihood is a
         ``ValueError``. Ignored by EP.
-    kernel : kernel object or None
-        A covariance function implementing :class:`qpinfer.kernels.Kernel`; it is not modified
-        (the fitted one is ``kernel_``). ``None``: :class:`~qpinfer.kernels.ARDSquaredExponential`
-        built from ``variance``, ``length_scale`` and ``ard``.
-    variance, length_scale, ard :
-        Initial (or, with ``optimizer=None``, fixed) SE kernel hyperparameters: signal variance,
-        length scale(s), and whether a scalar ``length_scale`` becomes one per feature (ARD, the
-        paper's Sec. 3.1 kernel).
+    %(kernel)s
+    %(variance)s
     optimizer : {"lbfgs", None}
         Fit the hyperparameters by maximising the evidence (eq. (4); Laplace: R&W eq. (3.32);
         VB: the ELBO at its optimal variational parameters) with L-BFGS-B, or keep them fixed.
-    optimizer_maxiter : int
-        At most this many L-BFGS-B iterations for the hyperparameters (paper Sec. 6: 1000).
-    schedule : {"parallel", "sequential"}
-        Site-update schedule (see :func:`qpinfer.inference.ep.run_ep`).
-    max_iter, tol, damping :
-        Site updates stop when the RMS change of the site parameters is below ``tol`` (paper
-        Sec. 6: 1e-6) or after ``max_iter`` sweeps (:class:`~qpinfer.inference.ep.ConvergenceWarning`).
-        ``damping=None``: 1.0 for the sequential, 0.5 for the parallel schedule. ``max_iter``
-        also bounds Newton iterations (Laplace, at least 100) and VB's fixed-point steps.
+    %(optimizer_maxiter)s
+    %(schedule)s
+    %(max_iter)s
     alpha : float in (0, 1]
         The Power EP power (``method="pep"`` only): ``alpha = 1`` is EP exactly, ``alpha -> 0``
         approaches the variational solution.
@@ -175,42 +164,13 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         The sigma* table QP used (``None`` for EP or exact QP).
     """
 
-    def __init__(
-        self,
-        method: str = "qp",
-        table: Any = None,
-        *,
-        kernel: Any = None,
-        variance: float = 1.0,
-        length_scale: float | np.ndarray = 1.0,
-        ard: bool = True,
-        optimizer: str | None = "lbfgs",
-        optimizer_maxiter: int = 1000,
-        schedule: str = "parallel",
-        max_iter: int = 1000,
-        tol: float = 1e-6,
-        damping: float | None = None,
-        alpha: float = 0.5,
-        likelihood: str = "probit",
-        eps: float = 0.2,
-        rep_c: float = 10.0,
-    ) -> None:
-        self.method = method
-        self.table = table
-        self.kernel = kernel
-        self.variance = variance
-        self.length_scale = length_scale
-        self.ard = ard
-        self.optimizer = optimizer
-        self.optimizer_maxiter = optimizer_maxiter
-        self.schedule = schedule
-        self.max_iter = max_iter
-        self.tol = tol
-        self.damping = damping
-        self.alpha = alpha
-        self.likelihood = likelihood
-        self.eps = eps
-        self.rep_c = rep_c
+    method: str = "qp"
+    table: Any = None
+    _: KW_ONLY
+    alpha: float = 0.5
+    likelihood: str = "probit"
+    eps: float = 0.2
+    rep_c: float = 10.0
 
     _METHODS = ("qp", "ep", "pep", "rep", "vb", "laplace")
     _SPARSE_ALTERNATIVE = "qpinfer.SparseGPClassifier"
@@ -257,17 +217,14 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         return StepNoise(self.eps) if self.likelihood == "step_noise" else Probit()
 
     def _projection(self, likelihood: Any, table: Any) -> Any:
-        if self.method in BASELINE_METHODS:
-            return None
-        if self.method == "ep":
-            return MomentMatching(likelihood)
+        """Power EP's and relaxed EP's projections; the others as the base class."""
         if self.method == "pep":
             if isinstance(likelihood, StepNoise):
                 return StepNoisePowerMatching(likelihood, self.alpha)
             return PowerMomentMatching(likelihood, self.alpha)
         if self.method == "rep":
             return RelaxedMomentMatching(likelihood, self.rep_c)
-        return QuantileMatching(likelihood, table)
+        return super()._projection(likelihood, table)
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> GPClassifier:

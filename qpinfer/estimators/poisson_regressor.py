@@ -24,6 +24,7 @@ mixture over the Gaussian ``f*``, which is the tilted normaliser of App. C.2,
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,8 @@ from scipy.special import gammaln, poch, xlogy
 
 from qpinfer.checks import check_target_vector, check_X
 from qpinfer.estimators.base import GPEstimatorBase
+from qpinfer.estimators.params import estimator
+from qpinfer.estimators.protocol import RegressorTagsMixin
 from qpinfer.likelihoods.poisson import PoissonSquare
 from qpinfer.likelihoods.poisson_moments import MAX_COUNT, MAX_COUNT_TEXT
 
@@ -131,7 +134,8 @@ def _check_counts(counts: Any, n_samples: int | None, name: str = "counts") -> n
     return values
 
 
-class GPPoissonRegressor(GPEstimatorBase):
+@estimator
+class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
     """GP Poisson regression with the square link, rate ``f(x)^2`` (paper 000 Sec. 6.2).
 
     Parameters
@@ -146,17 +150,14 @@ class GPPoissonRegressor(GPEstimatorBase):
         inside qpinfer if one ships for the likelihood (:mod:`qpinfer.tables.shipped`), else exact
         computation (warned once); ``"exact"``: always exact; a path: :func:`qpinfer.open_table` of it.
         Points outside a table are computed exactly. Ignored by the other methods.
-    kernel, variance, length_scale, ard :
-        As :class:`qpinfer.GPClassifier`: a :class:`qpinfer.kernels.Kernel`, or the initial (with
-        ``optimizer=None`` fixed) ARD squared-exponential hyperparameters.
+    %(kernel)s
+    %(variance)s
     optimizer : {"lbfgs", None}
         Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO at its
         optimal variational parameters) with L-BFGS-B, or keep them fixed.
-    optimizer_maxiter : int
-        At most this many L-BFGS-B iterations for the hyperparameters.
-    schedule, max_iter, tol, damping :
-        EP/QP site updates as in :func:`qpinfer.inference.ep.run_ep`. ``max_iter`` also bounds Newton
-        iterations (Laplace, at least 100) and VB's fixed-point steps.
+    %(optimizer_maxiter)s
+    %(schedule)s
+    %(max_iter)s
     link : {"square", "log"}
         The rate: ``f^2`` (the paper's square link, App. C.2) or ``exp(f)`` (issue #15,
         :mod:`qpinfer.likelihoods.poisson_log`: log-concave, so every method starts from zero sites and
@@ -178,46 +179,12 @@ class GPPoissonRegressor(GPEstimatorBase):
         ``{"ep": .., "qp": ..}``).
     """
 
-    def __init__(
-        self,
-        method: str = "qp",
-        table: Any = None,
-        *,
-        kernel: Any = None,
-        variance: float = 1.0,
-        length_scale: float | np.ndarray = 1.0,
-        ard: bool = True,
-        optimizer: str | None = "lbfgs",
-        optimizer_maxiter: int = 1000,
-        schedule: str = "parallel",
-        max_iter: int = 1000,
-        tol: float = 1e-6,
-        damping: float | None = None,
-        link: str = "square",
-    ) -> None:
-        self.method = method
-        self.table = table
-        self.kernel = kernel
-        self.variance = variance
-        self.length_scale = length_scale
-        self.ard = ard
-        self.optimizer = optimizer
-        self.optimizer_maxiter = optimizer_maxiter
-        self.schedule = schedule
-        self.max_iter = max_iter
-        self.tol = tol
-        self.damping = damping
-        self.link = link
+    method: str = "qp"
+    table: Any = None
+    _: KW_ONLY
+    link: str = "square"
 
-    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
-        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
-
-        return Tags(
-            estimator_type="regressor",
-            target_tags=TargetTags(required=True, positive_only=True),
-            regressor_tags=RegressorTags(),
-            input_tags=InputTags(),
-        )
+    _POSITIVE_TARGETS = True  # counts
 
     def fit(self, X: Any, counts: Any) -> GPPoissonRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel

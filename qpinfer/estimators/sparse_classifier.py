@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import KW_ONLY
 from typing import Any
 
 import numpy as np
 
-from qpinfer.estimators.base import (
-    GPEstimatorBase,
-    check_site_loop_params,
-    site_loop_options,
-    warn_exact_once,
-)
 from qpinfer.estimators.classifier import _check_X, _check_y, binary_labels
+from qpinfer.estimators.params import SiteLoopParams, estimator, resolve_table
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.estimators.sparse_base import SparseEstimatorBase
-from qpinfer.inference.optimize import InnerLoopBudget, theta_names
+from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.power_ep import PowerMomentMatching, check_power
 from qpinfer.inference.projections import MomentMatching, QuantileMatching
+from qpinfer.inference.search_space import free_block, kernel_block, search_space
 from qpinfer.inference.site_loop import ConvergenceWarning
 from qpinfer.inference.sparse.pseudo_points import predict_latent_low_rank, pseudo_point_prior
 from qpinfer.inference.sparse.sites import SparsePEPResult, run_sparse_pep, sparse_pep_gradient
@@ -27,7 +24,8 @@ from qpinfer.likelihoods.probit import Probit
 __all__ = ["SparseGPClassifier"]
 
 
-class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
+@estimator
+class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopParams):
     """Sparse GP classification (probit) with M pseudo-points by Power EP (paper 004).
 
     Iterative pseudo-point Power EP (:func:`run_sparse_pep`, eqs. (20), (106)-(109)), energy
@@ -47,7 +45,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
       synthetic problem of the benchmark (N = 1e4): the test error and NTLL are flat (NTLL
       even rises) after 30-60 evaluations while eq. (110) keeps creeping up, the kernel
       variance and the 1000 inducing-input coordinates overfitting; the old rule (only
-      ``ftol`` = 1e-9 and ``max_optimizer_iter``) ran ~500 evaluations on ``magic`` for 12.4%
+      ``ftol`` = 1e-9 and ``optimizer_maxiter``) ran ~500 evaluations on ``magic`` for 12.4%
       test error, 3e-3 stops after ~70 at 12.8% and 1e-3 after ~120 at 12.5%.
       ``optimizer_rtol=None, search_tol=None`` restore the old search.
 
@@ -67,8 +65,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
 
     Parameters
     ----------
-    n_inducing : int or None, default None
-        Number of pseudo-points M, as :class:`qpinfer.SparseGPRegressor`'s ``n_inducing``.
+    %(n_inducing)s
     alpha : float in (0, 1]
         Power EP power: 1 is EP (FITC-EP), smaller values move toward the variational solution.
         Ignored by ``method="qp"`` (which replaces the alpha = 1 projection).
@@ -77,10 +74,17 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         QP (Wasserstein projection, alpha = 1).
     table : None, "exact", path or table object
         Where QP gets sigma* from, as :class:`qpinfer.GPClassifier`'s ``table``.
-    kernel, variance, length_scale, ard, optimizer, schedule, max_iter, tol, damping :
-        As :class:`qpinfer.GPClassifier`.
-    inducing_points, optimize_inducing, max_optimizer_iter, jitter, random_state :
-        As :class:`SparseGPRegressor`.
+    %(kernel)s
+    %(variance)s
+    optimizer : {"lbfgs", None}
+        Maximise eq. (110) over the kernel hyperparameters (and the inducing inputs), or keep
+        them fixed.
+    %(optimizer_maxiter)s
+    %(schedule)s
+    %(max_iter)s
+    %(inducing_points)s
+    %(jitter)s
+    %(max_optimizer_iter)s
     optimizer_rtol : float or None, default 3e-3
         The energy-stall stopping rule of the L-BFGS search (above); ``None``: off.
     search_tol : float or None, default 1e-3
@@ -101,35 +105,16 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
     n_iter_, n_evaluations_ : int
     """
 
-    def __init__(
-        self,
-        n_inducing: int | None = None,
-        alpha: float = 0.5,
-        *,
-        kernel: Any = None,
-        variance: float = 1.0,
-        length_scale: float | np.ndarray = 1.0,
-        ard: bool = True,
-        inducing_points: Any = None,
-        optimizer: str | None = "lbfgs",
-        optimize_inducing: bool = True,
-        max_optimizer_iter: int = 1000,
-        optimizer_rtol: float | None = 3e-3,
-        search_tol: float | None = 1e-3,
-        schedule: str = "parallel",
-        max_iter: int = 1000,
-        tol: float = 1e-6,
-        damping: float | None = None,
-        jitter: float = 1e-6,
-        random_state: Any = None,
-        method: str = "pep",
-        table: Any = None,
-        scheduler: Any = None,
-    ) -> None:
-        self._store_params(locals())
+    alpha: float = 0.5
+    _: KW_ONLY
+    optimizer_rtol: float | None = 3e-3
+    search_tol: float | None = 1e-3
+    method: str = "pep"
+    table: Any = None
+    scheduler: Any = None
 
     def _validate(self) -> float:
-        self._validate_common()
+        """Check the parameters besides the shared ones; returns the Power EP power."""
         for name in ("optimizer_rtol", "search_tol"):
             v = getattr(self, name)
             ok = v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v > 0)
@@ -138,11 +123,11 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         if self.method not in ("pep", "qp"):
             raise ValueError(f"method must be 'pep' or 'qp', got {self.method!r}")
         alpha = check_power(self.alpha)
-        check_site_loop_params(self)
+        self._check_site_loop()
         return alpha
 
     def _run(self, prior, y, projection, init=None, tol=None) -> SparsePEPResult:
-        options = site_loop_options(self)
+        options = self._site_loop_options()
         if tol is not None:
             options["tol"] = tol
         return run_sparse_pep(prior.A, prior.h, y, projection, init=init, **options)
@@ -160,13 +145,14 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
 
     def fit(self, X: Any, y: Any) -> SparseGPClassifier:
         """Fit sites, kernel hyperparameters and inducing inputs (eq. (110))."""
+        self._check_pseudo_point_params()
         alpha = self._validate()
         X = _check_X(X, estimator=type(self).__name__)
         y = _check_y(y, X.shape[0], type(self).__name__)
         classes, y_pm = binary_labels(y, type(self).__name__)
         if self.method == "qp":
             lik = Probit()
-            table = GPEstimatorBase._resolve_table(self, lik)  # same rules as GPClassifier
+            table = resolve_table(self, lik)  # the same rules as GPClassifier's
             final = QuantileMatching(lik, table)
             projection = MomentMatching(lik)  # hyperparameters/inducing inputs: sparse EP's
         else:
@@ -186,41 +172,35 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
 
             result, Lu = fit_on_scheduler(self, kernel, X, y_pm, Z, final)
         elif self.optimizer == "lbfgs":
-            state: dict[str, Any] = {"init": None, "best": None, "n": 0}
             opt_Z = bool(self.optimize_inducing)
-            budget = InnerLoopBudget(int(self.max_iter))
+            budget, trail = InnerLoopBudget(int(self.max_iter)), SearchTrail()
 
             def objective(p):
-                state["n"] += 1
                 kern = kernel.with_theta(p[:n_theta])
                 Zp = p[n_theta:].reshape(-1, d) if opt_Z else Z
-                try:
-                    prior = pseudo_point_prior(kern, X, Zp, self.jitter)
-                    res = self._run(prior, y_pm, projection, state["init"], loose)
-                    budget.record(res)
-                    g_theta, g_Z = sparse_pep_gradient(kern, X, Zp, prior, res, y_pm, projection)
-                except np.linalg.LinAlgError:
-                    return np.inf, np.zeros_like(p)
+                prior = pseudo_point_prior(kern, X, Zp, self.jitter)
+                last = trail.latest  # (kernel, Z, result) of the latest success: warm start
+                init = None if last is None else (last[2].tau, last[2].nu)
+                res = self._run(prior, y_pm, projection, init, loose)
+                budget.record(res)
+                g_theta, g_Z = sparse_pep_gradient(kern, X, Zp, prior, res, y_pm, projection)
                 grad = np.concatenate([g_theta, g_Z.ravel()]) if opt_Z else g_theta
-                value = res.log_marginal_likelihood
-                if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                    return np.inf, np.zeros_like(p)
-                state["init"] = (res.tau, res.nu)
-                best = state["best"]
-                if best is None or value > best[2].log_marginal_likelihood:
-                    # no prior kept: its two M x N arrays are recomputed once at the end
-                    state["best"] = (kern, Zp.copy(), res)
-                return -value, -grad
+                # no prior kept: its two M x N arrays are recomputed once at the end
+                return -res.log_marginal_likelihood, -grad, (kern, Zp.copy(), res)
 
-            p0 = np.concatenate([kernel.theta] + ([Z.ravel()] if opt_Z else []))
-            bounds = list(map(tuple, kernel.bounds)) + [(None, None)] * (p0.size - n_theta)
-            names = theta_names(kernel) + [f"Z[{i}]" for i in range(p0.size - n_theta)]
-            self._lbfgs(
-                objective, p0, bounds, self.optimizer_rtol, names, quiet=True, budget=budget
+            blocks = [kernel_block(kernel)] + ([free_block(Z, "Z")] if opt_Z else [])
+            search = search_evidence(
+                objective,
+                search_space(*blocks),
+                self._what(),
+                maxiter=self._optimizer_maxiter(),
+                budget=budget,
+                trail=trail,
+                stall_rtol=self.optimizer_rtol,
             )
-            kernel, Z, result = state["best"]
+            kernel, Z, result = search.best
             prior = pseudo_point_prior(kernel, X, Z, self.jitter)
-            n_evals = state["n"]
+            n_evals = search.n_evaluations
             if loose > tol and final is projection:  # the search's sites, converged to tol
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)
@@ -252,9 +232,6 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase):
         self.n_iter_ = result.n_iter
         self.n_evaluations_ = n_evals
         return self
-
-    def _warn_exact(self, reason: str) -> None:  # used by GPEstimatorBase._resolve_table
-        warn_exact_once(reason, type(self).__name__)
 
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent ``f*`` (eq. (18))."""

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY
 from typing import Any
 
 import numpy as np
 
 from qpinfer.checks import check_target_vector
 from qpinfer.estimators.classifier import _check_X
+from qpinfer.estimators.params import estimator
+from qpinfer.estimators.protocol import RegressorTagsMixin
 from qpinfer.estimators.sparse_base import SparseEstimatorBase
-from qpinfer.inference.optimize import theta_names
+from qpinfer.inference.optimize import search_evidence
 from qpinfer.inference.power_ep import check_power
+from qpinfer.inference.search_space import free_block, kernel_block, scalar_block, search_space
 from qpinfer.inference.sparse.pseudo_points import (
     low_rank_posterior,
     predict_latent_low_rank,
@@ -21,9 +25,12 @@ from qpinfer.inference.sparse.pseudo_points import (
 __all__ = ["SparseGPRegressor"]
 
 _LOG_2PI = np.log(2.0 * np.pi)
+#: the search's box for ``log(noise_variance)``
+NOISE_BOUNDS = (np.log(1e-6), np.log(1e4))
 
 
-class SparseGPRegressor(SparseEstimatorBase):
+@estimator
+class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
     """Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (paper 004).
 
     Fits the kernel hyperparameters, the noise variance and (optionally) the inducing inputs by
@@ -32,32 +39,22 @@ class SparseGPRegressor(SparseEstimatorBase):
 
     Parameters
     ----------
-    n_inducing : int or None, default None
-        Number of pseudo-points M, in [1, n_samples]; ``None`` means ``min(50, n_samples)``,
-        resolved at fit time (the stored parameter stays ``None``), so the default fits any data
-        set. An explicit value above n_samples is refused with a ``ValueError``. Ignored when
-        ``inducing_points`` is given; the M used is ``inducing_points_.shape[0]``.
+    %(n_inducing)s
     alpha : float in (0, 1] or "vfe"
         Power EP power: 1 is FITC, 0.5 the paper's recommended middle, ``"vfe"`` the
         ``alpha -> 0`` limit (Titsias' variational bound, evaluated as a limit).
-    kernel, variance, length_scale, ard :
-        Initial ARD SE kernel (as :class:`qpinfer.GPClassifier`).
+    %(kernel)s
+    %(variance)s
     noise_variance : float
         Initial Gaussian noise variance (in units of the normalised targets if ``normalize_y``).
     normalize_y : bool
         Fit to ``(y - mean) / std`` and undo it in predictions (the prior mean is zero).
-    inducing_points : array (M, n_features) or None
-        Initial inducing inputs; ``None``: k-means centroids of X (:func:`kmeans_inducing_points`).
     optimizer : {"lbfgs", None}
         Maximise eq. (128) or keep everything fixed.
-    optimize_inducing : bool
-        Whether L-BFGS-B also moves the inducing inputs.
-    max_optimizer_iter : int
-        L-BFGS-B iterations at most (relative function tolerance 1e-9).
-    jitter : float
-        Added to ``Kuu``'s diagonal, relative to the kernel variance.
-    random_state : int, Generator or None
-        Seeds k-means.
+    %(optimizer_maxiter)s
+    %(inducing_points)s
+    %(jitter)s
+    %(max_optimizer_iter)s
 
     Attributes
     ----------
@@ -68,35 +65,10 @@ class SparseGPRegressor(SparseEstimatorBase):
     n_features_in_, n_evaluations_ : int
     """
 
-    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
-        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
-
-        return Tags(
-            estimator_type="regressor",
-            target_tags=TargetTags(required=True),
-            regressor_tags=RegressorTags(),
-            input_tags=InputTags(),
-        )
-
-    def __init__(
-        self,
-        n_inducing: int | None = None,
-        alpha: float | str = 0.5,
-        *,
-        kernel: Any = None,
-        variance: float = 1.0,
-        length_scale: float | np.ndarray = 1.0,
-        ard: bool = True,
-        noise_variance: float = 0.1,
-        normalize_y: bool = True,
-        inducing_points: Any = None,
-        optimizer: str | None = "lbfgs",
-        optimize_inducing: bool = True,
-        max_optimizer_iter: int = 1000,
-        jitter: float = 1e-6,
-        random_state: Any = None,
-    ) -> None:
-        self._store_params(locals())
+    alpha: float | str = 0.5
+    _: KW_ONLY
+    noise_variance: float = 0.1
+    normalize_y: bool = True
 
     def _alpha_value(self) -> float:
         if isinstance(self.alpha, str):
@@ -127,7 +99,7 @@ class SparseGPRegressor(SparseEstimatorBase):
 
     def fit(self, X: Any, y: Any) -> SparseGPRegressor:
         """Fit hyperparameters, noise and inducing inputs by maximising eq. (128)."""
-        self._validate_common()
+        self._check_pseudo_point_params()
         alpha = self._alpha_value()
         if not (isinstance(self.noise_variance, int | float) and self.noise_variance > 0):
             raise ValueError(f"noise_variance must be positive, got {self.noise_variance!r}")
@@ -145,27 +117,23 @@ class SparseGPRegressor(SparseEstimatorBase):
         Z = self._initial_inducing(X)
         log_s2 = np.log(float(self.noise_variance))
         Z_fixed = None if self.optimize_inducing else Z
-        params = np.concatenate([kernel.theta, [log_s2]] + ([Z.ravel()] if Z_fixed is None else []))
-        n_evals = 1
+        blocks = [kernel_block(kernel), scalar_block(log_s2, NOISE_BOUNDS, "log noise_variance")]
+        space = search_space(*blocks, *([free_block(Z, "Z")] if Z_fixed is None else []))
+        params, n_evals = space.x0, 1
         if self.optimizer == "lbfgs":
-            bounds = np.vstack([kernel.bounds, [[np.log(1e-6), np.log(1e4)]]])
-            bounds = list(map(tuple, bounds)) + [(None, None)] * (params.size - bounds.shape[0])
-            state = {"n": 0}
 
             def objective(p):
-                state["n"] += 1
-                try:
-                    value, grad = self._energy(p, X, yn, kernel, Z_fixed, alpha)
-                except np.linalg.LinAlgError:
-                    return np.inf, np.zeros_like(p)
-                if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                    return np.inf, np.zeros_like(p)
+                value, grad = self._energy(p, X, yn, kernel, Z_fixed, alpha)
                 return -value, -grad
 
-            names = [*theta_names(kernel), "log noise_variance"]
-            names += [f"Z[{i}]" for i in range(params.size - len(names))]
-            params = self._lbfgs(objective, params, bounds, names=names).x
-            n_evals = state["n"]
+            search = search_evidence(
+                objective,
+                space,
+                self._what(),
+                maxiter=self._optimizer_maxiter(),
+                quiet=(),
+            )
+            params, n_evals = search.x, search.n_evaluations
         n_theta = kernel.theta.size
         self.kernel_ = kernel.with_theta(params[:n_theta])
         self.noise_variance_ = float(np.exp(params[n_theta]))

@@ -28,7 +28,7 @@ by quadrature); :meth:`score` is scikit-learn's R^2 of the predictive mean.
 
 from __future__ import annotations
 
-import warnings
+from dataclasses import KW_ONLY
 from typing import Any
 
 import numpy as np
@@ -36,16 +36,12 @@ import numpy as np
 from qpinfer.checks import check_target_vector, check_X
 from qpinfer.checks import finite_array as _finite
 from qpinfer.estimators.base import GPEstimatorBase
-from qpinfer.inference.ep import ConvergenceWarning, MomentMatching
-from qpinfer.inference.optimize import (
-    InnerLoopBudget,
-    check_search,
-    combine,
-    minimize_lbfgsb,
-    theta_names,
-)
+from qpinfer.estimators.params import estimator
+from qpinfer.estimators.protocol import RegressorTagsMixin
+from qpinfer.inference.ep import MomentMatching
+from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail
+from qpinfer.inference.search_space import kernel_block, scalar_block, search_space
 from qpinfer.inference.student_t_scale import scale_gradient
-from qpinfer.inference.vb import LBFGS_OPTIONS
 from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT, check_nu_scale
 
 __all__ = ["GPStudentTRegressor"]
@@ -60,7 +56,8 @@ def _check_targets(y: Any, n_samples: int | None) -> np.ndarray:
 TRUST = 2.0
 
 
-class GPStudentTRegressor(GPEstimatorBase):
+@estimator
+class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
     """GP regression with Student-t noise ``t_nu(0, scale)``, by EP, QP, Laplace or VB.
 
     Parameters
@@ -77,60 +74,25 @@ class GPStudentTRegressor(GPEstimatorBase):
     optimize_scale : bool
         Also fit ``log(scale)`` by the evidence (needs ``optimizer="lbfgs"``), within
         ``scale_bounds`` (``(low, high)``, ``0 < low <= scale <= high``).
-    kernel, variance, length_scale, ard, optimizer, optimizer_maxiter :
-        As :class:`qpinfer.GPPoissonRegressor`.
-    schedule, max_iter, tol, damping :
-        Site updates as in :func:`qpinfer.inference.ep.run_ep` (``damping=None``: 0.5 in parallel).
+    %(kernel)s
+    %(variance)s
+    optimizer : {"lbfgs", None}
+        Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO) with
+        L-BFGS-B, or keep them fixed.
+    %(optimizer_maxiter)s
+    %(schedule)s
+    %(max_iter)s
     """
 
     _METHODS = ("qp", "ep", "laplace", "vb")
 
-    def __init__(
-        self,
-        method: str = "qp",
-        *,
-        nu: float = DEFAULT_NU,
-        scale: float = 1.0,
-        optimize_scale: bool = False,
-        scale_bounds: tuple[float, float] = (1e-4, 1e4),
-        kernel: Any = None,
-        variance: float = 1.0,
-        length_scale: float | np.ndarray = 1.0,
-        ard: bool = True,
-        optimizer: str | None = "lbfgs",
-        optimizer_maxiter: int = 1000,
-        schedule: str = "parallel",
-        max_iter: int = 1000,
-        tol: float = 1e-6,
-        damping: float | None = None,
-        table: Any = None,
-    ) -> None:
-        self.method = method
-        self.table = table
-        self.nu = nu
-        self.scale = scale
-        self.optimize_scale = optimize_scale
-        self.scale_bounds = scale_bounds
-        self.kernel = kernel
-        self.variance = variance
-        self.length_scale = length_scale
-        self.ard = ard
-        self.optimizer = optimizer
-        self.optimizer_maxiter = optimizer_maxiter
-        self.schedule = schedule
-        self.max_iter = max_iter
-        self.tol = tol
-        self.damping = damping
-
-    def __sklearn_tags__(self):  # called by scikit-learn only
-        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
-
-        return Tags(
-            estimator_type="regressor",
-            target_tags=TargetTags(required=True),
-            regressor_tags=RegressorTags(),
-            input_tags=InputTags(),
-        )
+    method: str = "qp"
+    _: KW_ONLY
+    nu: float = DEFAULT_NU
+    scale: float = 1.0
+    optimize_scale: bool = False
+    scale_bounds: tuple[float, float] = (1e-4, 1e4)
+    table: Any = None
 
     def _resolve_table(self, likelihood: Any) -> Any:
         """The base rule (:meth:`GPEstimatorBase._resolve_table`), with a scale-1 Student-t
@@ -189,61 +151,29 @@ class GPStudentTRegressor(GPEstimatorBase):
         return res, np.append(g_k, g_s)
 
     def _lbfgs(self, kernel, X, y, init, projection):
-        """As the base class, over ``(kernel theta, log scale)`` with ``optimize_scale``; a
-        failed evaluation (e.g. EP at a tiny scale: improper cavities, no evidence) backtracks
-        (:func:`qpinfer.inference.optimize.minimize_lbfgsb`), and the inner-loop budget spans the rounds."""
+        """As the base class, over ``(kernel theta, log scale)`` with ``optimize_scale``, in a
+        box trust region of ``+-TRUST`` (log units) about the current point: L-BFGS-B's first
+        step follows the raw gradient, which for the scale reaches its bound, where EP may
+        spend max_iter sweeps failing (no proper cavities); re-centred until the optimum lies
+        inside the box (:func:`qpinfer.inference.optimize.search_evidence`; a failed
+        evaluation backtracks, and the iterations and inner-loop budget span the rounds)."""
         if not self.optimize_scale:
             return super()._lbfgs(kernel, X, y, init, projection)
         ep_phase, nk = projection is not None, kernel.theta.size
-        state: dict[str, Any] = {"init": init, "best": None}
-        budget = InnerLoopBudget(int(self.max_iter))
+        budget, trail = InnerLoopBudget(int(self.max_iter)), SearchTrail()
 
-        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        def objective(theta: np.ndarray) -> tuple[float, np.ndarray, tuple[Any, Any, Any]]:
             kern, lik = kernel.with_theta(theta[:nk]), StudentT(self.nu, np.exp(theta[nk]))
-            res, grad = self._evaluate(kern, X, kern(X), y, lik, state["init"], ep_phase)
+            warm = init if trail.latest is None else self._warm_start(trail.latest[1])
+            res, grad = self._evaluate(kern, X, kern(X), y, lik, warm, ep_phase)
             budget.record(res)
-            value = res.log_marginal_likelihood
-            if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                return -value, -grad  # a failure: minimize_lbfgsb backtracks
-            state["init"] = self._warm_start(res)
-            if state["best"] is None or value > state["best"][2].log_marginal_likelihood:
-                state["best"] = (kern, lik, res, theta.copy())
-            return -value, -grad
+            return -res.log_marginal_likelihood, -grad, (kern, res, lik)
 
-        x = np.append(kernel.theta, np.log(self.likelihood_.scale))
-        bounds = np.vstack([kernel.bounds, np.log(np.asarray(self.scale_bounds, float))])
-        iterations = int(self.optimizer_maxiter)
-        searches = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            warnings.simplefilter("ignore", RuntimeWarning)
-            # a box trust region of +-TRUST (log units) about the current point: L-BFGS-B's
-            # first step follows the raw gradient, which for the scale reaches its bound, where
-            # EP may spend max_iter sweeps failing (no proper cavities); re-centred until the
-            # optimum lies inside the box (at most optimizer_maxiter iterations in all)
-            while iterations > 0:
-                box = np.column_stack(
-                    [np.maximum(bounds[:, 0], x - TRUST), np.minimum(bounds[:, 1], x + TRUST)]
-                )
-                search = minimize_lbfgsb(
-                    objective, x, box, maxiter=iterations, ftol=LBFGS_OPTIONS["ftol"], budget=budget
-                )
-                searches.append(search)
-                iterations -= max(int(search.scipy.nit), 1)
-                if state["best"] is None or budget.exhausted:
-                    break
-                x_new = state["best"][3]
-                inner = (box[:, 0] == bounds[:, 0]) | (x_new > box[:, 0] + 1e-3)
-                inner &= (box[:, 1] == bounds[:, 1]) | (x_new < box[:, 1] - 1e-3)
-                if np.all(inner) or np.array_equal(x_new, x):
-                    break
-                x = x_new
-        self.n_inner_iter_total_ = getattr(self, "n_inner_iter_total_", 0) + budget.n_inner
-        names = [*theta_names(kernel), "log scale"]
-        stage = "ep" if ep_phase else self.method
-        search = combine(searches)
-        check_search(search, self._what(stage), bounds, names, stacklevel=4)
-        kern, lik, result, _ = state["best"]
+        log_scale = np.log(self.likelihood_.scale)
+        scale_box = np.log(np.asarray(self.scale_bounds, float))
+        space = search_space(kernel_block(kernel), scalar_block(log_scale, scale_box, "log scale"))
+        search = self._search(objective, space, projection, budget, trail, trust=TRUST)
+        kern, result, lik = search.best
         self._use(lik)
         return kern, result, search.n_evaluations
 

@@ -28,6 +28,7 @@ __all__ = [
     "PosteriorMoments",
     "posterior_from_sites",
     "predict_latent",
+    "scaled_B_inverse",
 ]
 
 
@@ -72,6 +73,17 @@ def _chol_B(K: np.ndarray, sqrt_tau: np.ndarray) -> np.ndarray:
     if info != 0:
         raise np.linalg.LinAlgError(f"B = I + S^1/2 K S^1/2 is not positive definite (info={info})")
     return L
+
+
+def scaled_B_inverse(L: np.ndarray, sqrt_tau: np.ndarray) -> np.ndarray:
+    """``S~^1/2 B^-1 S~^1/2 = (K + S~^-1)^-1`` from the lower Cholesky factor ``L`` of ``B``
+    (LAPACK ``dpotri``): the matrix of the evidence gradients, R&W eq. (5.27) and Alg. 5.1."""
+    Binv, info = lapack.dpotri(L, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
+    Binv = np.tril(Binv)
+    Binv += np.tril(Binv, -1).T
+    return (sqrt_tau[:, None] * Binv) * sqrt_tau[None, :]
 
 
 def posterior_from_sites(

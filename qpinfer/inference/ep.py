@@ -16,7 +16,7 @@ Anything with the members of :class:`Projection` plugs in (Power EP: ``power != 
 which the loop calls instead of ``project`` when present). The site update itself is eq. (6) in
 natural parameters ``tau~ = 1 / sigma~^2`` and ``nu~ = mu~ / sigma~^2`` (generalised to
 fractional sites, as GPy's ``eta``): ``tau~_i <- (1/sigma*^2 - tau_cav) / power``,
-``nu~_i <- (mu*/sigma*^2 - nu_cav) / power`` (:func:`qpinfer.inference.site_loop.site_proposal`).
+``nu~_i <- (mu*/sigma*^2 - nu_cav) / power`` (:func:`qpinfer.inference.site_update.site_proposal`).
 
 This module is the dense (full-GP) front end, :func:`run_ep`: the posterior of eq. (3) in R&W's
 B-form (:mod:`qpinfer.inference.dense_posterior`), the evidence eq. (4) and its gradient
@@ -72,15 +72,8 @@ from qpinfer.inference.evidence import (
     site_constant,
 )
 from qpinfer.inference.projections import MomentMatching, Projection, QuantileMatching
-from qpinfer.inference.site_loop import (
-    MIN_SITE_PRECISION,
-    ConvergenceWarning,
-    SiteResult,
-    SweepSettings,
-    resolve_floor,
-    run_sites,
-    site_proposal,
-)
+from qpinfer.inference.site_loop import ConvergenceWarning, SiteResult, SweepSettings, run_sites
+from qpinfer.inference.site_update import MIN_SITE_PRECISION, resolve_floor, site_proposal
 
 __all__ = [
     "MIN_SITE_PRECISION",

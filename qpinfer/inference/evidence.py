@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.linalg import lapack, solve_triangular
+from scipy.linalg import solve_triangular
 
-from qpinfer.inference.dense_posterior import Posterior, _chol_B
+from qpinfer.inference.dense_posterior import Posterior, _chol_B, scaled_B_inverse
 from qpinfer.inference.projections import Projection
 
 __all__ = ["fixed_site_log_evidence", "log_evidence", "log_evidence_gradient", "site_constant"]
@@ -96,13 +96,8 @@ def fixed_site_log_evidence(
     if not eval_gradient:
         return float(value), None
     b = nu - s * solve_triangular(L, w, lower=True, trans=1, check_finite=False)
-    Binv, info = lapack.dpotri(L, lower=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
-    Binv = np.tril(Binv)
-    Binv += np.tril(Binv, -1).T
     R = np.outer(b, b)
-    R -= (s[:, None] * Binv) * s[None, :]
+    R -= scaled_B_inverse(L, s)
     grad = 0.5 * kern.gradient_contract(X, R, K)
     return float(value), np.asarray(grad, dtype=np.float64)
 
@@ -121,14 +116,8 @@ def log_evidence_gradient(
             "the evidence gradient (R&W eq. (5.27)) needs non-negative site precisions; these "
             "sites (a non-log-concave likelihood) have negative ones"
         )
-    s = post.sqrt_tau
-    Binv, info = lapack.dpotri(post.L, lower=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
-    Binv = np.tril(Binv)
-    Binv += np.tril(Binv, -1).T
     R = np.outer(post.b, post.b)
-    R -= (s[:, None] * Binv) * s[None, :]
+    R -= scaled_B_inverse(post.L, post.sqrt_tau)
     return 0.5 * np.asarray(kernel.gradient_contract(X, R, K), dtype=np.float64)
 
 

@@ -54,13 +54,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.linalg import cho_solve, lapack, solve_triangular
+from scipy.linalg import cho_solve
 
 from qpinfer.inference.dense_posterior import (
     Posterior,
     PosteriorMoments,
     _chol_B,
     posterior_from_sites,
+    scaled_B_inverse,
 )
 from qpinfer.likelihoods.loglik import log_lik_derivatives
 
@@ -156,12 +157,7 @@ def _z_matrix(post: Posterior) -> np.ndarray:
     s = post.sqrt_tau
     if post.L is None:
         return s[:, None] * post.solve_B(np.diag(s))
-    Binv, info = lapack.dpotri(post.L, lower=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
-    Binv = np.tril(Binv)
-    Binv += np.tril(Binv, -1).T
-    return (s[:, None] * Binv) * s[None, :]
+    return scaled_B_inverse(post.L, s)
 
 
 def _psi(likelihood: Any, a: np.ndarray, f: np.ndarray, y: np.ndarray) -> float:
@@ -253,22 +249,14 @@ def laplace_mode(
 def _result(K, y, likelihood, a, f, n_iter, converged, history) -> LaplaceResult:
     lp, d1, d2, _ = log_lik_derivatives(likelihood, f, y)
     residual = float(np.max(np.abs(f - K @ d1)) / (1.0 + np.max(np.abs(f))))
-    if _indefinite(likelihood) and np.any(d2 > 0):
-        # W with negative entries: the posterior N(f^, (K^-1 + W)^-1) in Woodbury form with the
-        # indefinite M = diag(sign W) + |W|^1/2 K |W|^1/2 (eigh; LinAlgError if K^-1 + W is not
-        # positive definite, i.e. f^ is a saddle). log det(I + K W) = log |det M|.
-        W = -d2
-        post = posterior_from_sites(K, W, W * f + d1)
-        post.mean, post.b = f, d1  # equal in exact arithmetic at the mode; keep the mode's
-        log_z = float(np.sum(lp) - 0.5 * a @ f - post.half_logdet_B())
-    else:
-        W = np.maximum(-d2, 0.0)
-        s = np.sqrt(W)
-        L = _chol_B(K, s)
-        V = solve_triangular(L, s[:, None] * K, lower=True, check_finite=False)
-        var = np.maximum(np.diag(K) - np.einsum("ij,ij->j", V, V), np.finfo(np.float64).tiny)
-        log_z = float(np.sum(lp) - 0.5 * a @ f - np.sum(np.log(np.diag(L))))
-        post = Posterior(mean=f, var=var, L=L, sqrt_tau=s, b=d1)
+    # the Gaussian N(f^, (K^-1 + W)^-1) of sites (W, W f^ + grad log p): R&W's B-form, or with
+    # negative W (not log-concave) the Woodbury form with the indefinite M = diag(sign W) +
+    # |W|^1/2 K |W|^1/2 (eigh; LinAlgError if K^-1 + W is not positive definite, i.e. f^ is a
+    # saddle), log det(I + K W) = log |det M|. W is clipped at 0 against round-off otherwise.
+    W = -d2 if _indefinite(likelihood) and np.any(d2 > 0) else np.maximum(-d2, 0.0)
+    post = posterior_from_sites(K, W, W * f + d1)
+    post.mean, post.b = f, d1  # equal in exact arithmetic at the mode; keep the mode's
+    log_z = float(np.sum(lp) - 0.5 * a @ f - post.half_logdet_B())
     return LaplaceResult(
         f=f,
         a=a,

@@ -1,85 +1,83 @@
 """One L-BFGS-B helper for every hyperparameter search: failures backtrack, exits are checked.
 
-Every estimator maximises an evidence (eq. (4), R&W eq. (3.32), the ELBO, eq. (110)/(128)) over
-log hyperparameters with L-BFGS-B (paper 000 Sec. 6). An evaluation can fail -- the inner loop
-raises ``LinAlgError``/``ValueError`` or returns a non-finite evidence -- typically at the
-optimiser's first trial step, which follows the raw gradient to the bounds (a count of 1000
-among counts ~3 gives a gradient of ~1e3). Returning ``inf`` there ends L-BFGS-B's line search
-on the spot: it reports convergence at its starting point. :func:`minimize_lbfgsb` instead
-returns a finite *wall* above every value seen, ``f_max + (1 + |f_best|) (1 + |x - x_best|^2)``,
-whose gradient points back to the best point, so the line search backtracks (as it does for any
-step that increases the objective) and the search goes on from a step that works.
+Every estimator (and :func:`qpinfer.inference.vb.fit_vb`) maximises an evidence (eq. (4), R&W
+eq. (3.32), the ELBO, eq. (110)/(128)) over log hyperparameters with L-BFGS-B (paper 000 Sec. 6)
+through :func:`search_evidence`, over a packed vector of :mod:`qpinfer.inference.search_space`.
+The objective returns the value and gradient and, optionally, what to keep of an evaluation:
+the best evaluation's comes back as :attr:`SearchResult.best`, the latest successful one's in a
+:class:`SearchTrail` (where a nested search warm-starts its next inner loop). The inner loops'
+warnings are ignored during the search (only the result counts); an energy-stall rule
+(``stall_rtol``) may end it early and a box trust region (``trust``) re-centre it.
 
-Every exit is then checked (:func:`check_search`): a search that scipy reports as failed
-(``success=False``, e.g. the iteration limit or an abnormal line search), one that never got
-past its starting point while evaluations failed, and a best point on a bound of the box each
-warn with :class:`OptimizerWarning` (a :class:`~qpinfer.inference.site_loop.ConvergenceWarning`) naming
-the estimator, the method, scipy's message, the failures' cause and whether the result is the
-start. A search in which no evaluation succeeded raises :class:`SearchFailedError` with the
-first and last failure's message.
+An evaluation can fail -- the inner loop raises ``LinAlgError``/``ValueError`` or returns a
+non-finite evidence -- typically at the optimiser's first trial step, which follows the raw
+gradient to the bounds. Returning ``inf`` there ends L-BFGS-B's line search on the spot (it
+reports convergence at its start). :func:`minimize_lbfgsb` instead returns a finite *wall*
+above every value seen, ``f_max + (1 + |f_best|) (1 + |x - x_best|^2)``, whose gradient points
+back to the best point, so the line search backtracks and the search goes on.
 
-Every evaluation runs an inner loop (EP/QP sweeps, Newton steps, VB steps) capped at
-``max_iter``; one that ends without converging has spent the whole cap. An
-:class:`InnerLoopBudget` passed to :func:`minimize_lbfgsb` ends the search (with the best point
-so far and an :class:`OptimizerWarning`) once :data:`MAX_UNCONVERGED_EVALUATIONS` evaluations
-did so, so that a fit costs at most that many ``max_iter``-long inner loops besides the
-converged ones (before: up to L-BFGS-B's 15000 evaluations of ``max_iter`` sweeps each).
+Every exit is checked (:func:`check_search`): a search that scipy reports as failed, one that
+never got past its start while evaluations failed, and a best point on a bound of the box each
+warn with :class:`OptimizerWarning` (a :class:`~qpinfer.inference.site_loop.ConvergenceWarning`)
+naming the estimator, the method, scipy's message and the failures' cause. A search in which no
+evaluation succeeded raises :class:`SearchFailedError`. An :class:`InnerLoopBudget` ends a
+search (with the best point so far and an :class:`OptimizerWarning`) once
+:data:`MAX_UNCONVERGED_EVALUATIONS` inner loops ran to ``max_iter`` without converging, so that
+a fit costs at most that many ``max_iter``-long inner loops besides the converged ones.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from scipy.optimize import OptimizeResult, minimize
 
+from qpinfer.inference.search_result import (
+    BOUND_ATOL,
+    BoundWarning,
+    OptimizerWarning,
+    SearchFailedError,
+    SearchResult,
+    check_search,
+    combine,
+)
+from qpinfer.inference.search_space import SearchSpace, theta_names
 from qpinfer.inference.site_loop import ConvergenceWarning
 
 __all__ = [
     "EVALUATION_ERRORS",
+    "LBFGS_FTOL",
     "MAX_UNCONVERGED_EVALUATIONS",
+    "STALL_WINDOW",
     "BoundWarning",
     "InnerLoopBudget",
     "OptimizerWarning",
     "SearchFailedError",
     "SearchResult",
+    "SearchTrail",
     "check_search",
     "combine",
     "minimize_lbfgsb",
+    "search_evidence",
     "theta_names",
 ]
 
+#: L-BFGS-B's relative function tolerance in every evidence search (paper 000 Sec. 6)
+LBFGS_FTOL = 1e-9
 #: what an evaluation may raise when inference fails at a hyperparameter value (the search
 #: backtracks from it); anything else propagates
 EVALUATION_ERRORS = (np.linalg.LinAlgError, ValueError, FloatingPointError, OverflowError)
-#: scipy's status when the callback raised ``StopIteration`` (a deliberate stop, not a failure)
-_STOPPED_BY_CALLBACK = 99
-#: a best point within this distance (log units) of a bound counts as "at the bound"
-BOUND_ATOL = 1e-3
-_ABNORMAL_STATUS = 2  # scipy: the line search found no decrease
-_ABNORMAL = (
-    " -- the line search found no decrease along the gradient: near the optimum the inner "
-    "loop's tolerance makes the evidence and its gradient inexact"
-)
 #: a search stops once this many evaluations' inner loops ended without converging
 MAX_UNCONVERGED_EVALUATIONS = 10
 #: scipy-like status of a search ended by its :class:`InnerLoopBudget`
 BUDGET_STATUS = -1
-
-
-class OptimizerWarning(ConvergenceWarning):
-    """A hyperparameter search ended without success, never left its start, or ended on a bound."""
-
-
-class BoundWarning(OptimizerWarning):
-    """A fitted hyperparameter lies on a bound of the search box."""
-
-
-class SearchFailedError(ValueError):
-    """No evaluation of a hyperparameter search succeeded (the message names the cause)."""
+#: the energy-stall rule's window, in iterations (``stall_rtol`` of :func:`minimize_lbfgsb`)
+STALL_WINDOW = 10
+#: the inner loops' warnings ignored during a search by default (only the result counts)
+QUIET = (ConvergenceWarning, RuntimeWarning)
 
 
 class InnerLoopBudget:
@@ -115,51 +113,17 @@ class _BudgetExhausted(Exception):
     pass
 
 
-@dataclass
-class SearchResult:
-    """The best successful evaluation of a search, scipy's result, and what failed on the way."""
+class SearchTrail:
+    """What the latest successful evaluation of a search kept (``latest``: the third item its
+    objective returned, ``None`` before the first success), where a nested search warm-starts
+    the next inner loop. :func:`minimize_lbfgsb` updates it; one trail may span consecutive
+    searches (the rounds of a trust region, :func:`search_evidence`)."""
 
-    x: np.ndarray | None  # best point evaluated successfully (None: none succeeded)
-    fun: float  # its objective value (inf: none)
-    scipy: OptimizeResult
-    x0: np.ndarray
-    n_evaluations: int
-    n_failed: int
-    first_failure: str | None
-    last_failure: str | None
-
-    @property
-    def best_is_start(self) -> bool:
-        """Whether no evaluation improved on the starting point."""
-        return self.x is not None and bool(np.array_equal(self.x, self.x0))
-
-    def failures(self) -> str:
-        """``"k of n evaluations failed (first: ..., last: ...)"``, or ``""``."""
-        if not self.n_failed:
-            return ""
-        text = f"{self.n_failed} of {self.n_evaluations} evaluations failed (first: {self.first_failure}"
-        if self.last_failure != self.first_failure:
-            text += f"; last: {self.last_failure}"
-        return text + ")"
+    def __init__(self) -> None:
+        self.latest: Any = None
 
 
-def combine(searches: Sequence[SearchResult]) -> SearchResult:
-    """One :class:`SearchResult` for consecutive searches (restarts): the best point of all, the
-    first search's start, the last one's scipy result, the evaluations and failures summed."""
-    best = min((s for s in searches if s.x is not None), key=lambda s: s.fun, default=searches[-1])
-    failed = [s for s in searches if s.n_failed]
-    return SearchResult(
-        best.x,
-        best.fun,
-        searches[-1].scipy,
-        searches[0].x0,
-        sum(s.n_evaluations for s in searches),
-        sum(s.n_failed for s in searches),
-        failed[0].first_failure if failed else None,
-        failed[-1].last_failure if failed else None,
-    )
-
-
+# -- one L-BFGS-B run ---------------------------------------------------------------------------
 def _describe(exc_or_text: Any) -> str:
     if isinstance(exc_or_text, BaseException):
         text = f"{type(exc_or_text).__name__}: {exc_or_text}"
@@ -169,29 +133,37 @@ def _describe(exc_or_text: Any) -> str:
 
 
 def minimize_lbfgsb(
-    objective: Callable[[np.ndarray], tuple[float, np.ndarray]],
+    objective: Callable[[np.ndarray], tuple[Any, ...]],
     x0: np.ndarray,
     bounds: Any,
     *,
     maxiter: int,
-    ftol: float = 1e-9,
+    ftol: float = LBFGS_FTOL,
     gtol: float | None = None,
-    callback: Callable[[Any], None] | None = None,
     budget: InnerLoopBudget | None = None,
+    stall_rtol: float | None = None,
+    trail: SearchTrail | None = None,
 ) -> SearchResult:
-    """Minimise ``objective`` (value and gradient) by L-BFGS-B from ``x0`` within ``bounds``.
+    """Minimise ``objective`` by L-BFGS-B from ``x0`` within ``bounds``.
 
-    An evaluation that raises one of :data:`EVALUATION_ERRORS` or returns a non-finite value or
-    gradient is a *failure*: before any success the optimiser sees ``inf`` (it stops); after one,
-    the wall of the module docstring, so its line search backtracks towards the best point.
-    With a ``budget`` (which ``objective`` feeds), the search ends once it is exhausted.
-    Returns the best successful evaluation (:class:`SearchResult`); check it with
-    :func:`check_search`.
+    ``objective(x)`` returns ``(value, gradient)`` or ``(value, gradient, keep)``; the best
+    successful evaluation's ``keep`` is :attr:`SearchResult.best`, the latest one's
+    ``trail.latest``. An evaluation that raises one of :data:`EVALUATION_ERRORS` or returns a
+    non-finite value or gradient is a *failure*: before any success the optimiser sees ``inf``
+    (it stops); after one, the wall of the module docstring, so its line search backtracks
+    towards the best point. With a ``budget`` (which ``objective`` feeds), the search ends once
+    it is exhausted. ``stall_rtol`` (``None``: off) adds the energy-stall rule: stop once the
+    objective has decreased by at most ``stall_rtol * max(|f|, 1)`` over the last
+    :data:`STALL_WINDOW` iterations -- a window, not L-BFGS-B's one-iteration ``ftol``, so one
+    short step does not end the search; relative to ``|f|`` (which grows like N), so it is a
+    per-point rule. Returns the best successful evaluation (:class:`SearchResult`); check it
+    with :func:`check_search`.
     """
     x0 = np.asarray(x0, dtype=np.float64).copy()
     st: dict[str, Any] = {"best_x": None, "best_f": np.inf, "max_f": -np.inf, "n": 0, "failed": 0}
-    st["first"] = st["last"] = None
-    st["nit"] = 0
+    st["first"] = st["last"] = st["best"] = None
+    history: list[float] = []  # the objective at the start (if it succeeded), then per iteration
+    iterates: list[float] = []  # the objective after each iteration (the stall rule's window)
 
     def fail(x: np.ndarray, cause: Any) -> tuple[float, np.ndarray]:
         st["failed"] += 1
@@ -206,18 +178,23 @@ def minimize_lbfgsb(
 
     def evaluate(x: np.ndarray) -> tuple[float, np.ndarray]:
         try:
-            value, grad = objective(x)
+            out = objective(x)
         except EVALUATION_ERRORS as exc:
             return fail(x, exc)
-        value = float(value)
-        grad = np.asarray(grad, dtype=np.float64)
+        value = float(out[0])
+        grad = np.asarray(out[1], dtype=np.float64)
         if not np.isfinite(value):
             return fail(x, f"objective {value} at x={np.array2string(x, precision=3)}")
         if not np.all(np.isfinite(grad)):
             return fail(x, f"non-finite gradient at x={np.array2string(x, precision=3)}")
+        keep = out[2] if len(out) > 2 else None
+        if trail is not None:
+            trail.latest = keep
+        if st["n"] == 1:
+            history.append(value)
         st["max_f"] = max(st["max_f"], value)
         if value < st["best_f"]:
-            st["best_f"], st["best_x"] = value, x.copy()
+            st["best_f"], st["best_x"], st["best"] = value, x.copy(), keep
         return value, grad
 
     def wrapped(x: np.ndarray) -> tuple[float, np.ndarray]:
@@ -228,9 +205,12 @@ def minimize_lbfgsb(
         return out
 
     def counted(intermediate_result: Any) -> None:
-        st["nit"] += 1
-        if callback is not None:
-            callback(intermediate_result)
+        iterates.append(float(intermediate_result.fun))
+        history.append(iterates[-1])
+        if stall_rtol is not None and len(iterates) > STALL_WINDOW:
+            old, new = iterates[-1 - STALL_WINDOW], iterates[-1]
+            if old - new <= stall_rtol * max(abs(new), 1.0):
+                raise StopIteration
 
     options: dict[str, Any] = {"maxiter": int(maxiter), "ftol": ftol}
     if gtol is not None:
@@ -248,86 +228,67 @@ def minimize_lbfgsb(
     except _BudgetExhausted:
         res = OptimizeResult(
             x=st["best_x"], fun=st["best_f"], success=False, status=BUDGET_STATUS,
-            message=budget.message(), nit=st["nit"], nfev=st["n"],
+            message=budget.message(), nit=len(iterates), nfev=st["n"],
         )  # fmt: skip
-    return SearchResult(
-        st["best_x"], float(st["best_f"]), res, x0, st["n"], st["failed"], st["first"], st["last"]
-    )
+    best = (st["best_x"], float(st["best_f"]), res, x0, st["n"], st["failed"])
+    return SearchResult(*best, st["first"], st["last"], st["best"], history)
 
 
-def check_search(
-    search: SearchResult,
+# -- the search every estimator runs ----------------------------------------------------------
+def _trust_region(
+    objective: Callable, space: SearchSpace, trust: float, *, maxiter: int, **options: Any
+) -> SearchResult:
+    """L-BFGS-B in a box of ``+-trust`` about its start, re-centred on the best point until
+    that lies inside the box (or a round did not move it), ``maxiter`` iterations in all; the
+    rounds :func:`combine`\\ d."""
+    low, high = space.bounds[:, 0], space.bounds[:, 1]
+    budget = options.get("budget")
+    x, iterations, searches = space.x0, int(maxiter), []
+    while iterations > 0:
+        box = np.column_stack([np.maximum(low, x - trust), np.minimum(high, x + trust)])
+        searches.append(minimize_lbfgsb(objective, x, box, maxiter=iterations, **options))
+        iterations -= max(int(searches[-1].scipy.nit), 1)
+        best = combine(searches)
+        if best.x is None or (budget is not None and budget.exhausted):
+            break
+        inner = (box[:, 0] == low) | (best.x > box[:, 0] + BOUND_ATOL)
+        inner &= (box[:, 1] == high) | (best.x < box[:, 1] - BOUND_ATOL)
+        if np.all(inner) or np.array_equal(best.x, x):
+            break
+        x = best.x
+    return combine(searches)
+
+
+def search_evidence(
+    objective: Callable[[np.ndarray], tuple[Any, ...]],
+    space: SearchSpace,
     what: str,
-    bounds: Any = None,
-    names: Sequence[str] | None = None,
+    *,
+    maxiter: int,
+    trust: float | None = None,
+    quiet: tuple[type[Warning], ...] = QUIET,
     stacklevel: int = 2,
-) -> None:
-    """Raise or warn about how ``search`` ended; ``what`` names the estimator and method.
+    **options: Any,
+) -> SearchResult:
+    """Minimise ``objective`` (minus an evidence, :func:`minimize_lbfgsb`'s protocol) over
+    ``space`` from ``space.x0``, at most ``maxiter`` iterations, and check how it ended
+    (:func:`check_search`, whose warnings name ``what``, the estimator and method, and
+    ``space.names``; ``stacklevel`` counts from the caller).
 
-    * no successful evaluation: :class:`SearchFailedError` with the failures' messages;
-    * scipy's ``success`` is false (iteration or evaluation limit, abnormal line search; a stop
-      by the callback is deliberate and passes): :class:`OptimizerWarning` with its message;
-    * the best point is the start and some evaluations failed: :class:`OptimizerWarning`;
-    * the best point lies on a bound of ``bounds``: :class:`BoundWarning` naming the parameter
-      (``names[i]``, default ``theta[i]``) and the bound.
+    ``options`` (``ftol``, ``gtol``, ``budget``, ``stall_rtol``, ``trail``): as
+    :func:`minimize_lbfgsb`. ``quiet``: the warning categories ignored during the search
+    (default: the inner loops' convergence and runtime warnings; the evaluations may run at
+    extreme hyperparameters and only the result counts). ``trust`` (log units; ``None``: off):
+    a box trust region of ``+-trust`` about the current point, re-centred on the best point
+    until it lies inside the box (L-BFGS-B's first step follows the raw gradient, which can
+    reach a bound where the inner loop fails); the budget and the iterations span the rounds.
     """
-    res = search.scipy
-    failures = search.failures()
-    if search.x is None:
-        raise SearchFailedError(
-            f"{what}: inference failed at every hyperparameter value tried ({failures or 'no evaluation'})"
-        )
-    if not res.success and res.status != _STOPPED_BY_CALLBACK:
-        why = f"status {res.status}: {res.message}"
-        if res.status == _ABNORMAL_STATUS:
-            why += _ABNORMAL
-        parts = [f"{res.nit} iterations, {search.n_evaluations} evaluations", failures]
-        if search.best_is_start:
-            parts.append("the result is the starting point")
-        warnings.warn(
-            f"{what}: L-BFGS-B did not converge ({why}); " + "; ".join(p for p in parts if p),
-            OptimizerWarning,
-            stacklevel=stacklevel + 1,
-        )
-    elif search.best_is_start and search.n_failed:
-        warnings.warn(
-            f"{what}: L-BFGS-B found nothing better than its starting point ({res.message}); "
-            f"{failures}; the result is the starting point",
-            OptimizerWarning,
-            stacklevel=stacklevel + 1,
-        )
-    if bounds is None:
-        return
-    b = np.asarray(
-        [(-np.inf if lo is None else lo, np.inf if hi is None else hi) for lo, hi in bounds],
-        dtype=np.float64,
-    )
-    hits = []
-    for i, (xi, (lo, hi)) in enumerate(zip(search.x, b, strict=False)):
-        name = names[i] if names is not None and i < len(names) else f"theta[{i}]"
-        if abs(xi - lo) <= BOUND_ATOL:
-            hits.append(f"{name} = {xi:.6g} at its lower bound")
-        elif abs(xi - hi) <= BOUND_ATOL:
-            hits.append(f"{name} = {xi:.6g} at its upper bound")
-    if hits:
-        warnings.warn(
-            f"{what}: the fitted {', '.join(hits)}; the evidence would rise beyond the bound. "
-            "A length scale at its upper bound marks a feature the fit ignores; at its lower "
-            "bound, a fit that follows every point (outliers?). Widen the kernel's bounds if "
-            "that matters.",
-            BoundWarning,
-            stacklevel=stacklevel + 1,
-        )
-
-
-def theta_names(kernel: Any) -> list[str]:
-    """Names of a kernel's log hyperparameters for messages: the ARD SE kernel's
-    ``log variance``, ``log length_scale[j]``; ``theta[i]`` for other kernels."""
-    n = int(np.asarray(kernel.theta).size)
-    if (
-        hasattr(kernel, "length_scale")
-        and hasattr(kernel, "variance")
-        and n == 1 + np.size(kernel.length_scale)
-    ):
-        return ["log variance"] + [f"log length_scale[{j}]" for j in range(n - 1)]
-    return [f"theta[{i}]" for i in range(n)]
+    with warnings.catch_warnings():
+        for category in quiet:
+            warnings.simplefilter("ignore", category)
+        if trust is None:
+            search = minimize_lbfgsb(objective, space.x0, space.bounds, maxiter=maxiter, **options)
+        else:
+            search = _trust_region(objective, space, trust, maxiter=maxiter, **options)
+    check_search(search, what, space.bounds, space.names, stacklevel=stacklevel + 1)
+    return search

@@ -16,7 +16,7 @@ What this module adds to the site-update loop of :mod:`qpinfer.inference.ep`:
 
 * :class:`PowerMomentMatching` -- the projection of the *fractional* tilted distribution
   ``N(f | mu, sigma^2) p(y | f)^alpha``. Its ``power`` attribute is what
-  :func:`qpinfer.inference.ep.run_ep` (:func:`qpinfer.inference.site_loop.site_proposal`) uses for the fractional cavity and the
+  :func:`qpinfer.inference.ep.run_ep` (:func:`qpinfer.inference.site_update.site_proposal`) uses for the fractional cavity and the
   fractional site update (``tau~ <- (1/sigma*^2 - tau_cav) / alpha``). With ``alpha = 1`` it
   calls the likelihood's closed forms, so it *is* EP (bit for bit). Otherwise the moments and the
   normaliser come from :func:`tilted_power_moments`, an adaptive Gauss-Hermite rule centred on

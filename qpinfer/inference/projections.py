@@ -19,6 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from qpinfer.sigma.kernel import sigma_qp
+from qpinfer.tables.reader import SigmaTableReader
+
 __all__ = ["MomentMatching", "Projection", "QuantileMatching"]
 
 
@@ -68,24 +71,27 @@ class MomentMatching:
 class QuantileMatching:
     """QP's projection: EP's mean (eq. (5)) and the L2-Wasserstein standard deviation (eq. (7)).
 
-    With a ``table`` (from :func:`qpinfer.open_table`), sigma* is
-    ``table.sigma_ratio(mu, sigma, y) * sigma_EP`` (a v2 table, ``accepts_moments``:
-    ``table.sigma_qp(mu, sigma, y, moments=(mean, sigma_EP))``) -- one batched interpolation per
-    parallel sweep, with the table's own exact fallback outside its domain. When the likelihood has
-    ``tilted_mean`` (probit), a v2 table gives both (``table.qp_moments``): it computes EP's
-    standard deviation only for cavities outside its boxes of sigma* / sigma, so a sweep whose
-    cavities all lie in them computes EP's mean alone, in one pass with the lookup. Without a table,
-    sigma* is computed exactly by :func:`qpinfer.sigma_qp` (slower).
+    With a ``table`` (a :class:`~qpinfer.tables.reader.SigmaTableReader`, from
+    :func:`qpinfer.open_table`) the table answers both, ``table.qp_moments(mu, sigma, y)``: one
+    batched lookup per parallel sweep, EP's moments computed only where the table needs them
+    (a v2 table of probit, whose core stores sigma* / sigma, computes EP's mean alone), with the
+    table's own exact fallback outside its domain. Without a table, sigma* is computed exactly
+    by :func:`qpinfer.sigma_qp` (slower).
     """
 
     power = 1.0
 
-    def __init__(self, likelihood: Any, table: Any | None = None) -> None:
+    def __init__(self, likelihood: Any, table: SigmaTableReader | None = None) -> None:
         if table is not None:
-            table_lik = getattr(table, "likelihood", None)
-            if table_lik != likelihood.name:
+            if not isinstance(table, SigmaTableReader):
                 raise ValueError(
-                    f"table is for likelihood {table_lik!r} but inference uses {likelihood.name!r}"
+                    "table must be a sigma* table from qpinfer.open_table (a SigmaTableReader) "
+                    f"or None; got {type(table).__name__}"
+                )
+            if table.likelihood != likelihood.name:
+                raise ValueError(
+                    f"table is for likelihood {table.likelihood!r} but inference uses "
+                    f"{likelihood.name!r}"
                 )
         self.likelihood = likelihood
         self.table = table
@@ -93,24 +99,10 @@ class QuantileMatching:
     def project(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        qp_moments = getattr(self.table, "qp_moments", None)
-        if qp_moments is not None and hasattr(self.likelihood, "tilted_mean"):
-            # a v2 table computes EP's moments itself, only for cavities outside its boxes of
-            # sigma* / sigma (the same values as the moments passed in)
-            return qp_moments(cavity_mean, cavity_std, y)
-        mean, std_ep = self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
         if self.table is not None:
-            if getattr(self.table, "accepts_moments", False):  # v2: no second EP computation
-                std = self.table.sigma_qp(cavity_mean, cavity_std, y, moments=(mean, std_ep))
-            else:
-                std = self.table.sigma_ratio(cavity_mean, cavity_std, y) * std_ep
-        else:
-            from qpinfer.sigma.kernel import (
-                sigma_qp,  # the exact kernel, imported when first needed
-            )
-
-            std = sigma_qp(self.likelihood, cavity_mean, cavity_std, y)
-        return mean, std
+            return self.table.qp_moments(cavity_mean, cavity_std, y)
+        mean, _ = self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
+        return mean, sigma_qp(self.likelihood, cavity_mean, cavity_std, y)
 
     def log_normalizer(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray

@@ -1,4 +1,3 @@
-# Over 400 lines: the one loop, its two schedules and its bookkeeping (SweepControl) belong together.
 """One site-update loop for every EP-like method: sweeps, damping, stopping rule, best state.
 
 Dense EP/QP/Power EP/relaxed EP (:func:`qpinfer.inference.ep.run_ep`) and pseudo-point Power EP/QP
@@ -14,7 +13,8 @@ Dense EP/QP/Power EP/relaxed EP (:func:`qpinfer.inference.ep.run_ep`) and pseudo
 * a *site update* -- ``propose(sites, mean, var, tau, nu)``: cavity, projection and the new site
   natural parameters (paper 000 eq. (6); paper 004 eqs. (106)-(107)) for the sites ``sites`` (a
   slice) from their marginals, returning ``(tau_new, nu_new, ok, clipped)`` as
-  :func:`site_proposal`; and ``log_evidence(posterior, tau, nu)`` (eq. (4) / eq. (110)).
+  :func:`qpinfer.inference.site_update.site_proposal`; and ``log_evidence(posterior, tau, nu)``
+  (eq. (4) / eq. (110)).
 
 Schedules: ``"sequential"`` -- sites one at a time, each followed by the rank-one change of the
 posterior (R&W Algorithm 3.5); ``"parallel"`` -- every site from the same posterior, vectorised
@@ -30,34 +30,40 @@ is issued and the sites with the smallest change seen are returned (the prior if
 succeeded). A sweep that raises ``LinAlgError`` or produces non-finite sites ends the loop. With
 negative sites (no precision floor) a parallel step that would make the posterior improper is
 halved until it is proper (:func:`_proper_step`), so the best state is always a proper one.
+
+:class:`SweepControl` is that loop without the sweep itself (:meth:`SweepControl.run` takes one
+sweep as a function of the state): :func:`run_sites` sweeps a posterior representation in
+process, :mod:`qpinfer.inference.sparse.dask_sweep` sweeps data partitions on a dask cluster, and
+both get the same damping, stopping rule, best state, warning and result.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from qpinfer.inference.dense_posterior import PosteriorMoments
+from qpinfer.inference.site_update import (  # noqa: F401 (re-exported: here before site_update)
+    MIN_SITE_PRECISION,
+    clip_precision,
+    resolve_floor,
+    site_proposal,
+)
 
 __all__ = [
-    "MIN_SITE_PRECISION",
     "SCHEDULES",
     "ConvergenceWarning",
     "SiteResult",
     "SweepControl",
     "SweepSettings",
     "initial_sites",
-    "resolve_floor",
     "run_sites",
-    "site_proposal",
 ]
-
-#: Smallest site precision the loop keeps (GPy uses the same floor).
-MIN_SITE_PRECISION: float = float(np.finfo(np.float64).eps)
 
 SCHEDULES = ("parallel", "sequential")
 #: adaptive damping: halve the damping (down to ``MIN_DAMPING``) after this many sweeps without a
@@ -113,78 +119,8 @@ class SiteResult(PosteriorMoments):
     n_clipped: int = 0
     n_skipped: int = 0
     history: list[float] = field(default_factory=list)
-    #: wall-clock seconds of each recorded sweep (:meth:`SweepControl.record`)
+    #: wall-clock seconds of each recorded sweep (:meth:`SweepControl.run`)
     sweep_seconds: list[float] = field(default_factory=list)
-
-
-def site_proposal(
-    projection: Any,
-    post_mean: np.ndarray,
-    post_var: np.ndarray,
-    tau: np.ndarray,
-    nu: np.ndarray,
-    y: np.ndarray,
-    floor: float | None = MIN_SITE_PRECISION,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Cavity -> projection -> new site natural parameters (eq. (6)), vectorised over sites.
-
-    ``tau_c = 1/var - power tau~``, ``nu_c = mean/var - power nu~`` (the fractional cavity of
-    Power EP), ``tau~_new = (1/sigma*^2 - tau_c) / power``, ``nu~_new = (mu*/sigma*^2 - nu_c) /
-    power``. Returns ``(tau_new, nu_new, ok, clipped)``: ``ok`` marks sites whose cavity was
-    proper and projection finite (others must keep their old parameters), ``clipped`` the sites
-    whose new precision was raised to ``floor`` (``None``: no floor, negative precisions are kept).
-    """
-    power = float(getattr(projection, "power", 1.0))
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        tau_c = 1.0 / post_var - power * tau
-        nu_c = post_mean / post_var - power * nu
-        ok = np.isfinite(tau_c) & np.isfinite(nu_c) & (tau_c > 0)
-        tau_c_safe = np.where(ok, tau_c, 1.0)
-        cav_var = 1.0 / tau_c_safe
-        cav_mean = np.where(ok, nu_c, 0.0) * cav_var
-        project_with_site = getattr(projection, "project_with_site", None)
-        if project_with_site is not None:  # relaxed EP: the relaxation factor uses the old site
-            m, s = project_with_site(cav_mean, np.sqrt(cav_var), y, tau, nu)
-        else:
-            m, s = projection.project(cav_mean, np.sqrt(cav_var), y)
-        m = np.asarray(m, dtype=np.float64)
-        s = np.asarray(s, dtype=np.float64)
-        prec = 1.0 / (s * s)
-        tau_new = (prec - tau_c_safe) / power
-        nu_new = (m * prec - nu_c) / power
-    ok &= np.isfinite(tau_new) & np.isfinite(nu_new) & (s > 0)
-    return tau_new, nu_new, *clip_precision(tau_new, ok, floor)
-
-
-def clip_precision(
-    tau_new: np.ndarray, ok: np.ndarray, floor: float | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(ok, clipped)`` and ``tau_new`` raised to ``floor`` in place where it is below it."""
-    if floor is None:
-        return ok, np.zeros_like(ok)
-    clipped = ok & (tau_new < floor)
-    tau_new[clipped] = floor
-    return ok, clipped
-
-
-def resolve_floor(min_site_precision: Any, projection: Any) -> float | None:
-    """The site-precision floor: ``"auto"`` is :data:`MIN_SITE_PRECISION`, or ``None`` (no floor:
-    negative sites kept) for a likelihood that declares ``log_concave = False``."""
-    if isinstance(min_site_precision, str):
-        if min_site_precision != "auto":
-            raise ValueError(
-                f"min_site_precision must be 'auto', None or a number >= 0, got {min_site_precision!r}"
-            )
-        lik = getattr(projection, "likelihood", None)
-        return None if getattr(lik, "log_concave", True) is False else MIN_SITE_PRECISION
-    if min_site_precision is None:
-        return None
-    v = float(min_site_precision)
-    if not (np.isfinite(v) and v >= 0):
-        raise ValueError(
-            f"min_site_precision must be 'auto', None or a number >= 0, got {min_site_precision!r}"
-        )
-    return v
 
 
 @dataclass(frozen=True)
@@ -224,38 +160,75 @@ class SweepSettings:
 
 
 class SweepControl:
-    """What :func:`run_sites` does between sweeps, for any loop that sweeps the sites (also the
-    map-reduce sweep of :mod:`qpinfer.inference.sparse.dask_sweep`): count the sweeps (``sweeps()``), keep the
-    RMS history and the state with the smallest RMS change, halve the damping after
+    """The site loop without its sweep (module docstring): :meth:`run` repeats one sweep of a
+    state -- the sites themselves in :func:`run_sites`; the partitions' site sums, with the sites
+    held on the workers, in :mod:`qpinfer.inference.sparse.dask_sweep` -- counts the sweeps, keeps the
+    RMS history and the state with the smallest RMS change, halves the damping after
     :data:`STALL_SWEEPS` sweeps without a new smallest change (``adaptive_damping``, parallel
-    schedule), stop below ``tol``, and warn if that never happened (``finish``).
+    schedule), stops below ``tol`` and warns if that never happened; :meth:`result` is the
+    loop's result for the final sites.
     """
 
-    def __init__(self, settings: SweepSettings, initial_state: Any) -> None:
+    def __init__(self, settings: SweepSettings) -> None:
         self.settings = settings
         self.damping = settings.damping
         self.best_rms = np.inf
-        self.best = initial_state
+        self.best: Any = None  # the state with the smallest RMS change so far
         self.history: list[float] = []
         self.sweep_seconds: list[float] = []
-        self._clock = time.perf_counter()
         self.converged = False
         self.n_iter = 0
+        self.n_clipped = self.n_skipped = 0
         self._stalled = 0
 
-    def sweeps(self):
-        """Sweep numbers ``1 .. max_iter`` (``n_iter`` follows them)."""
-        for it in range(1, int(self.settings.max_iter) + 1):
-            self.n_iter = it
-            yield it
+    def run(
+        self,
+        sweep: Callable[[Any, float], tuple[Any, float, int, int] | None],
+        state: Any,
+        what: str,
+        stacklevel: int = 1,
+    ) -> Any:
+        """Sweep from ``state`` until the RMS change is below ``tol`` or ``max_iter`` sweeps have
+        run; the state with the smallest RMS change (``None`` if no sweep succeeded: the caller
+        returns the prior).
 
-    def record(self, rms: float, state: Any) -> bool:
-        """Record a sweep's RMS change and the state it produced (and the wall-clock time since
-        the previous record, or since the control was made); ``True``: stop (converged)."""
+        ``sweep(state, damping)`` is one sweep: ``(new state, RMS change of the sites,
+        n_clipped, n_skipped)``, or ``None`` if the new sites are not all finite; it may read
+        :attr:`best` (``is`` its ``state``: the state it sweeps from is the best so far). A
+        ``LinAlgError`` (the state's posterior is improper) or ``None`` ends the loop with the
+        best state. Unless converged, a :class:`ConvergenceWarning` names ``what``
+        (``stacklevel`` counts from the caller of ``run``, as :func:`warnings.warn`'s).
+        """
         s = self.settings
-        now = time.perf_counter()
-        self.sweep_seconds.append(now - self._clock)
-        self._clock = now
+        self.best = state
+        clock = time.perf_counter()
+        for it in range(1, int(s.max_iter) + 1):
+            self.n_iter = it
+            try:
+                swept = sweep(state, self.damping)
+            except np.linalg.LinAlgError:
+                break
+            if swept is None:
+                break
+            state, rms, self.n_clipped, self.n_skipped = swept
+            now = time.perf_counter()
+            self.sweep_seconds.append(now - clock)
+            clock = now
+            if self._record(rms, state):
+                break
+        if not self.converged:
+            warnings.warn(
+                f"{what} did not converge within max_iter={s.max_iter} sweeps "
+                f"(best RMS change of site parameters {self.best_rms:.3g}, tol={s.tol:.3g}); "
+                "returning the sites with the smallest change",
+                ConvergenceWarning,
+                stacklevel=stacklevel + 1,
+            )
+        return self.best if np.isfinite(self.best_rms) else None
+
+    def _record(self, rms: float, state: Any) -> bool:
+        """Record a sweep's RMS change and the state it produced; ``True``: stop (converged)."""
+        s = self.settings
         self.history.append(rms)
         if rms < self.best_rms:
             self.best_rms, self.best, self._stalled = rms, state, 0
@@ -273,30 +246,30 @@ class SweepControl:
             self.damping, self._stalled = self.damping / 2.0, 0
         return False
 
-    def finish(self, what: str, stacklevel: int) -> tuple[float, Any]:
-        """``(best RMS change, best state)``, with a :class:`ConvergenceWarning` unless converged
-        (best RMS ``inf``: no sweep succeeded, the caller returns the prior)."""
-        if not self.converged:
-            s = self.settings
-            warnings.warn(
-                f"{what} did not converge within max_iter={s.max_iter} sweeps "
-                f"(best RMS change of site parameters {self.best_rms:.3g}, tol={s.tol:.3g}); "
-                "returning the sites with the smallest change",
-                ConvergenceWarning,
-                stacklevel=stacklevel + 1,
-            )
-        return self.best_rms, self.best
-
-    def result(self, result_type: type, rms: float, n_clipped: int, n_skipped: int, **state):
-        """The loop's result ``result_type(**state, ...)``: the final ``state`` (sites,
-        posterior, evidence, cavities) with this control's sweep count, convergence and history."""
+    def result(
+        self,
+        result_type: type[SiteResult],
+        tau: np.ndarray,
+        nu: np.ndarray,
+        posterior: Any,
+        evidence: tuple[float, np.ndarray, np.ndarray],
+    ) -> SiteResult:
+        """``result_type`` of the final sites ``(tau, nu)``, their ``posterior`` and ``evidence``
+        ``(log Z, cavity_mean, cavity_var)`` (all nan if not computed), with this loop's sweep
+        count, convergence, smallest RMS change, counts, history and timings."""
+        log_z, cavity_mean, cavity_var = evidence
         return result_type(
-            **state,
+            tau=tau,
+            nu=nu,
+            posterior=posterior,
+            log_marginal_likelihood=float(log_z),
+            cavity_mean=cavity_mean,
+            cavity_var=cavity_var,
             n_iter=self.n_iter,
             converged=self.converged,
-            rms_change=rms,
-            n_clipped=n_clipped,
-            n_skipped=n_skipped,
+            rms_change=self.best_rms,
+            n_clipped=self.n_clipped,
+            n_skipped=self.n_skipped,
             history=self.history,
             sweep_seconds=self.sweep_seconds,
         )
@@ -387,44 +360,27 @@ def run_sites(
     stacklevel: int = 3,
 ) -> SiteResult:
     """Sweep the sites from ``init`` (:func:`initial_sites`) to convergence as ``settings`` say
-    (module docstring) and return ``result_type`` with the best sites, their posterior and
-    (``compute_evidence``) their evidence; ``what`` names the method in the warning."""
+    (module docstring, :meth:`SweepControl.run`) and return ``result_type`` with the best sites,
+    their posterior and (``compute_evidence``) their evidence; ``what`` names the method in the
+    warning."""
     n = representation.n_sites
-    tau, nu = initial_sites(init, n, settings.floor)
     sweep = _parallel_sweep if settings.schedule == "parallel" else _sequential_sweep
-    control = SweepControl(settings, (tau, nu))
-    n_clipped = n_skipped = 0
-    for _ in control.sweeps():
-        try:
-            tau_new, nu_new, nc, ns = sweep(
-                representation, update, tau, nu, control.damping, settings.floor
-            )
-        except np.linalg.LinAlgError:
-            break
+
+    def one_sweep(sites: tuple[np.ndarray, np.ndarray], damping: float):
+        tau, nu = sites
+        tau_new, nu_new, n_clipped, n_skipped = sweep(
+            representation, update, tau, nu, damping, settings.floor
+        )
         if not (np.all(np.isfinite(tau_new)) and np.all(np.isfinite(nu_new))):
-            break
-        n_clipped, n_skipped = nc, ns
+            return None
         diff = np.concatenate((tau_new - tau, nu_new - nu))
-        tau, nu = tau_new, nu_new
-        if control.record(float(np.sqrt(np.mean(diff * diff))), (tau, nu)):
-            break
-    rms, (tau, nu) = control.finish(what, stacklevel)
-    if not np.isfinite(rms):  # not even one sweep succeeded: the prior
-        tau, nu = np.zeros(n), np.zeros(n)
+        return (tau_new, nu_new), float(np.sqrt(np.mean(diff * diff))), n_clipped, n_skipped
+
+    control = SweepControl(settings)
+    best = control.run(one_sweep, initial_sites(init, n, settings.floor), what, stacklevel)
+    tau, nu = (np.zeros(n), np.zeros(n)) if best is None else best  # None: the prior
     post = representation.refresh(tau, nu)
-    log_z = np.nan
-    cav_mean = cav_var = np.full(n, np.nan)
+    evidence = (np.nan, np.full(n, np.nan), np.full(n, np.nan))
     if compute_evidence:
-        log_z, cav_mean, cav_var = update.log_evidence(post, tau, nu)
-    return control.result(
-        result_type,
-        rms,
-        n_clipped,
-        n_skipped,
-        tau=tau,
-        nu=nu,
-        posterior=post,
-        log_marginal_likelihood=log_z,
-        cavity_mean=cav_mean,
-        cavity_var=cav_var,
-    )
+        evidence = update.log_evidence(post, tau, nu)
+    return control.result(result_type, tau, nu, post, evidence)

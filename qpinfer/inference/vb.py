@@ -1,4 +1,3 @@
-# Over 400 lines: the Gaussian-VB fit, its bound and gradient in both the PD and the indefinite (negative-site) form.
 """Variational Bayes with a Gaussian posterior (the paper's baseline, Sec. 6; Opper & Archambeau).
 
 The approximate posterior is ``q(f) = N(m, S)`` in the parameterisation of Opper & Archambeau
@@ -49,12 +48,11 @@ is a saddle point of it, so the optimisation starts on the positive branch
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.linalg import cho_solve, lapack, solve_triangular
+from scipy.linalg import cho_solve, solve_triangular
 
 from qpinfer.inference.dense_posterior import (
     Posterior,
@@ -63,13 +61,14 @@ from qpinfer.inference.dense_posterior import (
     posterior_from_sites,
 )
 from qpinfer.inference.laplace import positive_branch_start
-from qpinfer.inference.optimize import check_search, minimize_lbfgsb, theta_names
+from qpinfer.inference.optimize import LBFGS_FTOL, search_evidence
+from qpinfer.inference.search_space import free_block, kernel_block, search_space
 from qpinfer.likelihoods.loglik import expected_log_lik
 
 __all__ = ["VBResult", "elbo", "fit_vb", "vb_fixed_point", "vb_start"]
 
 #: L-BFGS-B settings of the paper (Sec. 6), shared with EP/QP's hyperparameter optimisation.
-LBFGS_OPTIONS = {"maxiter": 1000, "ftol": 1e-9}
+LBFGS_OPTIONS = {"maxiter": 1000, "ftol": LBFGS_FTOL}
 
 
 @dataclass
@@ -91,15 +90,6 @@ class VBResult(PosteriorMoments):
     @property
     def elbo(self) -> float:
         return self.log_marginal_likelihood
-
-
-def _binv(L: np.ndarray) -> np.ndarray:
-    Binv, info = lapack.dpotri(L, lower=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
-    Binv = np.tril(Binv)
-    Binv += np.tril(Binv, -1).T
-    return Binv
 
 
 def elbo(
@@ -332,7 +322,6 @@ def fit_vb(
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     n = y.shape[0]
-    theta0 = np.asarray(kernel.theta, dtype=np.float64)
     K0 = kernel(X)
     if init is None:
         alpha0, beta0 = vb_start(K0, y, likelihood)
@@ -340,7 +329,6 @@ def fit_vb(
         alpha0, beta0 = (np.asarray(v, dtype=np.float64).copy() for v in init)
         if alpha0.shape != (n,) or beta0.shape != (n,):
             raise ValueError(f"init (alpha, beta) must have shape ({n},) each")
-    cache: dict[bytes, tuple[float, np.ndarray]] = {}
 
     # The optimiser works in u = P^T alpha, P the Cholesky factor of the starting K (jittered):
     # a fixed linear change of variables (the family and the theta-gradient are unchanged) that
@@ -354,46 +342,26 @@ def fit_vb(
 
     def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
         alpha, beta, kern = unpack(x)
-        try:
-            K = kern(X) if optimize_kernel else K0
-            value, g_a, g_b, G, _ = elbo(
-                K, alpha, beta, y, likelihood, kernel_gradient=optimize_kernel
-            )
-            grad = [solve_triangular(P, g_a, lower=True, check_finite=False), g_b]
-            if optimize_kernel:
-                grad.append(np.asarray(kern.gradient_contract(X, G, K), dtype=np.float64))
-            g = np.concatenate(grad)
-        except np.linalg.LinAlgError:
-            return np.inf, np.zeros_like(x)
-        if not (np.isfinite(value) and np.all(np.isfinite(g))):
-            return np.inf, np.zeros_like(x)
-        cache[x.tobytes()] = (value, x.copy())
-        return -value, -g
+        K = kern(X) if optimize_kernel else K0
+        value, g_a, g_b, G, _ = elbo(K, alpha, beta, y, likelihood, kernel_gradient=optimize_kernel)
+        grad = [solve_triangular(P, g_a, lower=True, check_finite=False), g_b]
+        if optimize_kernel:
+            grad.append(np.asarray(kern.gradient_contract(X, G, K), dtype=np.float64))
+        return -value, -np.concatenate(grad)
 
-    x0 = np.concatenate([P.T @ alpha0, beta0] + ([theta0] if optimize_kernel else []))
-    bounds = [(None, None)] * (2 * n)
+    blocks = [free_block(np.concatenate([P.T @ alpha0, beta0]), "u")]
     if optimize_kernel:
-        bounds += [tuple(b) for b in np.asarray(kernel.bounds)]
-    history: list[float] = []
-    first = objective(x0)[0]
-    if np.isfinite(first):
-        history.append(-first)
-
-    def callback(intermediate_result) -> None:
-        hit = cache.get(np.asarray(intermediate_result.x).tobytes())
-        if hit is not None:
-            history.append(hit[0])
-        else:  # not cached (should not happen): evaluate
-            history.append(-objective(np.asarray(intermediate_result.x))[0])
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        search = minimize_lbfgsb(
-            objective, x0, bounds, maxiter=int(max_iter), ftol=ftol, gtol=gtol, callback=callback
-        )
+        blocks.append(kernel_block(kernel))
+    search = search_evidence(
+        objective,
+        search_space(*blocks),
+        "fit_vb",
+        maxiter=int(max_iter),
+        ftol=ftol,
+        gtol=gtol,
+        quiet=(RuntimeWarning,),
+    )
     res = search.scipy
-    names = [f"u[{i}]" for i in range(2 * n)] + (theta_names(kernel) if optimize_kernel else [])
-    check_search(search, "fit_vb", bounds, names, stacklevel=2)
     alpha, beta, kern = unpack(search.x)
     value, _, _, _, post = elbo(kern(X), alpha, beta, y, likelihood, gradient=False)
     if not np.isfinite(value):
@@ -407,6 +375,6 @@ def fit_vb(
         n_iter=int(res.nit),
         converged=bool(res.success),
         message=str(res.message),
-        history=history,
+        history=[-f for f in search.history],
     )
     return kern, result

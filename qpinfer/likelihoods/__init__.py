@@ -6,8 +6,9 @@ paper 000 App. C), and for the exact sigma* kernel its unnormalized log tilted d
 
 Holds: :mod:`~qpinfer.likelihoods.base` (the :class:`Likelihood` interface), one module per
 likelihood (``probit`` with ``probit_limits``; ``poisson`` with ``poisson_moments``; ``logit``;
-``poisson_log``; ``step_noise``; ``student_t``), the baselines' log p(y | f) derivatives
-(``loglik`` and its per-likelihood modules) and :mod:`~qpinfer.likelihoods.registry` (by name).
+``poisson_log``; ``step_noise``; ``student_t`` with ``student_t_canonical``), the baselines'
+log p(y | f) derivatives (``loglik``, dispatching on the likelihood's class, and its
+per-likelihood modules) and :mod:`~qpinfer.likelihoods.registry` (by name).
 
 May import: :mod:`qpinfer.quadrature` and :mod:`qpinfer.checks`; never the sigma* kernel,
 tables, inference or estimators.

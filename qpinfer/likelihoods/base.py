@@ -5,6 +5,8 @@ parameters ``(mu, sigma)`` (mean and *standard deviation* of N(f | mu, sigma^2))
 observation ``y`` it returns what a site update needs: ``log_z`` (the tilted normalizer),
 ``tilted_moments`` (EP's moment projection, paper 000 App. C) and, for the exact QP kernel
 in :mod:`qpinfer.sigma.kernel`, the unnormalized log tilted density and the location of its lobes.
+Beside it, the checks and pieces several likelihoods share (labels in {-1, +1}, a largest cavity
+std, flattened cavities, EP's std where sigma* has a closed form, edges graded about f = 0).
 """
 
 from __future__ import annotations
@@ -26,6 +28,59 @@ def check_cavity(mu, sigma) -> tuple[np.ndarray, np.ndarray]:
     if bad.any():
         raise ValueError(f"sigma must be > 0 (a standard deviation); got {sigma[bad].flat[0]!r}")
     return mu, sigma
+
+
+def check_sign_labels(y, likelihood_name: str) -> np.ndarray:
+    """Labels ``y`` in {-1, +1} as float64 (binary likelihoods), else ``ValueError`` naming y."""
+    y = np.asarray(y)
+    yf = _finite("y", y)
+    bad = (yf != 1) & (yf != -1)
+    if bad.any():
+        raise ValueError(
+            f"y must be -1 or +1 for the {likelihood_name} likelihood; got {y[bad].flat[0]!r}"
+        )
+    return yf
+
+
+def check_sigma_at_most(sigma, limit: float, what: str) -> None:
+    """``ValueError`` naming sigma if a cavity std exceeds ``limit`` (the range ``what``, the
+    likelihood and why, supports)."""
+    bad = np.asarray(sigma) > limit
+    if bad.any():
+        raise ValueError(
+            f"sigma must be <= {limit:g} for {what}; got {np.asarray(sigma)[bad].flat[0]!r}"
+        )
+
+
+def flat_cavities(
+    mu, sigma, y, check_sigma
+) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """``(shape, mu, sigma, y)``: checked cavities (:func:`check_cavity`, then the likelihood's
+    ``check_sigma``) and observations broadcast to ``shape``, flattened, float64."""
+    mu, sigma = check_cavity(mu, sigma)
+    check_sigma(sigma)
+    mu, sigma, y = np.broadcast_arrays(mu, sigma, np.asarray(y, dtype=np.float64))
+    return mu.shape, mu.ravel(), sigma.ravel().astype(np.float64), y.ravel()
+
+
+def fill_ep_std(out: np.ndarray, mask: np.ndarray, moments, ep_std) -> np.ndarray:
+    """``out`` with EP's standard deviation at ``mask`` (where a closed form says sigma* =
+    sigma_EP): the caller's ``moments[1]`` (EP's ``(mean, std)``, broadcast to ``out``) if
+    given, else ``ep_std(mask)``, computed at those points only."""
+    if mask.any():
+        if moments is not None:
+            out[mask] = np.broadcast_to(moments[1], out.shape)[mask]
+        else:
+            out[mask] = ep_std(mask)
+    return out
+
+
+def graded_step_edges(need: int) -> np.ndarray:
+    """Panel edges at 0 and ``+-0.5 * 2^k``, ``k < need - 1``: a link's scale-1 feature at
+    f = 0 seen from a wide cavity (a likelihood's ``_breakpoints``)."""
+    k = max(int(need) - 1, 1)
+    g = 0.5 * 2.0 ** np.arange(k)
+    return np.concatenate([-g[::-1], [0.0], g])
 
 
 class Likelihood(ABC):

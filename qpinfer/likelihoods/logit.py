@@ -35,8 +35,14 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, log_ndtr
 
-from qpinfer.checks import finite_array as _finite
-from qpinfer.likelihoods.base import Likelihood, check_cavity
+from qpinfer.likelihoods.base import (
+    Likelihood,
+    check_sigma_at_most,
+    check_sign_labels,
+    fill_ep_std,
+    flat_cavities,
+    graded_step_edges,
+)
 
 __all__ = ["SIGMA_MAX", "Logit"]
 
@@ -79,12 +85,6 @@ def _closed_masks(mu, sigma):
     return flat, expo & ~flat, narrow
 
 
-def _graded_edges(need: int) -> np.ndarray:
-    k = max(int(need) - 1, 1)
-    g = 0.5 * 2.0 ** np.arange(k)
-    return np.concatenate([-g[::-1], [0.0], g])
-
-
 class Logit(Likelihood):
     """p(y | f) = 1 / (1 + exp(-y f)), labels y in {-1, +1} (see the module docstring)."""
 
@@ -95,20 +95,11 @@ class Logit(Likelihood):
     _closed_form_takes_moments = True
 
     def check_y(self, y) -> np.ndarray:
-        y = np.asarray(y)
-        yf = _finite("y", y)
-        bad = (yf != 1) & (yf != -1)
-        if bad.any():
-            raise ValueError(f"y must be -1 or +1 for the logit likelihood; got {y[bad].flat[0]!r}")
-        return yf
+        return check_sign_labels(y, "logit")
 
     def check_sigma(self, sigma) -> None:
-        bad = np.asarray(sigma) > SIGMA_MAX
-        if bad.any():
-            raise ValueError(
-                f"sigma must be <= {SIGMA_MAX:g} for the logit likelihood (the range where "
-                f"sigma* holds 1e-12 accuracy); got {np.asarray(sigma)[bad].flat[0]!r}"
-            )
+        what = "the logit likelihood (the range where sigma* holds 1e-12 accuracy)"
+        check_sigma_at_most(sigma, SIGMA_MAX, what)
 
     def log_pdf(self, f, y) -> np.ndarray:
         return -_softplus(-np.asarray(y, dtype=np.float64) * np.asarray(f, dtype=np.float64))
@@ -141,10 +132,8 @@ class Logit(Likelihood):
         return log_z, mean, std
 
     def _canonical_arrays(self, mu, sigma, y):
-        mu, sigma = check_cavity(mu, sigma)
-        self.check_sigma(sigma)
-        mu, sigma, y = np.broadcast_arrays(mu, sigma, np.asarray(y, dtype=np.float64))
-        return mu.shape, (y * mu).ravel(), sigma.ravel().astype(np.float64), y.ravel()
+        shape, mu, sigma, y = flat_cavities(mu, sigma, y, self.check_sigma)
+        return shape, y * mu, sigma, y
 
     def log_z(self, mu, sigma, y) -> np.ndarray:
         """log Z = log E[sigma(y f)], f ~ N(mu, sigma^2), by quadrature (closed form where the
@@ -162,12 +151,12 @@ class Logit(Likelihood):
     def _sigma_closed_form(self, mu, sigma, y, moments=None):
         self.check_sigma(sigma)
         flat, expo, narrow = _closed_masks(mu, sigma)
-        out = sigma.astype(np.float64).copy()
-        if narrow.any():
-            if moments is not None:
-                out[narrow] = np.broadcast_to(moments[1], np.shape(mu))[narrow]
-            else:
-                out[narrow] = self._moments(mu[narrow], sigma[narrow])[2]
+        out = fill_ep_std(
+            sigma.astype(np.float64).copy(),
+            narrow,
+            moments,
+            lambda sel: self._moments(mu[sel], sigma[sel])[2],
+        )
         return flat | expo | narrow, out
 
     def _anchor(self, mu, sigma, y):
@@ -236,4 +225,4 @@ class Logit(Likelihood):
         extent = np.abs(c) + 12.0 * sigma
         k = np.ceil(np.log2(np.maximum(extent, 1.0) / 0.5)) + 1
         need = np.where(sigma > _WIDE, 1 + np.maximum(k, 1), 0)
-        return need.astype(np.int64), _graded_edges
+        return need.astype(np.int64), graded_step_edges

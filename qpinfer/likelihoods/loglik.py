@@ -2,7 +2,8 @@
 
 EP and QP only need the tilted moments of :mod:`qpinfer.likelihoods`. The two baselines need
 other things from the same likelihood objects, provided here (vectorised over sites, dispatched
-on ``likelihood.name``) so that :mod:`qpinfer.likelihoods` keeps its small EP/QP interface:
+on the likelihood object's class, whose parameters the math reads from it) so that
+:mod:`qpinfer.likelihoods` keeps its small EP/QP interface:
 
 * :func:`log_lik_derivatives` -- ``log p(y|f)`` and its first three f-derivatives (Newton mode
   finding, R&W Alg. 3.1; the third derivative enters the evidence gradient, R&W Alg. 5.1);
@@ -37,12 +38,24 @@ its smallest term, which for ``a > 40`` is below ``1e-17`` relative (the neglect
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from scipy.special import dawsn, gammaln, log_ndtr, psi
 
-from qpinfer.likelihoods import loglik_logit_poisson_log, loglik_student_t
+from qpinfer.likelihoods import loglik_student_t
+from qpinfer.likelihoods.logit import Logit
+from qpinfer.likelihoods.loglik_logit_poisson_log import (
+    logit_derivatives,
+    logit_expectation,
+    poisson_log_derivatives,
+    poisson_log_expectation,
+)
+from qpinfer.likelihoods.poisson import PoissonSquare
+from qpinfer.likelihoods.poisson_log import PoissonLog
+from qpinfer.likelihoods.probit import Probit
+from qpinfer.likelihoods.student_t import StudentT
 from qpinfer.quadrature.normal_ratios import probit_moment_terms
 
 __all__ = ["expected_log_f2", "expected_log_lik", "log_lik_derivatives"]
@@ -76,29 +89,27 @@ _N = np.arange(1, 61)
 _DFACT_OVER_N = np.exp(np.cumsum(np.log(2.0 * _N - 1.0)) - np.log(_N))
 
 
-def _name(likelihood: Any) -> str:
-    if loglik_student_t.is_student_t(likelihood):
-        return "student_t"
-    name = getattr(likelihood, "name", None)
-    if name not in ("probit", "poisson_square", "logit", "poisson_log"):
-        raise ValueError(
-            "Laplace and VB support the 'probit', 'poisson_square', 'logit', 'poisson_log' and "
-            f"'student_t' likelihoods; got {name!r}"
-        )
-    return name
+def _probit_derivatives(likelihood: Any, f: np.ndarray, y: np.ndarray):
+    """Probit's ``log Phi(y f)`` and its derivatives (module docstring)."""
+    z = y * f
+    r, z_plus_r, var_factor = probit_moment_terms(np.atleast_1d(z).astype(np.float64))
+    r, z_plus_r, var_factor = (a.reshape(np.shape(z)) for a in (r, z_plus_r, var_factor))
+    lp = log_ndtr(z)
+    d1 = y * r
+    d2 = var_factor - 1.0  # -r (z + r)
+    d3 = y * r * (z_plus_r * z_plus_r - var_factor)  # y r ((z+r)(z+2r) - 1)
+    return lp, d1, d2, d3
 
 
-def _other_module(likelihood: Any):
-    """The module with the derivatives/expectations of logit, poisson_log and student_t."""
-    name = _name(likelihood)
-    if name == "student_t":
-        return loglik_student_t
-    return loglik_logit_poisson_log if name in ("logit", "poisson_log") else None
-
-
-def _arg(likelihood: Any) -> Any:
-    """What the other module takes: the likelihood's name (logit, poisson_log) or itself."""
-    return likelihood if _name(likelihood) == "student_t" else likelihood.name
+def _square_derivatives(likelihood: Any, f: np.ndarray, y: np.ndarray):
+    """The square link's ``2 y log|f| - f^2 - log y!`` and its derivatives (module docstring)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pos = y > 0
+        lp = np.where(pos, y * np.log(f * f), 0.0) - f * f - gammaln(y + 1.0)
+        d1 = np.where(pos, 2.0 * y / f, 0.0) - 2.0 * f
+        d2 = np.where(pos, -2.0 * y / (f * f), 0.0) - 2.0
+        d3 = np.where(pos, 4.0 * y / (f * f * f), 0.0)
+    return lp, d1, d2, d3
 
 
 def log_lik_derivatives(
@@ -111,24 +122,7 @@ def log_lik_derivatives(
     """
     f = np.asarray(f, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    if (other := _other_module(likelihood)) is not None:
-        return other.log_lik_derivatives(_arg(likelihood), f, y)
-    if _name(likelihood) == "probit":
-        z = y * f
-        r, z_plus_r, var_factor = probit_moment_terms(np.atleast_1d(z).astype(np.float64))
-        r, z_plus_r, var_factor = (a.reshape(np.shape(z)) for a in (r, z_plus_r, var_factor))
-        lp = log_ndtr(z)
-        d1 = y * r
-        d2 = var_factor - 1.0  # -r (z + r)
-        d3 = y * r * (z_plus_r * z_plus_r - var_factor)  # y r ((z+r)(z+2r) - 1)
-        return lp, d1, d2, d3
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pos = y > 0
-        lp = np.where(pos, y * np.log(f * f), 0.0) - f * f - gammaln(y + 1.0)
-        d1 = np.where(pos, 2.0 * y / f, 0.0) - 2.0 * f
-        d2 = np.where(pos, -2.0 * y / (f * f), 0.0) - 2.0
-        d3 = np.where(pos, 4.0 * y / (f * f * f), 0.0)
-    return lp, d1, d2, d3
+    return _baseline(likelihood)[0](likelihood, f, y)
 
 
 def expected_log_f2(m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -160,6 +154,24 @@ def expected_log_f2(m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return value, d_m, d_v
 
 
+def _probit_expectation(likelihood: Any, m: np.ndarray, v: np.ndarray, y: np.ndarray):
+    """Probit's ``E[log Phi(y f)]`` and its derivatives, by the panels of :func:`_gauss_nodes`."""
+    m, v, y = np.broadcast_arrays(m, v, y)
+    # nodes placed in z = y f (log Phi(z)); E over f ~ N(m, v) is E over z ~ N(y m, v)
+    z, w = _gauss_nodes(y * m, np.sqrt(v))
+    lp, d1, d2, _ = _probit_derivatives(likelihood, z, np.ones_like(z))
+    ys = y[..., None]
+    return np.sum(w * lp, -1), np.sum(w * ys * d1, -1), 0.5 * np.sum(w * d2, -1)
+
+
+def _square_expectation(likelihood: Any, m: np.ndarray, v: np.ndarray, y: np.ndarray):
+    """The square link's expectation in closed form (:func:`expected_log_f2`)."""
+    e, e_m, e_v = expected_log_f2(m, v)
+    e, e_m, e_v = (a.reshape(np.broadcast(m, v).shape) for a in (e, e_m, e_v))
+    value = np.where(y > 0, y * e, 0.0) - (m * m + v) - gammaln(y + 1.0)
+    return value, y * e_m - 2.0 * m, y * e_v - 1.0
+
+
 def expected_log_lik(
     likelihood: Any, m: np.ndarray, v: np.ndarray, y: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -167,16 +179,26 @@ def expected_log_lik(
     m = np.asarray(m, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    if (other := _other_module(likelihood)) is not None:
-        return other.expected_log_lik(_arg(likelihood), m, v, y)
-    if _name(likelihood) == "probit":
-        m, v, y = np.broadcast_arrays(m, v, y)
-        # nodes placed in z = y f (log Phi(z)); E over f ~ N(m, v) is E over z ~ N(y m, v)
-        z, w = _gauss_nodes(y * m, np.sqrt(v))
-        lp, d1, d2, _ = log_lik_derivatives(likelihood, z, np.ones_like(z))
-        ys = y[..., None]
-        return np.sum(w * lp, -1), np.sum(w * ys * d1, -1), 0.5 * np.sum(w * d2, -1)
-    e, e_m, e_v = expected_log_f2(m, v)
-    e, e_m, e_v = (a.reshape(np.broadcast(m, v).shape) for a in (e, e_m, e_v))
-    value = np.where(y > 0, y * e, 0.0) - (m * m + v) - gammaln(y + 1.0)
-    return value, y * e_m - 2.0 * m, y * e_v - 1.0
+    return _baseline(likelihood)[1](likelihood, m, v, y)
+
+
+#: likelihood class -> (its log p derivatives, its Gaussian expectation); each takes the
+#: likelihood object first (Student-t's read nu and scale from it)
+_BASELINES: dict[type, tuple[Callable, Callable]] = {
+    Probit: (_probit_derivatives, _probit_expectation),
+    PoissonSquare: (_square_derivatives, _square_expectation),
+    Logit: (logit_derivatives, logit_expectation),
+    PoissonLog: (poisson_log_derivatives, poisson_log_expectation),
+    StudentT: (loglik_student_t.log_lik_derivatives, loglik_student_t.expected_log_lik),
+}
+
+
+def _baseline(likelihood: Any) -> tuple[Callable, Callable]:
+    """The baselines' math of the likelihood object's class (or of its nearest base class)."""
+    for cls in type(likelihood).__mro__:
+        if cls in _BASELINES:
+            return _BASELINES[cls]
+    raise ValueError(
+        "Laplace and VB support the probit, poisson_square, logit, poisson_log and student_t "
+        f"likelihoods (Probit, PoissonSquare, Logit, PoissonLog, StudentT); got {likelihood!r}"
+    )

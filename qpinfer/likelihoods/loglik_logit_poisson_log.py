@@ -14,10 +14,18 @@ Archambeau) baselines of :mod:`qpinfer.likelihoods.loglik` need.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from scipy.special import expit, gammaln
 
-__all__ = ["expected_log_lik", "log_lik_derivatives"]
+__all__ = [
+    "logit_derivatives",
+    "logit_expectation",
+    "panel_nodes",
+    "poisson_log_derivatives",
+    "poisson_log_expectation",
+]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(32)
 _T_MAX = 10.0
@@ -29,16 +37,21 @@ def _softplus(x):
     return np.logaddexp(0.0, x)
 
 
-def log_lik_derivatives(name: str, f: np.ndarray, y: np.ndarray):
-    """``(log p(y|f), d/df, d^2/df^2, d^3/df^3)``, elementwise."""
-    if name == "logit":
-        p = expit(f)
-        return (
-            -_softplus(-y * f),
-            y * expit(-y * f),
-            -p * (1.0 - p),
-            -p * (1.0 - p) * (1.0 - 2.0 * p),
-        )
+def logit_derivatives(likelihood: Any, f: np.ndarray, y: np.ndarray):
+    """``(log p(y|f), d/df, d^2/df^2, d^3/df^3)`` of the logit, elementwise (``likelihood``, a
+    :class:`~qpinfer.likelihoods.logit.Logit`, has no parameters)."""
+    p = expit(f)
+    return (
+        -_softplus(-y * f),
+        y * expit(-y * f),
+        -p * (1.0 - p),
+        -p * (1.0 - p) * (1.0 - 2.0 * p),
+    )
+
+
+def poisson_log_derivatives(likelihood: Any, f: np.ndarray, y: np.ndarray):
+    """``(log p(y|f), d/df, d^2/df^2, d^3/df^3)`` of the log link, elementwise (``likelihood``,
+    a :class:`~qpinfer.likelihoods.poisson_log.PoissonLog`, has no parameters)."""
     ef = np.exp(f)
     return y * f - ef - gammaln(y + 1.0), y - ef, -ef, -ef
 
@@ -63,17 +76,25 @@ def _nodes(m: np.ndarray, s: np.ndarray):
     return panel_nodes(m, s, inner)
 
 
-def expected_log_lik(name: str, m, v, y):
-    """``E[log p(y|f)]`` for ``f ~ N(m, v)`` and its derivatives in ``m`` and ``v``."""
-    m, v, y = np.broadcast_arrays(
-        np.asarray(m, dtype=np.float64), np.asarray(v, dtype=np.float64), y
-    )
-    if name == "poisson_log":
-        e = np.exp(m + 0.5 * v)
-        return y * m - e - gammaln(y + 1.0), y - e, -0.5 * e
+def _broadcast(m, v, y):
+    return np.broadcast_arrays(np.asarray(m, dtype=np.float64), np.asarray(v, dtype=np.float64), y)
+
+
+def logit_expectation(likelihood: Any, m, v, y):
+    """``E[log p(y|f)]`` of the logit for ``f ~ N(m, v)`` and its derivatives in ``m`` and
+    ``v``, by the panels of :func:`panel_nodes`."""
+    m, v, y = _broadcast(m, v, y)
     z, w = _nodes(y * m, np.sqrt(v))  # in z = y f, z ~ N(y m, v)
     lp = -_softplus(-z)
     d1 = expit(-z)
     p = expit(z)
     d2 = -p * (1.0 - p)
     return np.sum(w * lp, -1), y * np.sum(w * d1, -1), 0.5 * np.sum(w * d2, -1)
+
+
+def poisson_log_expectation(likelihood: Any, m, v, y):
+    """``E[log p(y|f)]`` of the log link for ``f ~ N(m, v)`` and its derivatives in ``m`` and
+    ``v``, in closed form."""
+    m, v, y = _broadcast(m, v, y)
+    e = np.exp(m + 0.5 * v)
+    return y * m - e - gammaln(y + 1.0), y - e, -0.5 * e

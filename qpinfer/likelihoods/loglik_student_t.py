@@ -43,11 +43,6 @@ _T_MAX = 10.0  # the panels' range in t (qpinfer.likelihoods.loglik_logit_poisso
 _R_EDGES = np.concatenate([-(4.0 ** np.arange(15, -1, -1)), [0.0], 4.0 ** np.arange(16)])
 
 
-def is_student_t(likelihood: Any) -> bool:
-    """Whether ``likelihood`` is a :class:`qpinfer.likelihoods.student_t.StudentT` (by its name)."""
-    return str(getattr(likelihood, "name", "")).startswith("student_t(")
-
-
 def log_lik_derivatives(likelihood: Any, f: np.ndarray, y: np.ndarray):
     """``(log p(y|f), d/df, d^2/df^2, d^3/df^3)``, elementwise."""
     nu, s = likelihood.nu, likelihood.scale

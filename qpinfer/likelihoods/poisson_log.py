@@ -33,7 +33,13 @@ import numpy as np
 from scipy.special import gammaln, log_ndtr, wrightomega
 
 from qpinfer.checks import check_counts
-from qpinfer.likelihoods.base import Likelihood, check_cavity
+from qpinfer.likelihoods.base import (
+    Likelihood,
+    check_sigma_at_most,
+    fill_ep_std,
+    flat_cavities,
+    graded_step_edges,
+)
 
 __all__ = ["MAX_COUNT", "SIGMA_MAX", "PoissonLog", "mode_frame"]
 
@@ -82,12 +88,6 @@ def _wide(mu, sigma, y):
     return 1.0 + omega < sigma * sigma
 
 
-def _graded_edges(need: int) -> np.ndarray:
-    k = max(int(need) - 1, 1)
-    g = 0.5 * 2.0 ** np.arange(k)
-    return np.concatenate([-g[::-1], [0.0], g])
-
-
 class PoissonLog(Likelihood):
     """Poisson counts with rate exp(f) (see the module docstring), y in {0, 1, ..., 1e6}."""
 
@@ -101,12 +101,7 @@ class PoissonLog(Likelihood):
         return yf
 
     def check_sigma(self, sigma) -> None:
-        bad = np.asarray(sigma) > SIGMA_MAX
-        if bad.any():
-            raise ValueError(
-                f"sigma must be <= {SIGMA_MAX:g} for the poisson_log likelihood; got "
-                f"{np.asarray(sigma)[bad].flat[0]!r}"
-            )
+        check_sigma_at_most(sigma, SIGMA_MAX, "the poisson_log likelihood")
 
     def log_pdf(self, f, y) -> np.ndarray:
         f = np.asarray(f, dtype=np.float64)
@@ -163,20 +158,14 @@ class PoissonLog(Likelihood):
         std = sigma / np.sqrt(1.0 + omega) * (1.0 - 0.25 * shift + 0.5 * skew * skew)
         return log_z, a - 0.5 * shift, std
 
-    def _arrays(self, mu, sigma, y):
-        mu, sigma = check_cavity(mu, sigma)
-        self.check_sigma(sigma)
-        mu, sigma, y = np.broadcast_arrays(mu, sigma, np.asarray(y, dtype=np.float64))
-        return mu.shape, mu.ravel(), sigma.ravel().astype(np.float64), y.ravel()
-
     def log_z(self, mu, sigma, y) -> np.ndarray:
         """log E[Poisson(y | e^f)], f ~ N(mu, sigma^2): about the mode (no terms of size y^2)."""
-        shape, m, s, yy = self._arrays(mu, sigma, y)
+        shape, m, s, yy = flat_cavities(mu, sigma, y, self.check_sigma)
         return self._moments(m, s, yy)[0].reshape(shape)
 
     def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std of exp(y f - e^f) N(f | mu, sigma^2) / Z (EP's projection, eq. (5))."""
-        shape, m, s, yy = self._arrays(mu, sigma, y)
+        shape, m, s, yy = flat_cavities(mu, sigma, y, self.check_sigma)
         _, mean, std = self._moments(m, s, yy)
         return mean.reshape(shape), std.reshape(shape)
 
@@ -186,12 +175,12 @@ class PoissonLog(Likelihood):
     def _sigma_closed_form(self, mu, sigma, y, moments=None):
         self.check_sigma(sigma)
         flat, gauss, _ = self._masks(mu, sigma, y)
-        out = sigma.astype(np.float64).copy()
-        if gauss.any():
-            if moments is not None:
-                out[gauss] = np.broadcast_to(moments[1], np.shape(mu))[gauss]
-            else:
-                out[gauss] = self._laplace(mu[gauss], sigma[gauss], y[gauss])[2]
+        out = fill_ep_std(
+            sigma.astype(np.float64).copy(),
+            gauss,
+            moments,
+            lambda sel: self._laplace(mu[sel], sigma[sel], y[sel])[2],
+        )
         return flat | gauss, out
 
     def _anchor(self, mu, sigma, y):
@@ -241,7 +230,7 @@ class PoissonLog(Likelihood):
         m = mode_frame(mu, sigma, y)[0]
         k = np.ceil(np.log2(np.maximum(np.abs(m) + 12.0 * sigma, 1.0) / 0.5)) + 1
         need = np.where(_wide(mu, sigma, y), 1 + np.maximum(k, 1), 0)
-        return need.astype(np.int64), _graded_edges
+        return need.astype(np.int64), graded_step_edges
 
     def _level_guess(self, side, level, mode, x, mu, sigma, y):
         """Right: min of the Gaussian and the pure log-gamma solutions (both beyond the level

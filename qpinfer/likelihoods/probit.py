@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import erfcx, log_ndtr, ndtr
 
-from qpinfer.checks import finite_array as _finite
-from qpinfer.likelihoods.base import Likelihood
+from qpinfer.likelihoods.base import Likelihood, check_sign_labels
 from qpinfer.quadrature.normal_ratios import probit_moment_terms, ratio_phi_over_Phi
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
@@ -20,14 +19,7 @@ class Probit(Likelihood):
     def check_y(self, y) -> np.ndarray:
         if type(y) is np.ndarray and y.dtype == np.float64 and (np.abs(y) == 1.0).all():
             return y  # the common case, in two array operations
-        y = np.asarray(y)
-        yf = _finite("y", y)
-        bad = (yf != 1) & (yf != -1)
-        if bad.any():
-            raise ValueError(
-                f"y must be -1 or +1 for the probit likelihood; got {y[bad].flat[0]!r}"
-            )
-        return yf
+        return check_sign_labels(y, "probit")
 
     def log_pdf(self, f, y) -> np.ndarray:
         return log_ndtr(np.asarray(y, dtype=np.float64) * np.asarray(f, dtype=np.float64))

@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 from scipy.special import log_ndtr
 
-from qpinfer.checks import finite_array as _finite
 from qpinfer.checks import number_or_nan
-from qpinfer.likelihoods.base import Likelihood
+from qpinfer.likelihoods.base import Likelihood, check_sign_labels
 from qpinfer.quadrature.normal_ratios import probit_moment_terms
 
 __all__ = ["DEFAULT_EPS", "StepNoise", "check_eps", "parse_name"]
@@ -108,14 +107,7 @@ class StepNoise(Likelihood):
         return hash(("step_noise", self.eps))
 
     def check_y(self, y) -> np.ndarray:
-        y = np.asarray(y)
-        yf = _finite("y", y)
-        bad = (yf != 1) & (yf != -1)
-        if bad.any():
-            raise ValueError(
-                f"y must be -1 or +1 for the step_noise likelihood; got {y[bad].flat[0]!r}"
-            )
-        return yf
+        return check_sign_labels(y, "step_noise")
 
     def log_pdf(self, f, y) -> np.ndarray:
         yf = np.asarray(y, dtype=np.float64) * np.asarray(f, dtype=np.float64)

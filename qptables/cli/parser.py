@@ -21,28 +21,21 @@ _EPILOG = """examples:
 """
 
 
-def _positive_int(flag: str):
+def _int_at_least(minimum: int, flag: str):
+    """The argparse type of ``flag``: an integer >= ``minimum``."""
+    kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
         return v
 
     parse.__name__ = flag
     return parse
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
 
 
 def _float(text: str) -> float:
@@ -65,6 +58,30 @@ def _numbers_may_be_negative(p: argparse.ArgumentParser) -> argparse.ArgumentPar
     flag that looks like one, so this cannot shadow a flag."""
     p._negative_number_matcher = _NEGATIVE_NUMBER  # private, but in argparse since 3.2
     return p
+
+
+def _add_check_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the check against mpmath, shared by ``build`` and ``verify``."""
+    p.add_argument(
+        "--samples",
+        type=_int_at_least(0, "--samples"),
+        default=None,
+        help="random points checked against mpmath, besides corners and edge "
+        "midpoints (default 24)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=_float,
+        default=None,
+        help="largest accepted relative error against mpmath (default 1e-10)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="verification sample seed")
+    p.add_argument(
+        "--verify-dps",
+        type=int,
+        default=40,
+        help="decimal digits of the mpmath reference (default 40, >= 15)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -123,13 +140,13 @@ def parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--y-max",
-        type=_nonneg_int,
+        type=_int_at_least(0, "--y-max"),
         default=None,
         help="poisson_square paper preset: y = 0..Y_MAX (default 10)",
     )
     b.add_argument(
         "--tile-mu",
-        type=_positive_int("--tile-mu"),
+        type=_int_at_least(1, "--tile-mu"),
         default=None,
         help="mu rows per tile/chunk (default: ~150k points per tile)",
     )
@@ -141,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--workers",
-        type=_positive_int("--workers"),
+        type=_int_at_least(1, "--workers"),
         default=None,
         help="worker processes of the embedded LocalCluster (default: CPU count)",
     )
@@ -151,26 +168,7 @@ def parser() -> argparse.ArgumentParser:
         help="replace an existing OUT (only after the new one is verified) and "
         "discard an incompatible unfinished build",
     )
-    b.add_argument(
-        "--samples",
-        type=_nonneg_int,
-        default=None,
-        help="random points checked against mpmath, besides corners and edge "
-        "midpoints (default 24)",
-    )
-    b.add_argument(
-        "--tolerance",
-        type=_float,
-        default=None,
-        help="largest accepted relative error against mpmath (default 1e-10)",
-    )
-    b.add_argument("--seed", type=int, default=0, help="verification sample seed")
-    b.add_argument(
-        "--verify-dps",
-        type=int,
-        default=40,
-        help="decimal digits of the mpmath reference (default 40, >= 15)",
-    )
+    _add_check_flags(b)
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument(
         "--dry-run",
@@ -181,23 +179,10 @@ def parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="re-check a store against mpmath and its checksums")
     v.add_argument("out", metavar="OUT")
-    v.add_argument(
-        "--samples",
-        type=_nonneg_int,
-        default=None,
-        help="random points (default 24) besides corners and edge midpoints",
-    )
-    v.add_argument("--tolerance", type=_float, default=None, help="default 1e-10")
-    v.add_argument("--seed", type=int, default=0)
-    v.add_argument(
-        "--verify-dps",
-        type=int,
-        default=40,
-        help="decimal digits of the mpmath reference (default 40, >= 15)",
-    )
+    _add_check_flags(v)
     v.add_argument(
         "--workers",
-        type=_positive_int("--workers"),
+        type=_int_at_least(1, "--workers"),
         default=None,
         help="local processes for the mpmath points (default: CPU count)",
     )

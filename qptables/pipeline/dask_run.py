@@ -68,31 +68,20 @@ def connect_scheduler(address: str) -> Any:
 
 @contextlib.contextmanager
 def open_client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
-    """A dask.distributed client: on ``scheduler`` or on a new LocalCluster of ``workers``."""
-    from distributed import Client, LocalCluster
+    """A dask.distributed client: on ``scheduler`` or on a new LocalCluster of ``workers``
+    (:func:`qpinfer.dask_connect.local_cluster_client`: single-threaded worker processes with
+    :data:`SINGLE_THREAD_ENV`, and logs silenced -- task errors reach the user once, summarised by
+    the build (:class:`BuildError`), not as the workers' and scheduler's logged tracebacks)."""
+    from qpinfer.dask_connect import local_cluster_client
 
-    cluster = None
-    if scheduler is None:
-        n = workers or os.cpu_count() or 1
-        cluster = LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",
-            # task errors reach the user once, summarised by the build (BuildError), not as the
-            # workers' and scheduler's logged tracebacks
-            silence_logs=logging.CRITICAL,
-            env=dict(SINGLE_THREAD_ENV),
-        )
-        client = Client(cluster)
+    if scheduler is not None:
+        with connect_scheduler(scheduler) as client:
+            yield client
     else:
-        client = connect_scheduler(scheduler)
-    try:
-        yield client
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        with local_cluster_client(
+            workers, env=SINGLE_THREAD_ENV, silence_logs=logging.CRITICAL
+        ) as client:
+            yield client
 
 
 def dashboard(client: Any) -> str | None:

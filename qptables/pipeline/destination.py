@@ -27,7 +27,7 @@ from qpinfer.tables.replace import (
 from qptables.pipeline.errors import BuildError, BuildInputError, os_error_text
 from qptables.pipeline.interrupt import deferred_sigterm
 from qptables.pipeline.resume import partial_path, publishing_path
-from qptables.store import StoreError, consolidate_store
+from qptables.store import StoreError, StoreHeader, consolidate_store
 
 __all__ = [
     "check_destinations",
@@ -89,8 +89,11 @@ def publish_store(partial: Path, out: Path, force: bool) -> None:
         raise BuildError(f"could not publish {partial} as {out}: {exc}") from exc
 
 
-def publish_build(partial: Path, out: Path, force: bool, client: Any) -> None:
-    """Write the published copy of the verified build ``partial`` into ``OUT.publishing``
+def publish_build(
+    partial: Path, out: Path, force: bool, client: Any, header: StoreHeader | None = None
+) -> None:
+    """Write the published copy of the verified build ``partial`` (``header``: its
+    :class:`~qptables.store.StoreHeader`, read if not given) into ``OUT.publishing``
     (:func:`qptables.store.consolidate_store`, on ``client``'s workers), put it at ``out``
     (:func:`publish_store`) and delete ``partial``. A failed or interrupted copy is deleted
     (nothing that looks finished is left; ``partial`` is kept to re-run from) and a failed
@@ -99,7 +102,7 @@ def publish_build(partial: Path, out: Path, force: bool, client: Any) -> None:
     publishing = publishing_path(out)
     published = False
     try:
-        consolidate_store(partial, publishing, client=client)
+        consolidate_store(partial, publishing, client=client, header=header)
         with deferred_sigterm():
             publish_store(publishing, out, force)
             published = True

@@ -1,4 +1,3 @@
-# Over 400 lines: build() validates its many arguments and _build_locked runs the life cycle below in order.
 """Build a verified sigma* table store with dask (``qptables build``).
 
 The build is a graph of pure tasks, one per *tile* (one zarr chunk of shape
@@ -46,7 +45,8 @@ unfinished ``OUT.publishing`` deleted, ``OUT.partial`` (never marked complete) k
 error says where. A failed write (a full disk) names its phase and path
 (:func:`qptables.pipeline.errors.writing`).
 
-Bit-identity. The kernel's value at a point never depends on the other points of its call
+Bit-identity. The kernel's value at a point never depends on the other points of its call, so
+tiling, worker count, resuming and the probit mirror cannot change a single bit.
 
 The steps live in modules of their own: planning (:mod:`qptables.pipeline.plan`), locking and resuming
 (:mod:`qptables.pipeline.resume`), the tile kernel (:mod:`qptables.pipeline.tiles`, with the bit-identity and
@@ -62,13 +62,12 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-
 from qpinfer.tables.replace import remove_store
-from qptables.grid import GridError, GridSpec, validate_y
+from qptables.grid import GridSpec
 from qptables.pipeline.dask_run import SINGLE_THREAD_ENV as SINGLE_THREAD_ENV
 from qptables.pipeline.dask_run import WORKER_WAIT_SECONDS as WORKER_WAIT_SECONDS
 from qptables.pipeline.dask_run import connect_workers, open_client, run_tiles
@@ -80,35 +79,37 @@ from qptables.pipeline.destination import (
 )
 from qptables.pipeline.errors import BuildError, BuildInputError, LockError, writing
 from qptables.pipeline.estimate import CONCURRENCY_FACTOR, calibrate_workers, estimate_build
-from qptables.pipeline.interrupt import deferred_sigterm, stop_on_signals
 from qptables.pipeline.plan import (
     check_disk_space,
+    check_inputs,
     describe_plan,
     mirror_pairs,
     points_to_compute,
-    resolve_grid,
 )
 from qptables.pipeline.resume import (
     BuildLock,
     build_record,
     create_partial,
     lock_path,
+    locked,
     partial_path,
     publishing_path,
     resumable_tiles,
 )
 from qptables.pipeline.tiles import MIRRORS as MIRRORS
 from qptables.pipeline.tiles import compute_tile as compute_tile
-from qptables.pipeline.tiles import evaluate_rows, mirror_rows, probe
+from qptables.pipeline.tiles import evaluate_rows, probe
+from qptables.pipeline.tiles import mirror_rows as _mirror_rows  # noqa: F401 - tests import it
 from qptables.reference.verify import (
     DEFAULT_DPS,
     DEFAULT_SAMPLES,
     DEFAULT_TOLERANCE,
     reference_sample,
     scan_store,
+    verification_report,
 )
-from qptables.store import scan_tiles, update_attrs
-from qptables.units import human_bytes, human_seconds
+from qptables.store import StoreHeader, create_store, read_attrs, scan_tiles, update_attrs
+from qptables.units import human_seconds
 
 __all__ = [
     "BuildError",
@@ -122,13 +123,6 @@ __all__ = [
     "partial_path",
     "publishing_path",
 ]
-
-# names this module held before its split (imported from here by tests, scripts and
-# qptables.pipeline.v2), kept: the ``X as X`` imports above and these aliases
-_human_bytes = human_bytes
-_human_seconds = human_seconds
-_mirror_rows = mirror_rows
-_client = open_client
 
 
 @dataclasses.dataclass
@@ -145,6 +139,34 @@ class BuildResult:
     compute_seconds: float
     verification: dict[str, Any]
     published: bool
+
+
+@dataclasses.dataclass
+class _Build:
+    """One build's validated settings, handed from :func:`build` to its steps."""
+
+    likelihood: str
+    out: Path
+    grid: GridSpec
+    scheduler: str | None
+    workers: int | None
+    force: bool
+    checks: dict[str, Any]  # samples, tolerance, seed, dps: options of reference_sample
+    progress: bool
+    say: Callable[[str], None]
+    client: Any | None
+    dry_run: bool
+    t_start: float
+
+    @property
+    def partial(self) -> Path:
+        return partial_path(self.out)
+
+    def result(self, **counts: Any) -> BuildResult:
+        """The :class:`BuildResult` of this build (timed to now) with ``counts``."""
+        counts = {"compute_seconds": 0.0, "verification": {}, "published": False, **counts}
+        seconds = time.perf_counter() - self.t_start
+        return BuildResult(self.out, self.grid.n_tiles, seconds=seconds, **counts)
 
 
 # ----------------------------------------------------------------------------- build
@@ -217,8 +239,6 @@ def build(
         SIGTERM or Ctrl-C (a ``KeyboardInterrupt``): the lock released, the message says where
         the finished tiles are kept.
     """
-    import qpinfer
-
     t_start = time.perf_counter()
     stream = stream if stream is not None else sys.stderr
 
@@ -226,85 +246,30 @@ def build(
         print(msg, file=stream, flush=True)
 
     # -- 1. validate -------------------------------------------------------------------
-    if not isinstance(likelihood, str):
-        raise BuildInputError(f"LIKELIHOOD: expected a name, got {likelihood!r}")
-    try:
-        # the canonical name identifies parameters: "step_noise" -> "step_noise(eps=0.2)"
-        likelihood = qpinfer.get_likelihood(likelihood).name
-    except ValueError as exc:
-        raise BuildInputError(f"LIKELIHOOD: unknown likelihood {likelihood!r} ({exc})") from None
-    try:
-        grid = resolve_grid(likelihood, grid, y_max)
-        validate_y(likelihood, grid.y)
-    except GridError as exc:
-        raise BuildInputError(str(exc)) from None
-    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-        raise BuildInputError(f"--workers: must be a positive integer, got {workers!r}")
-    if samples < 0:
-        raise BuildInputError(f"--samples: must be >= 0, got {samples!r}")
-    if not (np.isfinite(tolerance) and tolerance > 0):
-        raise BuildInputError(f"--tolerance: must be a positive number, got {tolerance!r}")
-    if int(verify_dps) < 15:
-        raise BuildInputError(f"--verify-dps: must be >= 15, got {verify_dps!r}")
-    out = Path(out).expanduser().absolute()
-    if out.name in ("", ".", ".."):
-        raise BuildInputError(f"OUT: {out} is not a valid store name")
-    partial = partial_path(out)
+    likelihood, out, grid = check_inputs(
+        likelihood, out, grid, y_max, workers=workers, samples=samples, tolerance=tolerance,
+        verify_dps=verify_dps,
+    )  # fmt: skip
     check_writable(out.parent, out)
     check_destinations(out, force)
     # cheap disk check before anything allocates or computes (the precise one, which counts
     # the reusable chunks of an unfinished build, follows once the partial store is scanned)
     check_disk_space(out, grid)
-
-    lock = BuildLock(out)
-    with stop_on_signals(partial):  # SIGTERM: unwind as for Ctrl-C (qptables.pipeline.interrupt)
-        lock.acquire()
-        try:
-            return _build_locked(
-                likelihood,
-                out,
-                partial,
-                grid,
-                scheduler,
-                workers,
-                force,
-                samples,
-                tolerance,
-                seed,
-                verify_dps,
-                progress,
-                say,
-                client,
-                t_start,
-                dry_run,
-            )
-        finally:
-            with deferred_sigterm():
-                lock.release()
+    checks = {"samples": samples, "tolerance": tolerance, "seed": seed, "dps": verify_dps}
+    job = _Build(
+        likelihood, out, grid, scheduler, workers, force, checks, progress, say, client, dry_run,
+        t_start,
+    )  # fmt: skip
+    with locked(out):  # SIGTERM: unwind as for Ctrl-C (qptables.pipeline.interrupt)
+        return _build_locked(job)
 
 
-def _build_locked(
-    likelihood: str,
-    out: Path,
-    partial: Path,
-    grid: GridSpec,
-    scheduler: str | None,
-    workers: int | None,
-    force: bool,
-    samples: int,
-    tolerance: float,
-    seed: int,
-    verify_dps: int,
-    progress: bool,
-    say: Any,
-    client: Any | None,
-    t_start: float,
-    dry_run: bool,
-) -> BuildResult:
+def _build_locked(job: _Build) -> BuildResult:
     import qpinfer
 
+    likelihood, out, partial, grid, say = job.likelihood, job.out, job.partial, job.grid, job.say
     # re-check under the lock (another build may have published meanwhile)
-    check_destinations(out, force)
+    check_destinations(out, job.force)
 
     # -- 2. probe the kernel ---------------------------------------------------------------
     pairs = mirror_pairs(likelihood, grid)
@@ -321,47 +286,42 @@ def _build_locked(
     info = build_record(likelihood, grid, fingerprint, bool(pairs))
 
     # -- 3. reuse or (re)create the partial store; 4. disk space; 5. plan --------------------
-    done = resumable_tiles(partial, grid, info, force, dry_run, say)
+    done = resumable_tiles(partial, grid, info, job.force, job.dry_run, say)
     free = check_disk_space(out, grid, done)
     todo = [t for t in grid.tiles() if t not in done]
     est_points = points_to_compute(grid, todo, pairs)
     describe_plan(likelihood, out, grid, pairs, len(done), len(todo), free, say)
+    n_verify = len(grid.y) * 8 + job.checks["samples"]
 
-    if dry_run:
-        n_workers = workers or os.cpu_count() or 1
+    if job.dry_run:
         est = estimate_build(
-            grid, points=est_points, tiles=len(todo), n_verify=len(grid.y) * 8 + samples,
-            n_workers=n_workers, rate=rate * CONCURRENCY_FACTOR,
+            grid, points=est_points, tiles=len(todo), n_verify=n_verify,
+            n_workers=job.workers or os.cpu_count() or 1, rate=rate * CONCURRENCY_FACTOR,
             source=f"(probed here x{CONCURRENCY_FACTOR}: all cores busy)",
         )  # fmt: skip
         say(f"  estimate: {est.describe()}")
         say("  dry run: nothing was created")
-        return BuildResult(
-            path=out,
-            tiles_total=grid.n_tiles,
-            tiles_computed=0,
-            tiles_reused=len(done),
-            points_computed=0,
-            rows_mirrored=0,
-            seconds=time.perf_counter() - t_start,
-            compute_seconds=0.0,
-            verification={},
-            published=False,
-        )
+        return job.result(tiles_computed=0, tiles_reused=len(done), points_computed=0,
+                          rows_mirrored=0)  # fmt: skip
 
     # -- 6. compute: the cluster first (a scheduler that cannot be reached leaves nothing) ----
     with contextlib.ExitStack() as stack:
+        client = job.client
         if client is None:
-            client = stack.enter_context(open_client(scheduler, workers))
+            client = stack.enter_context(open_client(job.scheduler, job.workers))
         clean_stale(out, say)
-        fresh = create_partial(partial, likelihood, grid, qpinfer.__version__, info)
+        fresh = create_partial(
+            partial,
+            lambda path: create_store(
+                path, likelihood, grid, package_version=qpinfer.__version__, build_info=info
+            ),
+        )
         try:
             n_workers = connect_workers(client, partial, say)
             # calibrated on all workers at once (also warms them up); see qptables.pipeline.estimate
-            n_verify = len(grid.y) * 8 + samples
             rate, mp_s = calibrate_workers(
                 client, likelihood, grid, rate, points=est_points, n_verify=n_verify,
-                dps=verify_dps,
+                dps=job.checks["dps"],
             )  # fmt: skip
         except BaseException:
             if fresh:  # nothing was computed into it yet
@@ -371,13 +331,14 @@ def _build_locked(
             grid, points=est_points, tiles=len(todo), n_verify=n_verify, n_workers=n_workers,
             rate=rate, mpmath_seconds=mp_s,
         )  # fmt: skip
-        elapsed = time.perf_counter() - t_start
+        elapsed = time.perf_counter() - job.t_start
         say(f"  estimate: {human_seconds(elapsed + est.total)} in all, {est.describe()}")
         t_compute = time.perf_counter()
-        reports = run_tiles(client, partial, likelihood, grid, todo, pairs, progress)
+        reports = run_tiles(client, partial, likelihood, grid, todo, pairs, job.progress)
         compute_seconds = time.perf_counter() - t_compute
 
-        missing = [t for t in grid.tiles() if t not in scan_tiles(partial, grid)]
+        finished = scan_tiles(partial, grid)
+        missing = [t for t in grid.tiles() if t not in finished]
         if missing:
             raise BuildError(
                 f"{len(missing)} tiles still missing after the run, e.g. {missing[0]}; re-run "
@@ -386,19 +347,8 @@ def _build_locked(
 
         # -- 7. checksums + verification ----------------------------------------------------
         say(f"  computed {len(todo)} tiles, reused {len(done)}; checksumming and verifying ...")
-        report = _verify_partial(partial, samples, tolerance, seed, verify_dps, client, progress)
-        result = BuildResult(
-            path=out,
-            tiles_total=grid.n_tiles,
-            tiles_computed=len(todo),
-            tiles_reused=len(done),
-            points_computed=sum(r["points_computed"] for r in reports),
-            rows_mirrored=sum(r["rows_mirrored"] for r in reports),
-            seconds=0.0,
-            compute_seconds=compute_seconds,
-            verification=report,
-            published=False,
-        )
+        report, header = _verify_partial(job, client)
+        tolerance = job.checks["tolerance"]
         if not report["passed"]:
             raise BuildError(
                 f"verification failed, not published (kept in {partial}): "
@@ -412,11 +362,17 @@ def _build_locked(
         )
 
         # -- 8. publish: a one-chunk-per-(variable, y) copy, renamed into place ------------------
-        publishing = publishing_path(out)
-        say(f"  publishing: one chunk per (variable, y) into {publishing.name} ...")
-        publish_build(partial, out, force, client)  # while the workers are still there
-        result.published = True
-    result.seconds = time.perf_counter() - t_start
+        say(f"  publishing: one chunk per (variable, y) into {publishing_path(out).name} ...")
+        publish_build(partial, out, job.force, client, header)  # while the workers are there
+    result = job.result(
+        tiles_computed=len(todo),
+        tiles_reused=len(done),
+        points_computed=sum(r["points_computed"] for r in reports),
+        rows_mirrored=sum(r["rows_mirrored"] for r in reports),
+        compute_seconds=compute_seconds,
+        verification=report,
+        published=True,
+    )
     say(
         f"  published {out} in {human_seconds(result.seconds)} (estimated "
         f"{human_seconds(elapsed + est.total)}; tiles {human_seconds(compute_seconds)})"
@@ -424,35 +380,20 @@ def _build_locked(
     return result
 
 
-def _verify_partial(
-    partial: Path,
-    samples: int,
-    tolerance: float,
-    seed: int,
-    dps: int,
-    client: Any,
-    progress: bool,
-) -> dict[str, Any]:
-    """Checksum every chunk of ``partial`` and check it against mpmath; the report is written
-    to its attributes (the partial store never says complete) and returned."""
-    scan = scan_store(partial, client=client, check_checksums=False)
-    checksums = scan.pop("checksums")
+def _verify_partial(job: _Build, client: Any) -> tuple[dict[str, Any], StoreHeader]:
+    """Checksum every chunk of the build store and check it against mpmath; the report is
+    written to its attributes (the store never says complete) and returned with the store's
+    header (its attributes read once here, and as updated since)."""
+    partial = job.partial
+    header = StoreHeader(read_attrs(partial), job.grid)
+    scan = scan_store(partial, client=client, check_checksums=False, header=header)
     with writing("writing the checksums to", partial):
-        update_attrs(partial, consolidate=False, checksums=checksums)
+        attrs = update_attrs(partial, consolidate=False, checksums=scan.pop("checksums"))
+    header = header._replace(attrs=attrs)
     ref = reference_sample(
-        partial,
-        samples=samples,
-        tolerance=tolerance,
-        seed=seed,
-        dps=dps,
-        client=client,
-        progress=progress,
+        partial, client=client, progress=job.progress, header=header, **job.checks
     )
-    report = dict(ref)
-    report["reference_passed"] = ref["passed"]
-    report["scan"] = scan
-    report["passed"] = bool(ref["passed"] and scan["passed"])
-    report["checked"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    report = verification_report(ref, scan)
     with writing("writing the verification report to", partial):
-        update_attrs(partial, verification=report)
-    return report
+        header = header._replace(attrs=update_attrs(partial, verification=report))
+    return report, header

@@ -1,5 +1,5 @@
-"""Planning a build: the grid, the disk space it needs, the tiles still to compute (with the
-probit mirror's pairs of labels) and the plan printed before any work.
+"""Planning a build: its inputs checked, the grid, the disk space it needs, the tiles still to
+compute (with the probit mirror's pairs of labels) and the plan printed before any work.
 """
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from qpinfer.tables.schema import DATA_VARS
-from qptables.grid import GridError, GridSpec, paper_grid
+from qptables.grid import GridError, GridSpec, paper_grid, validate_y
 from qptables.pipeline.errors import BuildInputError
 from qptables.pipeline.resume import partial_path
 from qptables.pipeline.tiles import mirror_map, mirror_rows
@@ -20,6 +23,7 @@ from qptables.units import human_bytes
 __all__ = [
     "DISK_SLACK_BYTES",
     "check_disk_space",
+    "check_inputs",
     "describe_plan",
     "mirror_pairs",
     "points_to_compute",
@@ -55,6 +59,47 @@ def resolve_grid(likelihood: str, grid: GridSpec | str | None, y_max: int | None
     if not isinstance(grid, GridSpec):
         raise GridError(f"grid must be a GridSpec or 'paper', got {type(grid).__name__}")
     return grid
+
+
+def check_inputs(
+    likelihood: Any,
+    out: str | os.PathLike,
+    grid: GridSpec | str | None,
+    y_max: int | None,
+    *,
+    workers: Any,
+    samples: int,
+    tolerance: float,
+    verify_dps: int,
+) -> tuple[str, Path, GridSpec]:
+    """Step 1 of a paper-grid build (:mod:`qptables.pipeline.paper`): the canonical likelihood
+    name (``"step_noise"`` -> ``"step_noise(eps=0.2)"``), the absolute ``OUT`` and the grid
+    (:func:`resolve_grid`), or :class:`BuildInputError` naming the argument."""
+    import qpinfer
+
+    if not isinstance(likelihood, str):
+        raise BuildInputError(f"LIKELIHOOD: expected a name, got {likelihood!r}")
+    try:
+        likelihood = qpinfer.get_likelihood(likelihood).name
+    except ValueError as exc:
+        raise BuildInputError(f"LIKELIHOOD: unknown likelihood {likelihood!r} ({exc})") from None
+    try:
+        grid = resolve_grid(likelihood, grid, y_max)
+        validate_y(likelihood, grid.y)
+    except GridError as exc:
+        raise BuildInputError(str(exc)) from None
+    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
+        raise BuildInputError(f"--workers: must be a positive integer, got {workers!r}")
+    if samples < 0:
+        raise BuildInputError(f"--samples: must be >= 0, got {samples!r}")
+    if not (np.isfinite(tolerance) and tolerance > 0):
+        raise BuildInputError(f"--tolerance: must be a positive number, got {tolerance!r}")
+    if int(verify_dps) < 15:
+        raise BuildInputError(f"--verify-dps: must be >= 15, got {verify_dps!r}")
+    out = Path(out).expanduser().absolute()
+    if out.name in ("", ".", ".."):
+        raise BuildInputError(f"OUT: {out} is not a valid store name")
+    return likelihood, out, grid
 
 
 def check_disk_space(out: Path, grid: GridSpec, done: set[tuple[int, int]] | None = None) -> int:

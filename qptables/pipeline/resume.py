@@ -1,9 +1,13 @@
-"""Locking and resuming a build: the siblings of ``OUT``, the lock ``OUT.lock``, and the build
-record that decides whether an unfinished ``OUT.partial`` can be resumed.
+"""Locking and resuming a build, of every grid kind (the paper grid, :mod:`qptables.pipeline.paper`,
+and the v2 tables, :mod:`qptables.pipeline.v2`): the siblings of ``OUT``, the lock ``OUT.lock``
+(:func:`locked`), the one decision whether an unfinished ``OUT.partial`` can be resumed
+(:func:`resumable`) and its atomic creation (:func:`create_partial`).
 
-Resuming requires the same likelihood, grid, tiling and kernel output (a fingerprint of a probe
-tile, :func:`qptables.pipeline.tiles.probe`); anything else is an error unless ``force`` (which starts
-afresh). The finished tiles of a resumable store are found by :func:`qptables.store.scan_tiles`.
+Resuming requires the store's record to match the build's -- paper grid: the same likelihood,
+grid, tiling and kernel output (a fingerprint of a probe tile,
+:func:`qptables.pipeline.tiles.probe`, :func:`resume_refusal`); v2: the same likelihood and boxes;
+anything else is an error unless ``force`` (which starts afresh). The finished tiles of a
+resumable store are its chunk files of the exact size (:func:`qptables.store.finished_chunks`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -24,15 +28,18 @@ from qpinfer.likelihoods.step_noise import parse_name
 from qpinfer.tables.replace import remove_store
 from qptables.grid import GridSpec
 from qptables.pipeline.errors import BuildInputError, LockError, writing
-from qptables.store import StoreError, create_store, read_attrs, scan_tiles
+from qptables.pipeline.interrupt import deferred_sigterm, stop_on_signals
+from qptables.store import StoreError, read_attrs, scan_tiles
 
 __all__ = [
     "BuildLock",
     "build_record",
     "create_partial",
     "lock_path",
+    "locked",
     "partial_path",
     "publishing_path",
+    "resumable",
     "resumable_tiles",
     "resume_refusal",
 ]
@@ -160,6 +167,21 @@ class BuildLock:
         self.release()
 
 
+@contextlib.contextmanager
+def locked(out: Path) -> Iterator[BuildLock]:
+    """A build's hold on ``OUT``: SIGTERM unwinds the block as Ctrl-C does
+    (:func:`qptables.pipeline.interrupt.stop_on_signals`) and the lock ``OUT.lock`` is held
+    for it, released at its end even if a SIGTERM arrives meanwhile."""
+    with stop_on_signals(partial_path(out)):
+        lock = BuildLock(out)
+        lock.acquire()
+        try:
+            yield lock
+        finally:
+            with deferred_sigterm():
+                lock.release()
+
+
 def build_record(likelihood: str, grid: GridSpec, fingerprint: str, mirror: bool) -> dict:
     """``attrs["build"]`` of the store: what a resumed build must match."""
     params = {}
@@ -178,36 +200,44 @@ def build_record(likelihood: str, grid: GridSpec, fingerprint: str, mirror: bool
     }
 
 
-def resume_refusal(old: dict, new: dict) -> str | None:
-    """None if ``old`` (attrs["build"] of a partial store) can be resumed as ``new``."""
+def resume_refusal(
+    old: dict,
+    new: dict,
+    keys: tuple[str, ...] = ("likelihood", "grid", "tile_mu", "kernel_fingerprint"),
+) -> str | None:
+    """None if the record ``old`` of a partial store (paper grid: its ``attrs["build"]``) can
+    be resumed as ``new``: the two agree on ``keys``; else the first difference."""
     if not old:
         return "it has no build record"
-    for key in ("likelihood", "grid", "tile_mu", "kernel_fingerprint"):
+    for key in keys:
         if old.get(key) != new.get(key):
-            return f"its {key} is {old.get(key)!r}, this build's is {new.get(key)!r}"
+            return f"its {key} is {_short(old.get(key))}, this build's is {_short(new.get(key))}"
     return None
 
 
-def resumable_tiles(
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def resumable(
     partial: Path,
-    grid: GridSpec,
-    record: dict,
+    refusal: Callable[[dict], str | None],
     force: bool,
     dry_run: bool,
     say: Callable[[str], None],
-) -> set[tuple[int, int]]:
-    """The finished tiles of ``partial`` if it can be resumed as the build ``record``; an
-    incompatible one is refused (:class:`BuildInputError`) or, with ``force``, deleted (a dry
-    run only says it would be)."""
-    done: set[tuple[int, int]] = set()
+) -> bool:
+    """Whether the unfinished build ``partial`` exists and can be resumed: ``refusal(its root
+    attributes)`` is None. An incompatible (or unreadable) one is refused
+    (:class:`BuildInputError`) or, with ``force``, deleted (a dry run only says it would be)."""
     if not partial.exists():
-        return done
+        return False
     try:
-        reason = resume_refusal(read_attrs(partial).get("build", {}), record)
+        reason = refusal(read_attrs(partial))
     except StoreError as exc:
         reason = str(exc)
     if reason is None:
-        return scan_tiles(partial, grid, clean=not dry_run)
+        return True
     if not force:
         raise BuildInputError(
             f"{partial} holds an unfinished build that cannot be resumed by this one "
@@ -218,24 +248,37 @@ def resumable_tiles(
     else:
         say(f"discarding incompatible unfinished build {partial} ({reason})")
         remove_store(partial, what="OUT (its unfinished build)")
-    return done
+    return False
 
 
-def create_partial(
-    partial: Path, likelihood: str, grid: GridSpec, package_version: str, record: dict
-) -> bool:
-    """Create the empty build store ``partial`` unless it exists (to be resumed); returns
-    whether it was created. Written in a staging sibling renamed into place, so ``partial`` is
-    a complete store or absent; a failed write (a full disk) removes the staging copy and is a
-    :class:`~qptables.pipeline.errors.BuildError` naming the phase and path."""
+def resumable_tiles(
+    partial: Path,
+    grid: GridSpec,
+    record: dict,
+    force: bool,
+    dry_run: bool,
+    say: Callable[[str], None],
+) -> set[tuple[int, int]]:
+    """The finished tiles of the paper-grid build ``partial`` if it can be resumed as the build
+    ``record`` (:func:`resumable`), else none."""
+    if resumable(
+        partial, lambda attrs: resume_refusal(attrs.get("build", {}), record), force, dry_run, say
+    ):
+        return scan_tiles(partial, grid, clean=not dry_run)
+    return set()
+
+
+def create_partial(partial: Path, create: Callable[[Path], None]) -> bool:
+    """Create the empty build store ``partial`` with ``create(path)`` unless it exists (to be
+    resumed); returns whether it was created. Written in a staging sibling renamed into place, so
+    ``partial`` is a complete store or absent; a failed write (a full disk) removes the staging
+    copy and is a :class:`~qptables.pipeline.errors.BuildError` naming the phase and path."""
     if partial.exists():
         return False
     staging = partial.with_name(partial.name + f".new-{os.getpid()}")
     try:
         with writing("creating the build store", partial):
-            create_store(
-                staging, likelihood, grid, package_version=package_version, build_info=record
-            )
+            create(staging)
             os.replace(staging, partial)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -5,9 +5,15 @@
 first axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact
 kernel at the tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``,
 per box), written by the worker into its chunk of ``OUT.partial`` (the client never gathers the
-table). Resuming: a tile whose chunk file exists with its full size is not recomputed. Results
-are bit-reproducible however the tiles are scheduled (the kernel's result for a point never
-depends on its batch).
+table). Results are bit-reproducible however the tiles are scheduled (the kernel's result for a
+point never depends on its batch).
+
+Lock, resume and tile writes are those of the paper-grid build (:mod:`qptables.pipeline.resume`,
+:mod:`qptables.store`): ``OUT.lock``; ``OUT.partial`` created atomically and resumed only if it
+was built for the same likelihood and boxes (else refused, or discarded with ``--force``); every
+tile written as one chunk by :func:`qptables.store.write_chunk` and done when its chunk file
+exists with its full size (:func:`qptables.store.finished_chunks`). What stays v2's own is the
+schema (:mod:`qpinfer.tables.reduced`), the tiling of the boxes and the checks below.
 
 Then the build verifies: the interpolant (:mod:`qpinfer.tables.reduced`) against the exact kernel at
 random points of every box (``kernel_points``), and against the mpmath reference at a stratified
@@ -20,6 +26,7 @@ replaces only a table store, never anything else).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,11 +37,13 @@ import qpinfer
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.boxes.registry import box_from_attrs, boxes_for
 from qpinfer.tables.reduced import SCHEMA_VERSION_V2, array_names, integrity_record, open_reduced
-from qpinfer.tables.replace import check_replaceable, remove_store, replace_store
+from qpinfer.tables.replace import replace_store
 from qptables.pipeline.dask_run import completed, open_client
-from qptables.pipeline.errors import BuildError, BuildInputError, writing
-from qptables.pipeline.interrupt import deferred_sigterm, stop_on_signals
-from qptables.pipeline.resume import BuildLock, partial_path
+from qptables.pipeline.destination import check_destinations, check_writable, clean_stale
+from qptables.pipeline.errors import BuildError
+from qptables.pipeline.interrupt import deferred_sigterm
+from qptables.pipeline.resume import create_partial, locked, partial_path, resumable, resume_refusal
+from qptables.store import finished_chunks, write_chunk
 
 __all__ = ["TILE_CELLS", "TILE_LABELS", "build_v2", "chunk_shape", "tile_rho"]
 
@@ -85,23 +94,37 @@ def tile_rho(likelihood: str, box: Box, first_label: int, first_cell: int) -> np
 
 
 def _run_tile(path: str, likelihood: str, box_attrs: dict, first_label: int, first_cell: int):
-    import zarr
-
+    """Compute one tile and write it as its chunk of ``rho_<box>`` (runs on a worker)."""
     box = box_from_attrs(box_attrs)
     rho = tile_rho(likelihood, box, first_label, first_cell)
-    arr = zarr.open_array(f"{path}/rho_{box.name}", mode="r+")
     r0 = first_cell * box.axes[0].n
-    arr[first_label : first_label + rho.shape[0], r0 : r0 + rho.shape[1]] = rho
+    region = (slice(first_label, first_label + rho.shape[0]), slice(r0, r0 + rho.shape[1]))
+    write_chunk(path, f"rho_{box.name}", region, rho)
     return first_cell
 
 
-def _chunk_file(path: Path, box: Box, first_label: int, first_cell: int) -> Path:
+def _chunk_key(box: Box, first_label: int, first_cell: int) -> str:
+    """Store-relative key (= relative file path) of a tile's chunk."""
     labels, cells = tile_layout(box)
     parts = [str(first_label // labels), str(first_cell // cells)] + ["0"] * (len(box.axes) - 1)
-    return path / f"rho_{box.name}" / "c" / Path(*parts)
+    return "/".join([f"rho_{box.name}", "c", *parts])
+
+
+def _chunk_file(path: Path, box: Box, first_label: int, first_cell: int) -> Path:
+    """The chunk file of a tile in the store at ``path``."""
+    return path / _chunk_key(box, first_label, first_cell)
+
+
+def _chunk_sizes(boxes: tuple[Box, ...]) -> dict[str, int]:
+    """Every tile's chunk key -> the size of its (uncompressed, full-size) file."""
+    return {
+        _chunk_key(boxes[k], label, cell): 8 * int(np.prod(chunk_shape(boxes[k])))
+        for k, label, cell in _tiles(boxes)
+    }
 
 
 def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
+    """Create the empty v2 store (``complete=False``) at ``path``."""
     import zarr
 
     group = zarr.open_group(str(path), mode="w")
@@ -215,29 +238,28 @@ def build_v2(
 
     lik = qpinfer.get_likelihood(likelihood)
     boxes = boxes_for(lik.name)
-    out = Path(out)
-    kind = check_replaceable(out)
-    if kind != "absent" and not force:
-        raise BuildInputError(f"OUT: {out} exists; pass --force to replace the table store there")
+    out = Path(out).expanduser().absolute()
+    check_writable(out.parent, out)
+    check_destinations(out, force)
     partial = partial_path(out)
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
     # SIGTERM unwinds as Ctrl-C does (lock released); the cluster before OUT.partial, so a
     # scheduler that cannot be reached leaves nothing
-    with stop_on_signals(partial), BuildLock(out), open_client(scheduler, workers) as client:
+    with locked(out), open_client(scheduler, workers) as client:
         layout = [b.to_attrs() for b in boxes]
-        fresh = True
-        if partial.exists():
-            check_replaceable(partial, what="OUT.partial")
-            try:
-                old = zarr.open_group(str(partial), mode="r").attrs.asdict()
-                fresh = not (old.get("boxes") == layout and old.get("likelihood") == lik.name)
-            except Exception:  # noqa: BLE001 - unreadable: start over
-                fresh = True
-            if fresh:
-                remove_store(partial, what="OUT.partial")
-        if fresh:
-            with writing("creating the build store", partial):
-                _create(partial, lik.name, boxes)
-        todo = [t for t in _tiles(boxes) if not _chunk_file(partial, boxes[t[0]], *t[1:]).is_file()]
+        record = {"likelihood": lik.name, "boxes": layout}
+        clean_stale(out, say)
+        if not resumable(
+            partial, lambda attrs: resume_refusal(attrs, record, keys=tuple(record)), force,
+            False, say,
+        ):  # fmt: skip
+            create_partial(partial, lambda path: _create(path, lik.name, boxes))
+        sizes = _chunk_sizes(boxes)
+        done = finished_chunks(partial, sizes)
+        todo = [t for t in _tiles(boxes) if _chunk_key(boxes[t[0]], *t[1:]) not in done]
         t0 = time.perf_counter()
         futures = [
             client.submit(_run_tile, str(partial), lik.name, layout[k], li, c, pure=False)
@@ -255,6 +277,9 @@ def build_v2(
                 bar.update(1)
         if bar is not None:
             bar.close()
+        missing = len(sizes) - len(finished_chunks(partial, sizes))
+        if missing:
+            raise BuildError(f"{missing} tiles still missing after the run; re-run to resume")
         report = _verify(partial, lik.name, client, kernel_points, samples, seed)
         seconds = time.perf_counter() - t0
         if not report["passed"]:

@@ -2,8 +2,10 @@
 store against it.
 
 Holds: :mod:`~qptables.reference.sigma` (the reference for probit and Poisson, and the
-dispatch), one module per other likelihood (``logit``, ``step_noise``, ``student_t``), the
-multiprecision panel rule (:mod:`~qptables.reference.mp_panels`), and
+dispatch), one module per other likelihood (``logit``, ``step_noise``, ``student_t``; they import
+none of each other, nor ``sigma``), the likelihood-independent panel engine they share
+(:mod:`~qptables.reference.tilted`) with its multiprecision panel rule
+(:mod:`~qptables.reference.mp_panels`), and
 :mod:`~qptables.reference.verify` (``qptables verify``) with its fan-out over a cluster
 (:mod:`~qptables.reference.fanout`).
 

@@ -5,7 +5,7 @@ The tilted densities (paper 000: ``q(f) ~ p(y|f) N(f | mu, sigma^2)``, eq. (7) f
     logit:        p(y | f) = 1 / (1 + exp(-y f)),            y in {-1, +1}
     poisson_log:  p(y | f) = exp(y f - e^f) / y!,            y in {0, 1, 2, ...}
 
-are handed, as log densities in mpmath, to the panel engine of :mod:`qptables.reference.sigma`
+are handed, as log densities in mpmath, to the panel engine of :mod:`qptables.reference.tilted`
 (adaptive Chebyshev panels to ``dps + 15`` digits, the tilted CDF by spectral cumulative
 integration from both ends, ``phi(Phi^{-1}(u))`` by Halley's iteration in mpmath). That engine
 shares no numerics with :mod:`qpinfer`: no level-set panels, no Gauss-Legendre rules, no
@@ -22,17 +22,15 @@ from __future__ import annotations
 import mpmath
 from mpmath import mp, mpf
 
+from qptables.reference.tilted import Tilted, bisect_decreasing
+
 __all__ = ["MODELS"]
 
 
-class _LogitTilted:
+class _LogitTilted(Tilted):
     """``ell(f) = -log(1 + exp(-y f)) + log N(f | mu, sigma^2)``."""
 
     graded_cuts = True  # the logistic step at f = 0 has width ~1: cuts at +-2^k
-
-    def __init__(self, name: str, mu: mpf, sigma: mpf, y: int) -> None:
-        self.name, self.mu, self.sigma, self.y = name, mu, sigma, y
-        self.const = -mpmath.log(sigma) - mpmath.log(2 * mp.pi) / 2
 
     def ell(self, f: mpf) -> mpf:
         return (
@@ -56,27 +54,17 @@ class _LogitTilted:
             return y * self._sig(-y * f) - (f - mu) / s2
 
         lo, hi = (mu, mu + s2) if y > 0 else (mu - s2, mu)
-        for _ in range(400):
-            mid = (lo + hi) / 2
-            if mid in (lo, hi):
-                break
-            if dell(mid) > 0:
-                lo = mid
-            else:
-                hi = mid
-        return [(lo + hi) / 2]
+        return [bisect_decreasing(dell, lo, hi, steps=400)]
 
 
-class _PoissonLogTilted:
+class _PoissonLogTilted(Tilted):
     """``ell = y f - exp(f) - log y! + log N(f | mu, sigma^2)`` in the variable ``g = f - shift``
     about the mode ``shift`` (mpmath's Lambert W), as ``ell(shift) - alpha (e^g - 1 - g) -
     g^2 / (2 sigma^2)``, ``alpha = e^shift`` (exact: ``ell'(shift) = 0``), so no terms of size
     ``(mu + y sigma^2)^2 / sigma^2`` enter the panels (they cancel at 1e8)."""
 
-    graded_cuts = False
-
     def __init__(self, name: str, mu: mpf, sigma: mpf, y: int) -> None:
-        self.name, self.mu, self.sigma, self.y = name, mu, sigma, y
+        super().__init__(name, mu, sigma, y)
         s2 = sigma**2
         m = mu + y * s2
         # the mode solves f + s^2 e^f = m': f = m' - W(s^2 e^m')
@@ -102,5 +90,6 @@ class _PoissonLogTilted:
         return [mpf(0)]
 
 
-#: the models :mod:`qptables.reference.sigma` integrates for these likelihoods
+#: the models of these likelihoods, integrated by :mod:`qptables.reference.tilted` (dispatch:
+#: :mod:`qptables.reference.sigma`)
 MODELS = {"logit": _LogitTilted, "poisson_log": _PoissonLogTilted}

@@ -1,4 +1,4 @@
-"""Multiprecision building blocks of the mpmath reference (:mod:`qptables.reference.sigma`): the
+"""Multiprecision building blocks of the mpmath reference (:mod:`qptables.reference.tilted`): the
 Chebyshev-Lobatto panel rule with its cumulative (partial-integral) weights, and
 ``phi(Phi^{-1}(u))`` to an absolute accuracy of the working precision. Both work at mpmath's
 process-global precision ``mp.prec`` (the reference serialises its evaluations).

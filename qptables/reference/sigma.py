@@ -1,9 +1,11 @@
-# Over 400 lines: one reference per likelihood kept together (the dispatch new likelihoods extend).
-"""Independent high-precision (mpmath) reference for sigma* and the tilted moments.
+"""Independent high-precision (mpmath) reference for sigma* and the tilted moments: the
+probit and Poisson (square link) models, and the dispatch over every likelihood's reference.
 
 This module is the yardstick that ``qpinfer``'s double-precision kernel and the published tables
-are checked against. It shares no numerics with ``qpinfer``: everything below is evaluated in
-mpmath arbitrary-precision arithmetic by a different algorithm.
+are checked against. It shares no numerics with ``qpinfer``: everything is evaluated in mpmath
+arbitrary-precision arithmetic by a different algorithm, the panel engine of
+:mod:`qptables.reference.tilted` (adaptive Chebyshev-Lobatto panels, the tilted CDF by spectral
+cumulative integration from both ends, eq. (7) by Clenshaw-Curtis).
 
 What is computed (paper 000, Quantile Propagation):
 
@@ -14,39 +16,22 @@ What is computed (paper 000, Quantile Propagation):
   tilted CDF.
 
 Likelihoods (App. C.1, C.2): ``"probit"`` ``p(y|f) = Phi(y f)``, ``y in {-1, +1}``; and
-``"poisson_square"`` ``p(y|f) = f^(2y) exp(-f^2) / y!``, ``y in {0, 1, 2, ...}``.
+``"poisson_square"`` ``p(y|f) = f^(2y) exp(-f^2) / y!``, ``y in {0, 1, 2, ...}``; their modes
+are found here (probit: one, by bisection on the monotone derivative; Poisson: the two roots of a
+quadratic, one each side of 0, or one Gaussian mode for ``y = 0``), and the layout cuts at them
+and at ``f = 0`` (the likelihood transition / the Poisson zero). ``"logit"`` and
+``"poisson_log"`` go to the models of :mod:`qptables.reference.logit`, step-noise names to
+:mod:`qptables.reference.step_noise` (Student-t has its own entry point,
+:func:`qptables.reference.student_t.student_t_reference`).
 
-Algorithm (composite Clenshaw-Curtis / spectral cumulative integration):
+:func:`tilted_moments_reference` can instead return the closed forms (probit: App. C.1 eq.
+(35)-(36) and Rasmussen & Williams eq. (3.58); Poisson: Gaussian moments of ``N(beta, alpha/2)``
+weighted by ``f^(2y)``, App. C.2 eqs. (50)-(55)), which the tests use to cross-check the
+quadrature.
 
-1. *Layout.* Locate the mode(s) of ``log q`` (probit: one, by bisection on the monotone
-   derivative; Poisson: the two roots of a quadratic, one each side of 0, or one Gaussian mode for
-   ``y = 0``) and the ends ``L < R`` beyond which ``log q`` is more than ``T = ln(10) * (dps + 15)``
-   below its maximum, so the mass outside ``[L, R]`` is below ``10^-(dps+15)``.
-2. *Panels.* ``[L, R]`` is cut at the modes and at ``f = 0`` (the likelihood transition / the
-   Poisson zero) and the pieces are bisected adaptively until, on every panel, the last three
-   Chebyshev coefficients of the (max-normalised) density at ``N + 1`` Chebyshev-Lobatto points are
-   below ``10^-(dps+3)`` in absolute terms (relative to the mass scale).
-3. *Tilted CDF.* On each panel the polynomial interpolant of the density is integrated exactly
-   from the panel's left end to every node (a precomputed spectral integration matrix), so ``F``
-   is known at every node to ~``dps`` digits in *absolute* terms. The survival function ``S`` is
-   accumulated independently from the right end (never formed as ``1 - F``), and
-   ``u = min(F, S)`` is what enters ``phi(Phi^{-1}(.))``, which is symmetric under ``u -> 1 - u``.
-4. *Eq. (7).* ``phi(Phi^{-1}(u))`` is evaluated at the nodes (``Phi^{-1}`` by Halley's iteration
-   on ``mpmath.ncdf`` from a double-precision start) and integrated by the Clenshaw-Curtis rule of
-   the same panel; a panel whose integrand is not resolved is bisected and the pass repeated.
-   The absolute error of ``F`` only enters through ``|d/du phi(Phi^{-1}(u))| = |Phi^{-1}(u)|``,
-   which is at most ~15 on the retained range, so an absolute accuracy of ``F`` of ``10^-(dps+3)``
-   gives ~``dps`` significant digits of ``sigma*``.
-5. *Moments.* ``Z``, the mean and the variance come from the same panels (Clenshaw-Curtis on the
-   nodes, centred second moment). :func:`tilted_moments_reference` can instead return the closed
-   forms (probit: App. C.1 eq. (35)-(36) and Rasmussen & Williams eq. (3.58); Poisson: Gaussian
-   moments of ``N(beta, alpha/2)`` weighted by ``f^(2y)``, App. C.2 eqs. (50)-(55)), which the
-   tests use to cross-check the quadrature.
-
-The numerical work happens at ``dps + 15`` decimal digits; results are returned as ``mpmath.mpf``
-rounded to ``dps`` digits. With the default ``dps = 40`` the results agree with runs at other
-precisions / panel sizes to better than 1e-30 relative (see ``tests/test_reference.py``); the
-claim made to users is 25 significant digits. A typical evaluation takes 0.1-0.5 s of CPU.
+With the default ``dps = 40`` the results agree with runs at other precisions / panel sizes to
+better than 1e-30 relative (see ``tests/test_reference.py``); the claim made to users is 25
+significant digits. A typical evaluation takes 0.1-0.5 s of CPU.
 
 mpmath's working precision is process-global, so evaluations are serialised within a process
 (safe to call from threads, but parallelise with processes).
@@ -54,20 +39,22 @@ mpmath's working precision is process-global, so evaluations are serialised with
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
 import threading
 from functools import lru_cache
-from typing import Any, NamedTuple
 
 import mpmath
 from mpmath import mp, mpf
 
 from qptables.reference.logit import MODELS as LOGIT_MODELS
-from qptables.reference.mp_panels import phi_of_ndtri as _phi_of_ndtri
-from qptables.reference.mp_panels import rule as _rule
-from qptables.reference.mp_panels import to_fixed as _to_fixed
+from qptables.reference.tilted import (
+    DEFAULT_NODES,
+    ReferencePoint,
+    Tilted,
+    bisect_decreasing,
+    evaluate,
+    mode_layout,
+)
 
 __all__ = [
     "LIKELIHOODS",
@@ -79,24 +66,9 @@ __all__ = [
 
 LIKELIHOODS = ("probit", "poisson_square")
 
-_GUARD_DIGITS = 15  # extra working digits beyond the requested dps
-_DEFAULT_NODES = 64  # Chebyshev-Lobatto panels have N + 1 nodes
-_MAX_PANELS = 4000
-_MAX_SWEEPS = 40  # rounds of bisecting panels whose eq. (7) integrand is unresolved
-_START_WIDTH = 16  # initial panel width in units of the main mode's curvature scale
 # mpmath's working precision is process-global (``mp.prec``), so evaluations in threads of one
 # process would clobber each other's precision: they are serialised. Parallelise with processes.
 _LOCK = threading.RLock()
-
-
-class ReferencePoint(NamedTuple):
-    """High-precision values at one cavity point (all ``mpmath.mpf``)."""
-
-    sigma_qp: mpf  # eq. (7)
-    log_z: mpf  # log of the tilted normaliser
-    mean: mpf  # tilted mean (= QP and EP mean)
-    std: mpf  # tilted standard deviation (= EP's sigma)
-    panels: int  # number of quadrature panels used (diagnostic)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -133,19 +105,43 @@ def _check_point(
 # ----------------------------------------------------------------------------- log densities
 
 
-class _Tilted:
-    """Unnormalised log tilted density ``ell(f) = log p(y|f) + log N(f|mu, sigma^2)``."""
+class _ProbitTilted(Tilted):
+    """``ell(f) = log Phi(y f) + log N(f | mu, sigma^2)`` (App. C.1)."""
 
-    def __init__(self, name: str, mu: mpf, sigma: mpf, y: int) -> None:
-        self.name, self.mu, self.sigma, self.y = name, mu, sigma, y
-        self.const = -mpmath.log(sigma) - mpmath.log(2 * mp.pi) / 2
-        if name == "poisson_square":
-            self.const -= mpmath.loggamma(y + 1)
+    graded_cuts = True  # the step of Phi(y f) at f = 0 has width 1
 
     def ell(self, f: mpf) -> mpf:
         gauss = -((f - self.mu) ** 2) / (2 * self.sigma**2) + self.const
-        if self.name == "probit":
-            return mpmath.log(mpmath.ncdf(self.y * f)) + gauss
+        return mpmath.log(mpmath.ncdf(self.y * f)) + gauss
+
+    def neg_curvature(self, f: mpf) -> mpf:
+        """``-ell''(f)`` (positive: ``ell`` is concave)."""
+        t = self.y * f
+        lam = mpmath.npdf(t) / mpmath.ncdf(t)
+        return lam * (t + lam) + 1 / self.sigma**2
+
+    def modes(self) -> list[mpf]:
+        """The one maximum of ``ell``: ``ell'(f) = y lam(y f) - (f - mu)/s2`` is strictly
+        decreasing; its root lies between ``mu`` and ``mu + y s2 lam(y mu)``."""
+        mu, s2, y = self.mu, self.sigma**2, self.y
+
+        def dell(f: mpf) -> mpf:
+            t = y * f
+            return y * mpmath.npdf(t) / mpmath.ncdf(t) - (f - mu) / s2
+
+        a, b = mu, mu + y * s2 * mpmath.npdf(y * mu) / mpmath.ncdf(y * mu)
+        return [bisect_decreasing(dell, *((a, b) if a < b else (b, a)), steps=200)]
+
+
+class _PoissonSquareTilted(Tilted):
+    """``ell(f) = 2y log|f| - f^2 - log y! + log N(f | mu, sigma^2)`` (App. C.2)."""
+
+    def __init__(self, name: str, mu: mpf, sigma: mpf, y: int) -> None:
+        super().__init__(name, mu, sigma, y)
+        self.const -= mpmath.loggamma(y + 1)
+
+    def ell(self, f: mpf) -> mpf:
+        gauss = -((f - self.mu) ** 2) / (2 * self.sigma**2) + self.const
         if self.y == 0:
             return gauss - f * f
         if f == 0:
@@ -153,35 +149,13 @@ class _Tilted:
         return self.y * mpmath.log(f * f) - f * f + gauss
 
     def neg_curvature(self, f: mpf) -> mpf:
-        """``-ell''(f)`` (positive on each log-concave piece)."""
-        if self.name == "probit":
-            t = self.y * f
-            lam = mpmath.npdf(t) / mpmath.ncdf(t)
-            return lam * (t + lam) + 1 / self.sigma**2
+        """``-ell''(f)`` (positive on each side of 0)."""
         extra = 2 * self.y / (f * f) if self.y else 0
         return extra + 2 + 1 / self.sigma**2
 
     def modes(self) -> list[mpf]:
-        """Local maxima of ``ell`` (one for probit / y = 0; one each side of 0 otherwise)."""
+        """One Gaussian mode for ``y = 0``; otherwise one each side of 0."""
         mu, s2, y = self.mu, self.sigma**2, self.y
-        if self.name == "probit":
-            # ell'(f) = y * lam(y f) - (f - mu)/s2 is strictly decreasing; the root lies between
-            # mu and mu + y * s2 * lam(y mu).
-            def dell(f: mpf) -> mpf:
-                t = y * f
-                return y * mpmath.npdf(t) / mpmath.ncdf(t) - (f - mu) / s2
-
-            a, b = mu, mu + y * s2 * mpmath.npdf(y * mu) / mpmath.ncdf(y * mu)
-            lo, hi = (a, b) if a < b else (b, a)
-            for _ in range(200):
-                mid = (lo + hi) / 2
-                if mid in (lo, hi):
-                    break
-                if dell(mid) > 0:
-                    lo = mid
-                else:
-                    hi = mid
-            return [(lo + hi) / 2]
         a = 2 + 1 / s2
         if y == 0:
             return [mu / (s2 * a)]
@@ -193,206 +167,22 @@ class _Tilted:
         return sorted([big, small])
 
 
-# issue #15: models of other likelihoods (same interface as _Tilted), defined in their own
-# modules (qptables.reference.logit); the engine below is shared
-_MODELS: dict = dict(LOGIT_MODELS)
+#: the model of each likelihood the panel engine integrates (issue #15: logit and the log link
+#: in :mod:`qptables.reference.logit`)
+_MODELS: dict = {"probit": _ProbitTilted, "poisson_square": _PoissonSquareTilted, **LOGIT_MODELS}
 
 
-# ----------------------------------------------------------------------------- the engine
-
-
-def _layout(model: _Tilted, digits: int) -> tuple[list[mpf], mpf, mpf]:
-    """Breakpoints ``[L, ..., R]``, the max of ``ell`` and a length scale of the main mode."""
-    modes = model.modes()
-    ells = [model.ell(m) for m in modes]
-    ell_max = max(ells)
-    drop = mpf(digits) * mpmath.log(10)
-    kept = [(m, e) for m, e in zip(modes, ells) if e > ell_max - drop]
-    scales = [1 / mpmath.sqrt(model.neg_curvature(m)) for m, _ in kept]
-    s_ref = scales[[e for _, e in kept].index(max(e for _, e in kept))]
-
-    def end(m: mpf, s: mpf, direction: int) -> mpf:
-        d = s
-        while model.ell(m + direction * d) > ell_max - drop:
-            d *= 2
-        lo, hi = d / 2, d  # ell(m + dir*lo) > threshold (or lo = s/2 near the mode), hi below
-        for _ in range(12):
-            mid = (lo + hi) / 2
-            if model.ell(m + direction * mid) > ell_max - drop:
-                lo = mid
-            else:
-                hi = mid
-        return m + direction * hi
-
-    left = end(kept[0][0], scales[0], -1)
-    right = end(kept[-1][0], scales[-1], +1)
-    cuts = {left, right}
-    for m, _ in kept:
-        cuts.add(m)
-    if left < 0 < right:
-        cuts.add(mpf(0))
-    if model.name == "probit" or getattr(model, "graded_cuts", False):
-        # the step of Phi(y f) at f = 0 has width 1; graded cuts +-2^k about it keep the
-        # adaptive bisection from needing log2(sigma) rounds to reach it in a wide cavity
-        k = 1
-        while k < max(-left, right):
-            cuts.update(c for c in (mpf(k), mpf(-k)) if left < c < right)
-            k *= 2
-    return sorted(cuts), ell_max, s_ref
-
-
-def integrate_tilted(
-    model,
-    cuts: list,
-    ell_max: mpf,
-    s_ref: mpf,
-    rule: Any,
-    dps: int,
-    digits: int,
-    *,
-    what: str,
-    start_width: float = _START_WIDTH,
-    cutoff: mpf | None = None,
-    max_panels: int = _MAX_PANELS,
-) -> tuple[mpf, mpf, mpf, mpf, int]:
-    """The adaptive panel engine (see the module doc) for any tilted ``model`` (``model.ell(f)``
-    its log density up to a constant, ``ell_max`` its maximum, ``cuts`` the panel layout,
-    ``s_ref`` the length scale of the absolute tolerance): ``(sigma*, log Z, mean, std,
-    panels)`` at the working precision (call inside ``mp.workdps(digits)``). ``cutoff``: log
-    density (below ``ell_max``) under which the density is taken as 0 (default ``-4.62 digits``);
-    ``what`` names the point in the non-convergence error. Shared by every likelihood's
-    reference (:mod:`qptables.reference.student_t` too)."""
-    tol = s_ref * mpf(10) ** (-(dps + 3))
-
-    floor_e = -2 * mpf(digits) * 2.31 if cutoff is None else cutoff
-
-    def density(a: mpf, b: mpf) -> tuple[list, list]:
-        c, r = (a + b) / 2, (b - a) / 2
-        fs = [c + r * t for t in rule.nodes]
-        fs[0], fs[-1] = a, b
-        qs = []
-        for f in fs:
-            e = model.ell(f) - ell_max
-            qs.append(mpmath.exp(e) if e > floor_e else mpf(0))
-        return fs, qs
-
-    def resolved(a: mpf, b: mpf, values: list, scale: mpf) -> bool:
-        tail = sum(abs(mpmath.fdot(row, values)) for row in rule.tails)
-        return (b - a) * tail <= scale
-
-    # initial pieces: segments between cuts, at most _START_WIDTH * s_ref wide
-    pieces = []
-    for a, b in itertools.pairwise(cuts):
-        k = max(1, min(64, int(mpmath.ceil((b - a) / (start_width * s_ref)))))
-        pieces += [(a + (b - a) * i / k, a + (b - a) * (i + 1) / k) for i in range(k)]
-    pieces[-1] = (pieces[-1][0], cuts[-1])
-
-    def refine(todo: list) -> list:
-        done = []
-        while todo:
-            a, b = todo.pop()
-            fs, qs = density(a, b)
-            if resolved(a, b, qs, tol) or len(done) + len(todo) > max_panels:
-                done.append((a, b, fs, qs))
-            else:
-                m = (a + b) / 2
-                todo += [(a, m), (m, b)]
-        return done
-
-    panels = sorted(refine(pieces), key=lambda p: p[0])
-    floor = mpf(10) ** (-(digits + 5))
-    # phi(Phi^-1(u)) values per panel, kept across sweeps: splitting a panel whose outer
-    # integrand is unresolved changes F elsewhere only at the 10^-(dps+3) level.
-    g_cache: dict = {}
-    local_cache: dict = {}
-    g_memo: dict = {}  # u -> phi(Phi^-1(u)); u repeats exactly where the density is 0
-    for _sweep in range(_MAX_SWEEPS):
-        if len(panels) > max_panels:
-            raise RuntimeError(f"reference quadrature did not converge for {what}")
-        half = [(b - a) / 2 for a, b, _, _ in panels]
-        local = []
-        for h, (a, b, _, qs) in zip(half, panels):
-            if (a, b) not in local_cache:
-                # absolute accuracy is all that is needed: exact integer fixed-point products
-                bits = rule.fixed_bits
-                qi = [_to_fixed(q, bits) for q in qs]
-                local_cache[(a, b)] = [
-                    h * mpf((sum(map(operator.mul, row, qi)), -2 * bits))
-                    for row in rule.cumulative_fixed
-                ]
-            local.append(local_cache[(a, b)])
-        totals = [loc[-1] for loc in local]
-        z = mpmath.fsum(totals)
-        # F from the left, S from the right (each an independent running sum)
-        before, acc = [], mpf(0)
-        for tot in totals:
-            before.append(acc)
-            acc += tot
-        after, acc = [mpf(0)] * len(totals), mpf(0)
-        for i in range(len(totals) - 1, -1, -1):
-            after[i] = acc
-            acc += totals[i]
-        outer, redo = [], set()
-        for i, (a, b, _, _) in enumerate(panels):
-            gs = g_cache.get((a, b))
-            if gs is None:
-                gs = []
-                for loc in local[i]:
-                    cdf = (before[i] + loc) / z
-                    sf = (after[i] + (totals[i] - loc)) / z
-                    u = min(cdf, sf)
-                    if u not in g_memo:
-                        g_memo[u] = _phi_of_ndtri(u, floor)
-                    gs.append(g_memo[u])
-                g_cache[(a, b)] = gs
-                if not resolved(a, b, gs, tol):
-                    redo.add(i)
-            outer.append(half[i] * mpmath.fdot(rule.weights, gs))
-        if not redo:
-            break
-        new = []
-        for i, p in enumerate(panels):
-            if i in redo:
-                a, b = p[0], p[1]
-                m = (a + b) / 2
-                new += refine([(a, m), (m, b)])
-            else:
-                new.append(p)
-        panels = sorted(new, key=lambda p: p[0])
-    else:
-        raise RuntimeError(f"reference quadrature did not converge for {what}")
-    sigma_qp = mpmath.fsum(outer)
-    mean = (
-        mpmath.fsum(
-            h * mpmath.fdot(rule.weights, [f * q for f, q in zip(fs, qs)])
-            for h, (_, _, fs, qs) in zip(half, panels)
-        )
-        / z
-    )
-    var = (
-        mpmath.fsum(
-            h * mpmath.fdot(rule.weights, [(f - mean) ** 2 * q for f, q in zip(fs, qs)])
-            for h, (_, _, fs, qs) in zip(half, panels)
-        )
-        / z
-    )
-    std = mpmath.sqrt(var)
-    return sigma_qp, mpmath.log(z) + ell_max, mean, std, len(panels)
+# ----------------------------------------------------------------------------- the dispatch
 
 
 def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> ReferencePoint:
-    digits = dps + _GUARD_DIGITS
-    with mp.workdps(digits):
-        rule = _rule(n, mp.prec)
-        model = _MODELS.get(name, _Tilted)(name, mpf(mu), mpf(sigma), y)
-        cuts, ell_max, s_ref = _layout(model, digits)
-        what = f"{name} mu={mu} sigma={sigma} y={y}"
-        sigma_qp, log_z, mean, std, n_panels = integrate_tilted(
-            model, cuts, ell_max, s_ref, rule, dps, digits, what=what
-        )
-        mean += getattr(model, "shift", 0)  # a model integrating in f - shift (logit, log link)
-    with mp.workdps(dps):
-        return ReferencePoint(+sigma_qp, +log_z, +mean, +std, n_panels)
+    return evaluate(
+        lambda: _MODELS[name](name, mpf(mu), mpf(sigma), y),
+        mode_layout,
+        dps,
+        n,
+        what=f"{name} mu={mu} sigma={sigma} y={y}",
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -401,12 +191,7 @@ def _cached(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Ref
 
 
 def reference_point(
-    likelihood_name: str,
-    mu: float,
-    sigma: float,
-    y: int,
-    dps: int = 40,
-    nodes: int = _DEFAULT_NODES,
+    likelihood_name: str, mu: float, sigma: float, y: int, dps: int = 40, nodes: int = DEFAULT_NODES
 ) -> ReferencePoint:
     """sigma*, log Z, tilted mean and std at one cavity point by the panel quadrature.
 

@@ -9,11 +9,11 @@ the *original* coordinates (no shift, scaling or mirror as in :mod:`qpinfer.like
    by ``mpmath.polyroots``; the ends are where ``log q`` is ``ln(10) (dps + 15)`` below its
    maximum (found by doubling and bisection from each extreme mode). Cuts: the stationary
    points, ``y`` and graded points ``y +- s 2^k`` (the t factor's tails are polynomial).
-2. *Panels, CDF and eq. (7)* as in :mod:`qptables.reference.sigma` (whose Chebyshev-Lobatto rule with
-   spectral cumulative integration, ``phi(Phi^{-1}(u))`` by Halley's iteration and fixed-point
-   products it reuses): panels are bisected until the density's and then the eq. (7)
-   integrand's last Chebyshev coefficients are below ``10^-(dps+3)``; ``F`` is summed from the
-   left and ``S`` from the right; ``sigma* = int phi(Phi^{-1}(min(F, S))) df``.
+2. *Panels, CDF and eq. (7)* by the engine of :mod:`qptables.reference.tilted` (its
+   Chebyshev-Lobatto rule with spectral cumulative integration, ``phi(Phi^{-1}(u))`` by
+   Halley's iteration and fixed-point products): panels are bisected until the density's and
+   then the eq. (7) integrand's last Chebyshev coefficients are below ``10^-(dps+3)``; ``F`` is
+   summed from the left and ``S`` from the right; ``sigma* = int phi(Phi^{-1}(min(F, S))) df``.
 3. *Moments.* ``log Z`` (with the t normaliser), mean and centred variance from the same panels.
 """
 
@@ -24,12 +24,16 @@ from functools import lru_cache
 import mpmath
 from mpmath import mp, mpf
 
-from qptables.reference.sigma import ReferencePoint, _rule, integrate_tilted
+from qptables.reference.tilted import (
+    DEFAULT_NODES,
+    GUARD_DIGITS,
+    ReferencePoint,
+    evaluate,
+    tail_end,
+)
 
 __all__ = ["student_t_reference"]
 
-_GUARD = 15
-_NODES = 64
 _MAX_PANELS = 6000
 
 
@@ -68,21 +72,8 @@ def _layout(model, digits):
     top = max(ells)
     drop = mpf(digits) * mpmath.log(10)
     width = min(model.s, model.sigma)
-
-    def end(m, direction):
-        d = width
-        while model.ell(m + direction * d) > top - drop:
-            d *= 2
-        lo, hi = d / 2, d
-        for _ in range(12):
-            mid = (lo + hi) / 2
-            if model.ell(m + direction * mid) > top - drop:
-                lo = mid
-            else:
-                hi = mid
-        return m + direction * hi
-
-    left, right = end(pts[0], -1), end(pts[-1], 1)
+    left = tail_end(model, pts[0], width, -1, top - drop)
+    right = tail_end(model, pts[-1], width, 1, top - drop)
     cuts = {left, right, *(p for p in pts if left < p < right)}
     if left < model.y < right:
         cuts.add(model.y)
@@ -94,26 +85,16 @@ def _layout(model, digits):
 
 
 def _compute(nu, scale, mu, sigma, y, dps, n):
-    digits = dps + _GUARD
-    with mp.workdps(digits):
-        rule = _rule(n, mp.prec)
-        model = _Model(mpf(nu), mpf(scale), mpf(mu), mpf(sigma), mpf(y))
-        cuts, top, width = _layout(model, digits)
-        sigma_qp, log_z, mean, std, n_panels = integrate_tilted(
-            model,
-            cuts,
-            top,
-            width,
-            rule,
-            dps,
-            digits,
-            what=f"student_t nu={nu} scale={scale} mu={mu} sigma={sigma} y={y}",
-            start_width=4,  # the polynomial tails are wide: start finer than the default 16
-            cutoff=-5 * digits,
-            max_panels=_MAX_PANELS,
-        )
-    with mp.workdps(dps):
-        return ReferencePoint(+sigma_qp, +log_z, +mean, +std, n_panels)
+    return evaluate(
+        lambda: _Model(mpf(nu), mpf(scale), mpf(mu), mpf(sigma), mpf(y)),
+        _layout,
+        dps,
+        n,
+        what=f"student_t nu={nu} scale={scale} mu={mu} sigma={sigma} y={y}",
+        start_width=4,  # the polynomial tails are wide: start finer than the default 16
+        cutoff=-5 * (dps + GUARD_DIGITS),
+        max_panels=_MAX_PANELS,
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -122,7 +103,13 @@ def _cached(nu, scale, mu, sigma, y, dps, n):
 
 
 def student_t_reference(
-    nu: float, scale: float, mu: float, sigma: float, y: float, dps: int = 30, n: int = _NODES
+    nu: float,
+    scale: float,
+    mu: float,
+    sigma: float,
+    y: float,
+    dps: int = 30,
+    n: int = DEFAULT_NODES,
 ) -> ReferencePoint:
     """``ReferencePoint(sigma_qp, log_z, mean, std, n_panels)`` of the Student-t tilted
     distribution to ~``dps`` digits (sigma* is paper 000 eq. (7); mean/std are EP's eq. (5))."""

@@ -38,7 +38,7 @@ import numpy as np
 from qpinfer.tables.integrity import metadata_changes
 from qptables.grid import GridSpec
 from qptables.reference.fanout import fan_out
-from qptables.store import chunk_keys, read_attrs, update_attrs
+from qptables.store import StoreHeader, chunk_keys, read_attrs, read_header, update_attrs
 
 __all__ = [
     "DEFAULT_DPS",
@@ -48,6 +48,7 @@ __all__ = [
     "reference_sample",
     "sample_indices",
     "scan_store",
+    "verification_report",
     "verify",
 ]
 
@@ -139,6 +140,7 @@ def reference_sample(
     client: Any | None = None,
     workers: int | None = None,
     progress: bool = False,
+    header: StoreHeader | None = None,
 ) -> dict[str, Any]:
     """Check 1 of the module docstring: stored sigma_qp vs mpmath on a stratified sample.
 
@@ -146,12 +148,12 @@ def reference_sample(
     a tqdm bar if ``progress``. Besides the errors, the report says how many points were
     checked and where: per label (``by_y``), the ``mu``/``log10_sigma`` ranges covered, the
     stratification, and how many points each worker (``host:pid``) computed, at what rate.
+    ``header``: the store's (read here if not given).
     """
     import zarr
     from zarr.storage import LocalStore
 
-    attrs = read_attrs(path)
-    grid = GridSpec.from_attrs(attrs["grid"], attrs["tile_mu"])
+    attrs, grid = header if header is not None else read_header(path)
     likelihood = attrs["likelihood"]
     idx = sample_indices(grid, samples, seed)
     arr = zarr.open_array(LocalStore(str(path), read_only=True), path="sigma_qp", mode="r")
@@ -245,10 +247,11 @@ def scan_store(
     client: Any | None = None,
     workers: int | None = None,
     check_checksums: bool = True,
+    header: StoreHeader | None = None,
 ) -> dict[str, Any]:
-    """Checks 2 and 3 of the module docstring; returns a summary and the fresh checksums."""
-    attrs = read_attrs(path)
-    grid = GridSpec.from_attrs(attrs["grid"], attrs["tile_mu"])
+    """Checks 2 and 3 of the module docstring; returns a summary and the fresh checksums.
+    ``header``: the store's (read here if not given)."""
+    attrs, grid = header if header is not None else read_header(path)
     expected = attrs.get("checksums") or {}
     keys = chunk_keys(grid)
     rows = []
@@ -349,9 +352,10 @@ def verify(
             f"{path}: its metadata no longer matches the integrity digest written when it was "
             f"built ({'; '.join(changes)}); not verified (nothing written) -- rebuild it"
         )
-    scan = scan_store(path, client=client, workers=workers)
+    header = StoreHeader.of(attrs)
+    scan = scan_store(path, client=client, workers=workers, header=header)
     scan.pop("checksums", None)
-    report = reference_sample(
+    ref = reference_sample(
         path,
         samples=samples,
         tolerance=tolerance,
@@ -360,12 +364,22 @@ def verify(
         client=client,
         workers=workers,
         progress=progress,
+        header=header,
     )
-    report["reference_passed"] = report["passed"]
-    report["scan"] = scan
-    report["passed"] = bool(report["passed"] and scan["passed"])
+    report = verification_report(ref, scan)
     report["seconds"] = round(time.perf_counter() - t0, 3)
-    report["checked"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if write:
         update_attrs(path, verification=report)
+    return report
+
+
+def verification_report(reference: dict[str, Any], scan: dict[str, Any]) -> dict[str, Any]:
+    """The ``verification`` report of a store: the :func:`reference_sample` report
+    ``reference`` (check 1), the :func:`scan_store` summary ``scan`` (checks 2 and 3), whether
+    each and both passed, and when it was checked."""
+    report = dict(reference)
+    report["reference_passed"] = reference["passed"]
+    report["scan"] = scan
+    report["passed"] = bool(reference["passed"] and scan["passed"])
+    report["checked"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return report

@@ -18,13 +18,13 @@ Two kinds of input:
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from qpinfer.dask_connect import connect_client, local_cluster_client
 from qpinfer.inference.sparse.pseudo_points import _check_kernel
 
 __all__ = ["QUIET_LOCAL_CONFIG", "client_for", "local_client", "place_partitions"]
@@ -41,22 +41,11 @@ QUIET_LOCAL_CONFIG = {
 }
 
 
-@contextlib.contextmanager
-def local_client(n_workers: int | None = None) -> Iterator[Any]:
-    """A ``distributed.Client`` on a new ``LocalCluster`` of ``n_workers`` (default: one per
-    core) single-threaded worker processes with :data:`QUIET_LOCAL_CONFIG`, closed afterwards."""
-    import dask
-    from distributed import Client, LocalCluster
-
-    n = n_workers or os.cpu_count() or 1
-    with (
-        dask.config.set(QUIET_LOCAL_CONFIG),
-        LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
+def local_client(n_workers: int | None = None) -> contextlib.AbstractContextManager[Any]:
+    """The ``"local"`` cluster of the sweep: :func:`qpinfer.dask_connect.local_cluster_client` of
+    ``n_workers`` (default: one per core) single-threaded worker processes with
+    :data:`QUIET_LOCAL_CONFIG`, as a context manager that yields the client and closes both."""
+    return local_cluster_client(n_workers, config=QUIET_LOCAL_CONFIG)
 
 
 @contextlib.contextmanager
@@ -67,8 +56,6 @@ def client_for(scheduler: Any) -> Iterator[Any]:
     handshake included -- :class:`~qpinfer.dask_connect.SchedulerUnreachable` otherwise --
     closed afterwards)."""
     from distributed import Client
-
-    from qpinfer.dask_connect import connect_client
 
     if isinstance(scheduler, Client):
         yield scheduler

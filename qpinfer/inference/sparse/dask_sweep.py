@@ -13,7 +13,7 @@ whitened pseudo-points (:mod:`qpinfer.inference.sparse.pseudo_points`) needs onl
   ``A_p S_p A_p^T``, ``A_p nu_p`` and squared site change;
 * **reduce** (on the client): the M x M and M-vector sums, ``L`` and ``mean_v``
   (:func:`~qpinfer.inference.sparse.pseudo_points.low_rank_factor`), and the RMS change, which
-  :class:`qpinfer.inference.site_loop.SweepControl` -- the same bookkeeping as
+  :meth:`qpinfer.inference.site_loop.SweepControl.run` -- the loop of
   :func:`~qpinfer.inference.site_loop.run_sites` -- turns into damping, stopping and the best state.
 
 Each worker holds its partition's ``X_p, y_p`` (sent once, or -- ``X`` a dask array -- computed
@@ -45,13 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.inference.site_loop import (
-    MIN_SITE_PRECISION,
-    SweepControl,
-    SweepSettings,
-    _parallel_sweep,
-    initial_sites,
-)
+from qpinfer.inference.projections import QuantileMatching
+from qpinfer.inference.site_loop import SweepControl, SweepSettings, _parallel_sweep, initial_sites
+from qpinfer.inference.site_update import MIN_SITE_PRECISION
 from qpinfer.inference.sparse.dask_partitions import (
     check_data,
     check_partition,
@@ -78,16 +74,17 @@ _WORKER_TABLES: dict[tuple, Any] = {}
 
 # -- the projection, shipped without its table ---------------------------------------------------
 class _ProjectionSpec:
-    """A projection to rebuild on a worker: a copy without its ``table`` (a table with a
-    ``path`` travels as that path, pickled by its own ``__reduce__``, and is opened once per
-    worker process into :data:`_WORKER_TABLES`)."""
+    """A projection to rebuild on a worker: QP's (:class:`QuantileMatching`) with a table is
+    copied without it, and the table (a :class:`~qpinfer.tables.reader.SigmaTableReader`) travels
+    as its path, pickled by its own ``__reduce__``, and is opened once per worker process into
+    :data:`_WORKER_TABLES`."""
 
     def __init__(self, projection: Any) -> None:
-        table = getattr(projection, "table", None)
+        table = projection.table if isinstance(projection, QuantileMatching) else None
         self.key = None
         self.table_pickle = b""
         self.projection = projection
-        if table is not None and getattr(table, "path", None) is not None:
+        if table is not None:
             self.table_pickle = pickle.dumps(table)
             self.key = (type(table).__name__, str(table.path), self.table_pickle)
             self.projection = copy.copy(projection)
@@ -288,50 +285,36 @@ def _factor(parts: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sweep_to_convergence(call, settings, n, compute_evidence) -> SparsePEPResult:
-    """The loop of :func:`~qpinfer.inference.site_loop.run_sites` (parallel schedule) over the partitions:
-    the state :class:`~qpinfer.inference.site_loop.SweepControl` keeps is the sweep number, the partitions
-    keep the sites (``keep_as_best``: the sites they hold are the best so far)."""
-    control = SweepControl(settings, 0)
-    L, mean_v = _factor(call("sums"))  # the prior or init: B >= I
-    n_clipped = n_skipped = 0
-    best_is_current = False
-    for it in control.sweeps():
-        parts = call("sweep", L, mean_v, control.damping, settings.floor, best_is_current)
+    """:meth:`~qpinfer.inference.site_loop.SweepControl.run` -- the loop of
+    :func:`~qpinfer.inference.site_loop.run_sites` -- over the partitions. A state is the
+    partitions' replies (their site sums first); as ``run_sites`` refreshes the posterior at the
+    start of a sweep, the sweep factors the sums there. The sites stay on the partitions, which
+    copy the current ones as the best (``keep_as_best``) when a sweep starts from the best
+    state, and ``held`` is the state whose sites they hold (``None``: not finite)."""
+    control = SweepControl(settings)
+    held = call("sums")  # the prior or init: B >= I
+
+    def sweep(state: list, damping: float):
+        nonlocal held
+        L, mean_v = _factor(state)  # LinAlgError (improper) ends the loop
+        held = None
+        parts = call("sweep", L, mean_v, damping, settings.floor, control.best is state)
         if not all(p[5] for p in parts):
-            best_is_current = False  # the partitions hold non-finite sites now
-            break
-        n_clipped, n_skipped = sum(p[3] for p in parts), sum(p[4] for p in parts)
-        stop = control.record(float(np.sqrt(sum(p[2] for p in parts) / (2 * n))), it)
-        best_is_current = control.best == it
-        try:
-            L, mean_v = _factor(parts)
-        except np.linalg.LinAlgError:
-            break
-        if stop:
-            break
-    rms, _ = control.finish("sparse Power EP (dask)", 3)
-    which = "zero" if not np.isfinite(rms) else "current" if best_is_current else "best"
+            return None
+        held = parts
+        rms = float(np.sqrt(sum(p[2] for p in parts) / (2 * n)))
+        return parts, rms, sum(p[3] for p in parts), sum(p[4] for p in parts)
+
+    best = control.run(sweep, held, "sparse Power EP (dask)", stacklevel=3)
+    which = "zero" if best is None else "current" if best is held else "best"
     L, mean_v = _factor(call("use", which))
     parts = call("final", L, mean_v, compute_evidence)
     tau, nu, mean, var, cav_mean, cav_var = (
         np.concatenate([p[k] for p in parts]) for k in (0, 1, 2, 3, 5, 6)
     )
     post = LowRankPosterior(L=L, mean_v=mean_v, mean=mean, var=var)
-    log_z = np.nan
-    if compute_evidence:
-        log_z = sum(p[4] for p in parts) - post.half_logdet_B()
-    return control.result(
-        SparsePEPResult,
-        rms,
-        n_clipped,
-        n_skipped,
-        tau=tau,
-        nu=nu,
-        posterior=post,
-        log_marginal_likelihood=float(log_z),
-        cavity_mean=cav_mean,
-        cavity_var=cav_var,
-    )
+    log_z = sum(p[4] for p in parts) - post.half_logdet_B() if compute_evidence else np.nan
+    return control.result(SparsePEPResult, tau, nu, post, (log_z, cav_mean, cav_var))
 
 
 def fit_on_scheduler(est: Any, kernel: Any, X, y, Z, projection) -> tuple[SparsePEPResult, Any]:

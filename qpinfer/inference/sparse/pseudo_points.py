@@ -1,3 +1,4 @@
+# Over 400 lines: the prior, its low-rank posterior and the gradient weights that the regression energy here and sites.py share.
 """The pseudo-point prior of sparse GP approximations (paper 004) and the collapsed regression energy.
 
 M pseudo-points ``u = f(Z)`` summarise the N training function values. Everything is computed in

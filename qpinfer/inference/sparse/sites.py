@@ -7,7 +7,7 @@ update (:func:`_sparse_site_proposal`): the fractional cavity of ``a_n = w_n^T u
 ``N(f_n | mu_c, s_c + h_n)`` -- eq. (20)'s ``d1 = dlog Z~/dmu``, ``d2 = d^2 log Z~/dmu^2`` --
 mapped back to ``a_n`` (``mu_c + s_c d1``, ``s_c + s_c^2 d2``), and the site update of eqs.
 (106)-(107) at full power, ``tau_new = -d2/(1 + s_c d2)/alpha`` (the same as
-:func:`qpinfer.inference.site_loop.site_proposal`'s ``(1/s_new - tau_c)/alpha`` but free of cancellation
+:func:`qpinfer.inference.site_update.site_proposal`'s ``(1/s_new - tau_c)/alpha`` but free of cancellation
 when ``s_c ~ 0``, an input far from every inducing input); damping gives eqs. (108)-(109), same
 fixed points. The sweeps are :func:`qpinfer.inference.site_loop.run_sites` with the low-rank posterior of
 eqs. (119)-(120) (:class:`LowRankSiteRepresentation`: sequential sweeps update ``B^-1`` by rank
@@ -31,13 +31,8 @@ from scipy.linalg import cho_solve
 
 from qpinfer.inference.power_ep import power_ep_log_evidence
 from qpinfer.inference.projections import QuantileMatching
-from qpinfer.inference.site_loop import (
-    MIN_SITE_PRECISION,
-    SiteResult,
-    SweepSettings,
-    clip_precision,
-    run_sites,
-)
+from qpinfer.inference.site_loop import SiteResult, SweepSettings, run_sites
+from qpinfer.inference.site_update import MIN_SITE_PRECISION, clip_precision
 from qpinfer.inference.sparse.pseudo_points import (
     LowRankPosterior,
     PseudoPointPrior,
@@ -146,7 +141,7 @@ def _sparse_site_proposal(
     ``nu_new = (d1 - mu_c d2) / (1 + s_c d2) / alpha`` (eq. (107): ``1/v_new = -d2/(1 + s_c
     d2)``): an input far from every inducing input has ``s_c ~ ||w_n||^2 ~ 0`` and
     ``1/s_new - 1/s_c`` (qpinfer.inference.ep's generic form) would lose every digit. Returns
-    ``(tau_new, nu_new, ok, clipped)`` as :func:`qpinfer.inference.site_loop.site_proposal`.
+    ``(tau_new, nu_new, ok, clipped)`` as :func:`qpinfer.inference.site_update.site_proposal`.
     """
     power = proj.power
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

@@ -1,0 +1,303 @@
+"""The estimators' shared constructor parameters, each defined once: default, check and text.
+
+scikit-learn's convention -- hyperparameters are constructor arguments with defaults, stored
+verbatim and validated at ``fit`` -- holds for all five estimators. The parameters several of
+them take are fields of the dataclasses below, which the estimators inherit:
+
+* :class:`SharedParams` (all five): ``kernel``, ``variance``, ``length_scale``, ``ard``,
+  ``optimizer``, ``optimizer_maxiter``;
+* :class:`SiteLoopParams` (the dense estimators and :class:`qpinfer.SparseGPClassifier`):
+  ``schedule``, ``max_iter``, ``tol``, ``damping``;
+* :class:`PseudoPointParams` (the sparse estimators): ``n_inducing`` (positional, first),
+  ``inducing_points``, ``optimize_inducing``, ``jitter``, ``random_state``, and
+  ``max_optimizer_iter``, the old name of ``optimizer_maxiter`` (until 0.3: accepted, and its
+  value used, with a ``FutureWarning`` at ``fit``).
+
+They are keyword-only, after an estimator's own positional arguments. :func:`estimator` makes
+an estimator class a dataclass (``__init__`` generated from the fields, no generated ``__eq__``
+or ``__repr__``: :class:`~qpinfer.estimators.protocol.ParamsMixin` has the protocol) and writes
+the shared parameters' text of :data:`PARAMETER_DOCS` into its docstring, where a line
+``%(name)s`` stands. :func:`resolve_table` is what the ``table`` parameter of the QP estimators
+means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import warnings
+from typing import Any
+
+import numpy as np
+
+from qpinfer.checks import check_positive_int
+from qpinfer.estimators.protocol import ParamsMixin
+from qpinfer.kernels import ARDSquaredExponential
+from qpinfer.tables import TableError, installed_table_path, open_table
+from qpinfer.tables.reader import SigmaTableReader
+from qpinfer.tables.shipped import shipped_table
+
+__all__ = [
+    "PARAMETER_DOCS",
+    "PseudoPointParams",
+    "SharedParams",
+    "SiteLoopParams",
+    "estimator",
+    "resolve_table",
+    "warn_exact_once",
+]
+
+#: the default cap on L-BFGS-B iterations (paper 000 Sec. 6)
+OPTIMIZER_MAXITER = 1000
+#: ``max_optimizer_iter``'s default: not passed (the cap is then ``optimizer_maxiter``)
+RENAMED = "deprecated"
+
+
+def _renamed(value: Any) -> bool:
+    """Whether the old name ``max_optimizer_iter`` was passed (its value is not the default)."""
+    return not (isinstance(value, str) and value == RENAMED)
+
+
+#: the shared parameters' entries of an estimator's "Parameters" section
+PARAMETER_DOCS = {
+    "kernel": """\
+kernel : kernel object or None
+    A covariance function implementing :class:`qpinfer.kernels.Kernel` (the sparse estimators
+    need :class:`~qpinfer.kernels.ARDSquaredExponential`, for the derivatives in the inducing
+    inputs); it is not modified (the fitted one is ``kernel_``). ``None``: the ARD SE kernel
+    built from ``variance``, ``length_scale`` and ``ard``.""",
+    "variance": """\
+variance, length_scale, ard :
+    Initial (or, with ``optimizer=None``, fixed) SE kernel hyperparameters: signal variance,
+    length scale(s), and whether a scalar ``length_scale`` becomes one per feature (ARD, the
+    paper's Sec. 3.1 kernel).""",
+    "optimizer_maxiter": """\
+optimizer_maxiter : int, default 1000
+    At most this many L-BFGS-B iterations for the hyperparameters (paper Sec. 6: 1000, relative
+    function tolerance 1e-9).""",
+    "schedule": """\
+schedule : {"parallel", "sequential"}
+    Site-update schedule (see :func:`qpinfer.inference.ep.run_ep`).""",
+    "max_iter": """\
+max_iter, tol, damping :
+    Site updates stop when the RMS change of the site parameters is below ``tol`` (paper
+    Sec. 6: 1e-6) or after ``max_iter`` sweeps (:class:`~qpinfer.inference.ep.ConvergenceWarning`).
+    ``damping=None``: 1.0 for the sequential, 0.5 for the parallel schedule. ``max_iter`` also
+    bounds the dense estimators' Newton iterations (Laplace, at least 100) and VB's
+    fixed-point steps.""",
+    "n_inducing": """\
+n_inducing : int or None, default None
+    Number of pseudo-points M, in [1, n_samples]; ``None`` means ``min(50, n_samples)``,
+    resolved at fit time (the stored parameter stays ``None``), so the default fits any data
+    set. An explicit value above n_samples is refused with a ``ValueError``. Ignored when
+    ``inducing_points`` is given; the M used is ``inducing_points_.shape[0]``.""",
+    "inducing_points": """\
+inducing_points : array (M, n_features) or None
+    Initial inducing inputs; ``None``: k-means centroids of X
+    (:func:`~qpinfer.inference.sparse.pseudo_points.kmeans_inducing_points`).
+optimize_inducing : bool
+    Whether L-BFGS-B also moves the inducing inputs.""",
+    "jitter": """\
+jitter : float
+    Added to ``Kuu``'s diagonal, relative to the kernel variance.
+random_state : int, Generator or None
+    Seeds k-means.""",
+    "max_optimizer_iter": """\
+max_optimizer_iter : int, deprecated
+    The old name of ``optimizer_maxiter`` (renamed in 0.2, removed in 0.3): still accepted,
+    and its value used, with a ``FutureWarning`` at ``fit``.""",
+}
+
+_PLACEHOLDER = re.compile(r"^( *)%\((\w+)\)s$", re.MULTILINE)
+
+
+def _fill_docs(doc: str | None) -> str | None:
+    """``doc`` with every line ``%(name)s`` replaced by ``PARAMETER_DOCS[name]``, indented as
+    the line."""
+    if doc is None:
+        return None
+
+    def entry(match: re.Match) -> str:
+        indent, name = match.groups()
+        return "\n".join(
+            indent + line if line else line for line in PARAMETER_DOCS[name].split("\n")
+        )
+
+    return _PLACEHOLDER.sub(entry, doc)
+
+
+def estimator(cls: type) -> type:
+    """Make ``cls`` a dataclass of its parameters (the ``__init__`` that stores them verbatim;
+    no ``__eq__``, ``__repr__`` or ``__match_args__``) and fill its docstring's shared
+    parameters (:data:`PARAMETER_DOCS`)."""
+    cls = dataclasses.dataclass(eq=False, repr=False, match_args=False)(cls)
+    cls.__doc__ = _fill_docs(cls.__doc__)
+    return cls
+
+
+_params = dataclasses.dataclass(eq=False, repr=False, match_args=False, kw_only=True)
+
+
+@_params
+class SharedParams(ParamsMixin):
+    """The kernel and the hyperparameter search: the parameters of all five estimators."""
+
+    kernel: Any = None
+    variance: float = 1.0
+    length_scale: float | np.ndarray = 1.0
+    ard: bool = True
+    optimizer: str | None = "lbfgs"
+    optimizer_maxiter: int = OPTIMIZER_MAXITER
+
+    def _check_search_params(self) -> None:
+        """Validate ``optimizer`` and ``optimizer_maxiter``."""
+        if self.optimizer not in ("lbfgs", None):
+            raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
+        check_positive_int(self.optimizer_maxiter, "optimizer_maxiter")
+
+    def _optimizer_maxiter(self) -> int:
+        """The L-BFGS-B iteration cap."""
+        return int(self.optimizer_maxiter)
+
+    def _check_kernel(self, kernel: Any) -> None:
+        """``ValueError`` unless ``kernel`` implements the :class:`qpinfer.kernels.Kernel`
+        protocol."""
+        for attr in ("theta", "bounds", "with_theta", "gradient_contract", "diag"):
+            if not hasattr(kernel, attr):
+                raise ValueError(
+                    f"kernel must implement the qpinfer.kernels.Kernel protocol; "
+                    f"{type(kernel).__name__} lacks {attr!r}"
+                )
+
+    def _initial_kernel(self, n_features: int) -> Any:
+        """A copy of ``kernel`` (checked; the parameter is kept), else the ARD SE kernel of
+        ``variance`` and ``length_scale`` (a scalar becomes one per feature when ``ard``)."""
+        if self.kernel is not None:
+            self._check_kernel(self.kernel)
+            return self.kernel.with_theta(self.kernel.theta)
+        ls = np.asarray(self.length_scale, dtype=np.float64)
+        if ls.ndim == 0 and self.ard:
+            ls = np.full(n_features, float(ls))
+        elif ls.ndim == 1 and ls.size not in (1, n_features):
+            raise ValueError(f"length_scale has {ls.size} entries but X has {n_features} features")
+        return ARDSquaredExponential(self.variance, ls)
+
+
+@_params
+class SiteLoopParams(SharedParams):
+    """The site loop's settings (:class:`qpinfer.inference.site_loop.SweepSettings`)."""
+
+    schedule: str = "parallel"
+    max_iter: int = 1000
+    tol: float = 1e-6
+    damping: float | None = None
+
+    def _check_site_loop(self) -> None:
+        """Validate ``schedule``, ``max_iter``, ``tol`` and ``damping``."""
+        if self.schedule not in ("parallel", "sequential"):
+            raise ValueError(f"schedule must be 'parallel' or 'sequential', got {self.schedule!r}")
+        check_positive_int(self.max_iter, "max_iter")
+        if not (isinstance(self.tol, int | float) and self.tol > 0):
+            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
+        if self.damping is not None and not (0 < self.damping <= 1):
+            raise ValueError(f"damping must be None or in (0, 1], got {self.damping!r}")
+
+    def _site_loop_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`qpinfer.inference.ep.run_ep` /
+        :func:`qpinfer.inference.sparse.sites.run_sparse_pep` they set."""
+        return {
+            "schedule": self.schedule,
+            "damping": self.damping,
+            "max_iter": int(self.max_iter),
+            "tol": float(self.tol),
+        }
+
+
+@_params
+class PseudoPointParams(SharedParams):
+    """The pseudo-points of the sparse estimators (``n_inducing`` positional)."""
+
+    n_inducing: int | None = dataclasses.field(default=None, kw_only=False)
+    inducing_points: Any = None
+    optimize_inducing: bool = True
+    jitter: float = 1e-6
+    random_state: Any = None
+    max_optimizer_iter: Any = RENAMED
+
+    def _check_pseudo_point_params(self) -> None:
+        """Validate the search's parameters and ``jitter``; ``max_optimizer_iter`` (the old
+        name of ``optimizer_maxiter``) warns ``FutureWarning`` and must agree with it."""
+        old = self.max_optimizer_iter
+        if _renamed(old):
+            warnings.warn(
+                "max_optimizer_iter was renamed optimizer_maxiter in qpinfer 0.2 and will be "
+                f"removed in 0.3; pass optimizer_maxiter={old!r} instead",
+                FutureWarning,
+                stacklevel=3,
+            )
+            check_positive_int(old, "max_optimizer_iter")
+            if self.optimizer_maxiter not in (OPTIMIZER_MAXITER, old):
+                raise ValueError(
+                    f"max_optimizer_iter={old!r} and optimizer_maxiter={self.optimizer_maxiter!r} "
+                    "disagree; pass optimizer_maxiter only (max_optimizer_iter is its old name)"
+                )
+        self._check_search_params()
+        if not (isinstance(self.jitter, int | float) and self.jitter >= 0):
+            raise ValueError(f"jitter must be a non-negative number, got {self.jitter!r}")
+
+    def _optimizer_maxiter(self) -> int:
+        """The L-BFGS-B iteration cap: ``max_optimizer_iter`` if it was passed, else
+        ``optimizer_maxiter``."""
+        old = self.max_optimizer_iter
+        return int(old if _renamed(old) else self.optimizer_maxiter)
+
+
+_warned_exact: set[str] = set()
+
+
+def warn_exact_once(reason: str, key: str) -> None:
+    """QP without a table: warn once per process and ``key`` (the estimator's name)."""
+    if key not in _warned_exact:
+        _warned_exact.add(key)
+        warnings.warn(
+            f"{reason}; QP computes sigma* exactly with qpinfer.sigma_qp (slower than a table "
+            "lookup). Install a table (qptables) or pass table=... . Warned once per process.",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+
+
+def resolve_table(est: Any, likelihood: Any) -> Any:
+    """The sigma* table QP uses for ``likelihood`` by ``est.table`` (``None`` for other
+    methods and for exact sigma*): ``None`` -- the installed table if there is one (unusable:
+    exact, warned once), else the one shipped inside qpinfer, else exact (warned once);
+    ``"exact"``; a path (:func:`qpinfer.open_table`); or a table object, used as is."""
+    if est.method != "qp":
+        return None
+    table = est.table
+    if isinstance(table, str) and table == "exact":
+        return None
+    if table is None:
+        path = installed_table_path(likelihood)
+        if not path.exists():
+            shipped = shipped_table(likelihood)  # the v2 table inside qpinfer
+            if shipped is not None:
+                return shipped
+            warn_exact_once(
+                f"no installed sigma* table for {likelihood.name!r} at {path}", type(est).__name__
+            )
+            return None
+        try:
+            return open_table(path)
+        except TableError as exc:
+            warn_exact_once(f"the installed table is unusable ({exc})", type(est).__name__)
+            return None
+    if isinstance(table, str | os.PathLike):
+        return open_table(table)
+    if not isinstance(table, SigmaTableReader):
+        raise ValueError(
+            f"table must be None, 'exact', a path or a table from qpinfer.open_table; got "
+            f"{type(table).__name__}"
+        )
+    return table

@@ -1,0 +1,127 @@
+"""scikit-learn's estimator protocol, without a dependency on scikit-learn.
+
+:class:`ParamsMixin` gives every estimator ``get_params``/``set_params``/``__repr__`` (its
+parameters are the arguments of its ``__init__``, stored verbatim), the fitted check and the
+check of prediction inputs; :class:`NotFittedError` is raised before ``fit`` (also an instance
+of scikit-learn's own when scikit-learn is loaded); :class:`RegressorTagsMixin` gives the
+regressors' tags to scikit-learn's tooling. The parameters themselves are defined in
+:mod:`qpinfer.estimators.params`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+import numpy as np
+
+from qpinfer.checks import check_X
+
+__all__ = ["NotFittedError", "ParamsMixin", "RegressorTagsMixin", "not_fitted_error"]
+
+
+class NotFittedError(ValueError, AttributeError):
+    """The estimator is used before ``fit`` (same bases as scikit-learn's)."""
+
+
+_sklearn_compatible: dict[str, type] = {}
+
+
+def not_fitted_error(message: str) -> NotFittedError:
+    """A :class:`NotFittedError`; if scikit-learn is loaded, also an instance of its own
+    ``NotFittedError``, so its tooling recognises it (qpinfer never imports scikit-learn)."""
+    sk = sys.modules.get("sklearn.exceptions")
+    if sk is None:
+        return NotFittedError(message)
+    cls = _sklearn_compatible.get("NotFittedError")
+    if cls is None:
+        cls = type("NotFittedError", (NotFittedError, sk.NotFittedError), {})
+        _sklearn_compatible["NotFittedError"] = cls
+    return cls(message)
+
+
+class ParamsMixin:
+    """scikit-learn's parameter protocol (``get_params``/``set_params``/``__repr__``, the fitted
+    check and the check of prediction inputs). The parameters are the arguments of the class's
+    ``__init__`` (read from its signature, as scikit-learn does), which stores them verbatim."""
+
+    #: the attribute whose presence means "fitted"
+    _FITTED_ATTR = "result_"
+
+    @classmethod
+    def _get_param_names(cls) -> tuple[str, ...]:
+        """The names of the ``__init__`` arguments, in order."""
+        params = inspect.signature(cls.__init__).parameters
+        return tuple(name for name in params if name != "self")
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, self._FITTED_ATTR)
+
+    def _check_is_fitted(self) -> None:
+        if not hasattr(self, self._FITTED_ATTR):
+            raise not_fitted_error(
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
+                "appropriate arguments before using this estimator."
+            )
+
+    def _check_predict_X(self, X: Any) -> np.ndarray:
+        self._check_is_fitted()
+        X = check_X(X, estimator=type(self).__name__)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        return X
+
+    def _what(self, stage: str | None = None) -> str:
+        """Who warns: ``"GPClassifier(method='qp')"``, plus a stage other than the method
+        (QP's EP stage); the bare class name for an estimator without ``method``."""
+        method = getattr(self, "method", None)
+        if method is None:
+            return type(self).__name__
+        tail = f", stage {stage!r}" if stage and stage != method else ""
+        return f"{type(self).__name__}(method={method!r}{tail})"
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Constructor arguments (scikit-learn's ``get_params``)."""
+        return {name: getattr(self, name) for name in self._get_param_names()}
+
+    def set_params(self, **params: Any):
+        """Set constructor arguments (scikit-learn's ``set_params``)."""
+        names = self._get_param_names()
+        for key, value in params.items():
+            if key not in names:
+                raise ValueError(
+                    f"Invalid parameter {key!r} for {type(self).__name__}; valid parameters are "
+                    f"{sorted(names)}"
+                )
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = type(self)().get_params()
+        changed = []
+        for k, v in self.get_params().items():
+            d = defaults[k]
+            same = v is d or (type(v) is type(d) and not isinstance(v, np.ndarray) and bool(v == d))
+            if not same:
+                changed.append(f"{k}={v!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+
+class RegressorTagsMixin:
+    """scikit-learn's tags of a regressor (``_POSITIVE_TARGETS``: counts, non-negative)."""
+
+    _POSITIVE_TARGETS = False
+
+    def __sklearn_tags__(self):  # called by scikit-learn only, so its import is fine here
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="regressor",
+            target_tags=TargetTags(required=True, positive_only=self._POSITIVE_TARGETS),
+            regressor_tags=RegressorTags(),
+            input_tags=InputTags(),
+        )

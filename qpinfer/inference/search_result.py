@@ -1,0 +1,168 @@
+"""What a hyperparameter search returns and the check of how it ended.
+
+:class:`SearchResult` is the best successful evaluation of a search by
+:func:`qpinfer.inference.optimize.minimize_lbfgsb` (its point, value and what the objective kept
+there), scipy's result and the failures on the way; :func:`combine` joins consecutive searches
+(restarts). :func:`check_search` raises :class:`SearchFailedError` when no evaluation succeeded
+and warns with :class:`OptimizerWarning` (a :class:`~qpinfer.inference.site_loop.ConvergenceWarning`)
+when scipy reports a failure or the search never left its start while evaluations failed, and
+with :class:`BoundWarning` when the best point lies on a bound of the box.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import OptimizeResult
+
+from qpinfer.inference.search_space import as_box
+from qpinfer.inference.site_loop import ConvergenceWarning
+
+__all__ = [
+    "BOUND_ATOL",
+    "BoundWarning",
+    "OptimizerWarning",
+    "SearchFailedError",
+    "SearchResult",
+    "check_search",
+    "combine",
+]
+
+#: scipy's status when the callback raised ``StopIteration`` (a deliberate stop, not a failure)
+_STOPPED_BY_CALLBACK = 99
+#: a best point within this distance (log units) of a bound counts as "at the bound"
+BOUND_ATOL = 1e-3
+_ABNORMAL_STATUS = 2  # scipy: the line search found no decrease
+_ABNORMAL = (
+    " -- the line search found no decrease along the gradient: near the optimum the inner "
+    "loop's tolerance makes the evidence and its gradient inexact"
+)
+
+
+class OptimizerWarning(ConvergenceWarning):
+    """A hyperparameter search ended without success, never left its start, or ended on a bound."""
+
+
+class BoundWarning(OptimizerWarning):
+    """A fitted hyperparameter lies on a bound of the search box."""
+
+
+class SearchFailedError(ValueError):
+    """No evaluation of a hyperparameter search succeeded (the message names the cause)."""
+
+
+@dataclass
+class SearchResult:
+    """The best successful evaluation of a search, scipy's result, and what failed on the way."""
+
+    x: np.ndarray | None  # best point evaluated successfully (None: none succeeded)
+    fun: float  # its objective value (inf: none)
+    scipy: OptimizeResult
+    x0: np.ndarray
+    n_evaluations: int
+    n_failed: int
+    first_failure: str | None
+    last_failure: str | None
+    #: what the objective kept at the best point (its third item; ``None`` if it returns two)
+    best: Any = None
+    #: the objective at the start (if that evaluation succeeded), then after each iteration
+    history: list[float] = field(default_factory=list)
+
+    @property
+    def best_is_start(self) -> bool:
+        """Whether no evaluation improved on the starting point."""
+        return self.x is not None and bool(np.array_equal(self.x, self.x0))
+
+    def failures(self) -> str:
+        """``"k of n evaluations failed (first: ..., last: ...)"``, or ``""``."""
+        if not self.n_failed:
+            return ""
+        text = f"{self.n_failed} of {self.n_evaluations} evaluations failed (first: {self.first_failure}"
+        if self.last_failure != self.first_failure:
+            text += f"; last: {self.last_failure}"
+        return text + ")"
+
+
+def combine(searches: Sequence[SearchResult]) -> SearchResult:
+    """One :class:`SearchResult` for consecutive searches (restarts): the best point of all (and
+    what was kept there), the first search's start, the last one's scipy result, the
+    evaluations, failures and histories joined."""
+    best = min((s for s in searches if s.x is not None), key=lambda s: s.fun, default=searches[-1])
+    failed = [s for s in searches if s.n_failed]
+    return SearchResult(
+        best.x,
+        best.fun,
+        searches[-1].scipy,
+        searches[0].x0,
+        sum(s.n_evaluations for s in searches),
+        sum(s.n_failed for s in searches),
+        failed[0].first_failure if failed else None,
+        failed[-1].last_failure if failed else None,
+        best.best,
+        [f for s in searches for f in s.history],
+    )
+
+
+def check_search(
+    search: SearchResult,
+    what: str,
+    bounds: Any = None,
+    names: Sequence[str] | None = None,
+    stacklevel: int = 2,
+) -> None:
+    """Raise or warn about how ``search`` ended; ``what`` names the estimator and method.
+
+    * no successful evaluation: :class:`SearchFailedError` with the failures' messages;
+    * scipy's ``success`` is false (iteration or evaluation limit, abnormal line search; a stop
+      by the callback is deliberate and passes): :class:`OptimizerWarning` with its message;
+    * the best point is the start and some evaluations failed: :class:`OptimizerWarning`;
+    * the best point lies on a bound of ``bounds``: :class:`BoundWarning` naming the parameter
+      (``names[i]``, default ``theta[i]``) and the bound.
+    """
+    res = search.scipy
+    failures = search.failures()
+    if search.x is None:
+        raise SearchFailedError(
+            f"{what}: inference failed at every hyperparameter value tried ({failures or 'no evaluation'})"
+        )
+    if not res.success and res.status != _STOPPED_BY_CALLBACK:
+        why = f"status {res.status}: {res.message}"
+        if res.status == _ABNORMAL_STATUS:
+            why += _ABNORMAL
+        parts = [f"{res.nit} iterations, {search.n_evaluations} evaluations", failures]
+        if search.best_is_start:
+            parts.append("the result is the starting point")
+        warnings.warn(
+            f"{what}: L-BFGS-B did not converge ({why}); " + "; ".join(p for p in parts if p),
+            OptimizerWarning,
+            stacklevel=stacklevel + 1,
+        )
+    elif search.best_is_start and search.n_failed:
+        warnings.warn(
+            f"{what}: L-BFGS-B found nothing better than its starting point ({res.message}); "
+            f"{failures}; the result is the starting point",
+            OptimizerWarning,
+            stacklevel=stacklevel + 1,
+        )
+    if bounds is None:
+        return
+    hits = []
+    for i, (xi, (lo, hi)) in enumerate(zip(search.x, as_box(bounds), strict=False)):
+        name = names[i] if names is not None and i < len(names) else f"theta[{i}]"
+        if abs(xi - lo) <= BOUND_ATOL:
+            hits.append(f"{name} = {xi:.6g} at its lower bound")
+        elif abs(xi - hi) <= BOUND_ATOL:
+            hits.append(f"{name} = {xi:.6g} at its upper bound")
+    if hits:
+        warnings.warn(
+            f"{what}: the fitted {', '.join(hits)}; the evidence would rise beyond the bound. "
+            "A length scale at its upper bound marks a feature the fit ignores; at its lower "
+            "bound, a fit that follows every point (outliers?). Widen the kernel's bounds if "
+            "that matters.",
+            BoundWarning,
+            stacklevel=stacklevel + 1,
+        )

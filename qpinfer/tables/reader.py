@@ -1,0 +1,94 @@
+"""What every open sigma* table answers: :class:`SigmaTableReader`, the one interface of the
+v1 grid reader (:class:`qpinfer.tables.grid_table.SigmaTable`), the v2 reader
+(:class:`qpinfer.tables.reduced.ReducedTable`) and the Student-t scale adapter
+(:class:`qpinfer.tables.student_t.ScaledTable`).
+
+QP's projection (:class:`qpinfer.inference.projections.QuantileMatching`) asks a table for
+``qp_moments`` and nothing else; the estimators and the dask sweep
+(:mod:`qpinfer.inference.sparse.dask_sweep`) read ``likelihood``, ``likelihood_object`` and
+``path``. Every query method is vectorised, broadcasts ``(mu, sigma, y)`` (cavity mean, cavity
+standard deviation, observation), answers points outside the table with the exact kernel
+(counted in ``fallback_count``) and raises a ``ValueError`` naming the argument for invalid
+input.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+
+from qpinfer.likelihoods.base import Likelihood
+
+__all__ = ["SigmaTableReader", "flat_moment"]
+
+
+class SigmaTableReader(ABC):
+    """An open sigma* table (paper 000 eq. (7)); create one with :func:`qpinfer.open_table`.
+
+    Attributes
+    ----------
+    path : Path
+        The store the table reads. A table pickles (and deep-copies) as its path and how it was
+        opened: the copy re-opens and re-validates the store (the dask sweep opens a table once
+        per worker process this way).
+    attrs : dict
+        The store's root attributes.
+    likelihood : str
+        The likelihood name the store records (what QP's projection checks against its own).
+    fallback_count : int
+        Queries answered by the exact kernel (outside the table).
+
+    Subclasses set ``_lik``, the likelihood object the table answers for (built once, when the
+    table is opened), read through :attr:`likelihood_object`.
+    """
+
+    path: Path
+    attrs: dict[str, Any]
+    likelihood: str
+    fallback_count: int
+    _lik: Likelihood
+
+    @property
+    def likelihood_object(self) -> Likelihood:
+        """The likelihood the table answers for (its ``name`` is :attr:`likelihood` or the
+        same likelihood's canonical name)."""
+        return self._lik
+
+    @abstractmethod
+    def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
+        """sigma* at cavities ``(mu, sigma)`` and observations ``y``; ``moments``: EP's
+        ``(mean, std)`` there (eq. (5)) if the caller has them (then not computed again)."""
+
+    @abstractmethod
+    def sigma_ratio(self, mu, sigma, y, moments=None) -> np.ndarray:
+        """sigma* / sigma_EP (in (0, 1], Theorem 2); ``moments`` as in :meth:`sigma_qp`."""
+
+    @abstractmethod
+    def qp_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, sigma*)``: QP's projection of the tilted distribution, EP's mean (eq. (5))
+        and the L2-Wasserstein standard deviation (eq. (7)), each table computing EP's moments
+        only where it needs them."""
+
+    @abstractmethod
+    def contains(self, mu, sigma, y) -> np.ndarray:
+        """Boolean mask of the queries the table answers without the exact kernel."""
+
+    def close(self) -> None:  # noqa: B027 - a hook: most readers hold nothing open
+        """Release what the table holds open (nothing, unless a reader says otherwise); the
+        table stays usable."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def flat_moment(a: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """One of EP's moments passed by a caller (``moments=``), as a flat float64 array over the
+    queries broadcast to ``shape``."""
+    a = np.asarray(a, dtype=np.float64)
+    return a.ravel() if a.shape == shape else np.broadcast_to(a, shape).ravel()

@@ -1,0 +1,140 @@
+"""The files of a v2 sigma* store: their layout, their integrity record, their arrays.
+
+A v2 store (``qp_schema_version == 2``, written by ``qptables build LIK OUT --grid v2``) is a
+zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
+:mod:`qpinfer.tables.boxes` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
+<box>_<axis1>])`` (:func:`array_names`): ``rho = sigma* / sigma_EP`` at the Chebyshev-Gauss nodes
+of the box's cells (:mod:`qpinfer.tables.chebyshev`), one slice per label, with the node positions
+as coordinate arrays. Root attributes: ``likelihood``, ``boxes`` (each box's kind, axes and
+labels), ``grid`` (the same, for tools that read v1's), ``coordinates`` / ``interpolation`` /
+``claimed_domain`` (prose), ``arrays`` (every array of the store), ``verification`` (the build's
+check against the exact kernel and mpmath), ``integrity`` and ``complete``.
+
+Integrity: a v2 store is small (a few MB), so the reader (:func:`qpinfer.tables.reduced.open_reduced`)
+reads every file of it once at open (:func:`store_files`), hashes it (~2 ms per MB), decodes the
+arrays from the same bytes (:func:`read_array`) and compares the hashes with
+``attrs["integrity"]`` (:func:`integrity_record`, written by the build): one sha256 per file and
+per root attribute (except :data:`UNSIGNED_ATTRS`), and a digest over all of them; any change --
+a flipped byte in a chunk, an edited likelihood or box -- is named by :func:`integrity_changes`.
+(The v1 stores' record is :mod:`qpinfer.tables.integrity`.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qpinfer.tables.boxes.base import Box
+from qpinfer.tables.store import TableError, chunk_key
+
+__all__ = [
+    "SCHEMA_VERSION_V2",
+    "UNSIGNED_ATTRS",
+    "array_names",
+    "integrity_changes",
+    "integrity_record",
+    "read_array",
+    "store_files",
+]
+
+SCHEMA_VERSION_V2 = 2
+UNSIGNED_ATTRS = ("integrity", "verification", "complete")
+
+
+def array_names(box: Box) -> dict[str, tuple[str, ...]]:
+    """``{array: dims}`` of one box: its data array and its coordinate arrays."""
+    dims = (f"{box.name}_y", *(f"{box.name}_{ax.name}" for ax in box.axes))
+    return {f"rho_{box.name}": dims, **{d: (d,) for d in dims}}
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def store_files(root: Path) -> dict[str, bytes]:
+    """Every file of the store but the root ``zarr.json``, read once: ``{relative path: bytes}``."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel != "zarr.json" and path.is_file():
+            out[rel] = path.read_bytes()
+    return out
+
+
+def integrity_record(root: str | os.PathLike, attrs: dict) -> dict:
+    """The ``integrity`` attribute of the store at ``root`` as it is now (see module doc)."""
+    return _record(attrs, store_files(Path(root)))
+
+
+def _record(attrs: dict, files: dict[str, bytes]) -> dict:
+    """The integrity record of a store's attributes and file contents (:func:`store_files`)."""
+    hashes = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
+    attributes = {
+        k: hashlib.sha256(_canonical(v)).hexdigest()
+        for k, v in sorted(attrs.items())
+        if k not in UNSIGNED_ATTRS
+    }
+    fields = {"files": hashes, "attributes": attributes}
+    return {
+        "algorithm": "sha256",
+        "digest": hashlib.sha256(_canonical(fields)).hexdigest(),
+        **fields,
+    }
+
+
+def integrity_changes(attrs: dict, files: dict[str, bytes]) -> list[str]:
+    """What changed since the store's integrity record was written (``files``:
+    :func:`store_files`): one description per file or attribute, ``[]`` if nothing did."""
+    want = attrs.get("integrity")
+    if not isinstance(want, dict) or "digest" not in want:
+        return ["the integrity record is missing"]
+    have = _record(attrs, files)
+    if have["digest"] == want["digest"]:
+        return []
+    out = []
+    for kind in ("files", "attributes"):
+        a, b = want.get(kind) or {}, have[kind]
+        label = "file" if kind == "files" else "attribute"
+        out += [f"{label} {k!r} changed" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
+        out += [f"{label} {k!r} missing" for k in sorted(set(a) - set(b))]
+        out += [f"{label} {k!r} added" for k in sorted(set(b) - set(a))]
+    return out or ["the digest itself was changed"]
+
+
+def read_array(root: Path, files: dict[str, bytes], name: str, what: str) -> np.ndarray:
+    """A float64 array of the store from its files' bytes (``files``: :func:`store_files`)."""
+    try:
+        meta = json.loads(files[f"{name}/zarr.json"])
+        shape = tuple(meta["shape"])
+        chunks = tuple(meta["chunk_grid"]["configuration"]["chunk_shape"])
+        enc = meta["chunk_key_encoding"]
+        sep = enc.get("configuration", {}).get("separator", "/")
+        codecs = meta["codecs"]
+    except KeyError as exc:
+        raise TableError(f"{what}: array {name!r} or its metadata is missing ({exc})") from None
+    except (TypeError, ValueError) as exc:
+        raise TableError(f"{what}: malformed metadata of array {name!r} ({exc})") from None
+    if meta.get("data_type") != "float64" or [c.get("name") for c in codecs] != ["bytes"]:
+        raise TableError(f"{what}: array {name!r} must be uncompressed float64")
+    out = np.empty(shape)
+    grid = [range(0, n, c) for n, c in zip(shape, chunks, strict=True)]
+    for idx in np.ndindex(*[len(g) for g in grid]):
+        lo = [g[i] for g, i in zip(grid, idx, strict=True)]
+        rel = chunk_key(name, sep, idx, enc.get("name", "default"))
+        data = files.get(rel)
+        if data is None:
+            raise TableError(f"{what}: chunk {str(root / rel)!r} is missing")
+        if len(data) != 8 * int(np.prod(chunks)):
+            raise TableError(
+                f"{what}: chunk {str(root / rel)!r} has {len(data)} bytes, expected "
+                f"{int(np.prod(chunks)) * 8}"
+            )
+        block = np.frombuffer(data, dtype="<f8").reshape(chunks)
+        sl = tuple(slice(a, min(a + c, n)) for a, c, n in zip(lo, chunks, shape, strict=True))
+        out[sl] = block[tuple(slice(0, s.stop - s.start) for s in sl)]
+    return out
