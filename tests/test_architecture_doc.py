@@ -56,3 +56,13 @@ def test_the_top_levels_stay_small():
     # issue #31: at most about a dozen modules beside the subpackages
     for pkg in ("qpinfer", "qptables"):
         assert len(list((ROOT / pkg).glob("*.py"))) <= 12, pkg
+
+
+def test_no_module_is_over_400_lines_without_a_reason_and_none_over_500():
+    for pkg in ("qpinfer", "qptables"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            lines = path.read_text().splitlines()
+            name = path.relative_to(ROOT)
+            assert len(lines) <= 500, f"{name}: {len(lines)} lines"
+            if len(lines) > 400:
+                assert lines[0].startswith("# Over 400 lines: "), f"{name}: {len(lines)} lines"

@@ -40,7 +40,7 @@ from qpinfer.tables.reduced_store import (
 from qpinfer.tables.store import TableError, read_json
 from qpinfer.tables.sweep_evaluator import SweepEvaluator
 
-# SCHEMA_VERSION_V2, array_names and integrity_record: also imported from here (qptables.pipeline.v2)
+# SCHEMA_VERSION_V2, array_names and integrity_record: names of the 0.1 module qpinfer.tables_v2, kept
 __all__ = ["SCHEMA_VERSION_V2", "ReducedTable", "array_names", "integrity_record", "open_reduced"]
 
 

@@ -36,7 +36,8 @@ import numpy as np
 import qpinfer
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.boxes.registry import box_from_attrs, boxes_for
-from qpinfer.tables.reduced import SCHEMA_VERSION_V2, array_names, integrity_record, open_reduced
+from qpinfer.tables.reduced import open_reduced
+from qpinfer.tables.reduced_store import SCHEMA_VERSION_V2, array_names, integrity_record
 from qpinfer.tables.replace import replace_store
 from qptables.pipeline.dask_run import completed, open_client
 from qptables.pipeline.destination import check_destinations, check_writable, clean_stale
