@@ -16,10 +16,10 @@ import qpinfer
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.quadrature.panels import panel_rule
 from qpinfer.tables import TableError
-from qpinfer.tables.boxes.registry import box_from_attrs
+from qpinfer.tables.boxes.registry import box_from_attrs, boxes_for
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
-from qptables.pipeline.v2 import _chunk_file, _tiles, chunk_shape, tile_rho
+from qptables.pipeline.v2 import _chunk_file, _create, _tiles, chunk_shape, tile_rho
 
 LIKELIHOODS = sorted(SHIPPED)
 
@@ -84,6 +84,19 @@ def test_a_tile_rebuilds_bit_for_bit_on_the_same_machine():
     box = box_from_attrs(attrs["boxes"][0])
     first = tile_rho("probit", box, 0, 0)
     assert first.tobytes() == tile_rho("probit", box, 0, 0).tobytes()
+
+
+@pytest.mark.parametrize("likelihood", LIKELIHOODS)
+def test_a_new_store_has_the_shipped_attributes(likelihood, tmp_path):
+    """`qptables ship` writes the shipped ``zarr.json`` again: the attributes a v2 build
+    creates its store with (everything but what the finished build adds) are the shipped ones,
+    text included."""
+    shipped = json.loads((shipped_path(likelihood) / "zarr.json").read_text())["attributes"]
+    name = shipped["likelihood"]
+    _create(tmp_path / "new.zarr", name, boxes_for(get_likelihood(name).name))
+    created = json.loads((tmp_path / "new.zarr" / "zarr.json").read_text())["attributes"]
+    assert created.pop("complete") is False and shipped["complete"] is True
+    assert created == {key: shipped[key] for key in created}
 
 
 def _random_cavities(n, seed):

@@ -1,8 +1,8 @@
 """Build a v2 sigma* table (reduced coordinates, Chebyshev cells) on a dask cluster.
 
 ``qptables build LIK OUT --grid v2`` (:func:`build_v2`): the boxes of
-:func:`qpinfer.tables.boxes.registry.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a box's
-first axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact
+:func:`qpinfer.tables.boxes.registry.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a
+box's first axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact
 kernel at the tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``,
 per box), written by the worker into its chunk of ``OUT.partial`` (the client never gathers the
 table). Results are bit-reproducible however the tiles are scheduled (the kernel's result for a
@@ -19,8 +19,8 @@ Then the build verifies: the interpolant (:mod:`qpinfer.tables.reduced`) against
 random points of every box (``kernel_points``), and against the mpmath reference at a stratified
 sample (``samples``, fanned out over the cluster): both at ``tolerance`` relative, recorded in
 ``attrs["verification"]``. It writes the integrity record, marks the store complete, and
-publishes it at ``OUT`` with one atomic swap (:func:`qpinfer.tables.replace.replace_store`; ``--force``
-replaces only a table store, never anything else).
+publishes it at ``OUT`` with one atomic swap (:func:`qpinfer.tables.replace.replace_store`;
+``--force`` replaces only a table store, never anything else).
 """
 
 from __future__ import annotations
@@ -155,12 +155,14 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
             "boxes": [b.to_attrs() for b in boxes],
             "grid": {"kind": "chebyshev-cells", "boxes": [b.name for b in boxes]},
             "arrays": arrays,
+            # the 0.1 module names, kept verbatim: `qptables ship` re-creates the shipped stores
+            # bit for bit (now qpinfer.tables.boxes and qpinfer.tables.chebyshev)
             "coordinates": (
-                "reduced coordinates per box (qpinfer.tables.boxes.probit, docs/tables-v2.md); rho_<box> = "
+                "reduced coordinates per box (qpinfer.reduced, docs/tables-v2.md); rho_<box> = "
                 "sigma*/sigma_EP, or sigma*/sigma where the box's denominator is 'sigma', at "
                 "Chebyshev-Gauss nodes of equal cells"
             ),
-            "interpolation": "piecewise Chebyshev (qpinfer.tables.chebyshev), tensor product per cell",
+            "interpolation": "piecewise Chebyshev (qpinfer.cheb_cells), tensor product per cell",
             "claimed_domain": (
                 "every finite mu, sigma > 0 and label the likelihood accepts: closed-form "
                 "regimes, then the boxes; cavities in no box use the exact kernel (counted)"
