@@ -4,17 +4,18 @@
 A sweep-bound problem: synthetic N x D inputs (default N = 2e5, D = 10), M inducing inputs (k-means
 of a subsample), fixed hyperparameters, a fixed number of parallel sweeps (``tol`` below reach).
 Per sweep is the median of the wall-clock times the sweep loop records
-(:attr:`~qpinfer.inference.site_loop.SiteResult.sweep_seconds`, the first sweep left out: it includes the
-first site sums) in an S-sweep run, the best of ``--repeats``; the once-per-run work (sending the
-data, ``A_p = Lu^-1 K(Z, X_p)``, gathering the sites) is outside it. (The difference of an S-sweep
-and a 1-sweep run, used before, carried that once-per-run work's noise: 0.3-0.6 s at N = 2e5.)
-Three engines, interleaved in every repeat (a shared machine's load hits all three alike; each
+(:attr:`~qpinfer.inference.site_loop.SiteResult.sweep_seconds`, the first sweep left out: it
+includes the first site sums) in an S-sweep run, the best of ``--repeats``; the once-per-run work
+(sending the data, ``A_p = Lu^-1 K(Z, X_p)``, gathering the sites) is outside it. (The difference of
+an S-sweep and a 1-sweep run, used before, carried that once-per-run work's noise: 0.3-0.6 s at N =
+2e5.) Three engines, interleaved in every repeat (a shared machine's load hits all three alike; each
 dask cluster is started for its run and closed after it):
 
 * ``in-process``: :func:`qpinfer.sparse.run_sparse_pep` (``A`` computed in this process);
-* ``dask 1 worker`` / ``dask 2 workers``: :func:`qpinfer.inference.sparse.dask_sweep.run_sparse_pep_dask` on the
-  cluster ``scheduler="local"`` starts (:func:`qpinfer.inference.sparse.dask_partitions.local_client`) with k
-  single-threaded worker processes (one partition per worker; ``OPENBLAS_NUM_THREADS=1`` and
+* ``dask 1 worker`` / ``dask 2 workers``:
+  :func:`qpinfer.inference.sparse.dask_sweep.run_sparse_pep_dask` on the cluster
+  ``scheduler="local"`` starts (:func:`qpinfer.inference.sparse.dask_partitions.local_client`) with
+  k single-threaded worker processes (one partition per worker; ``OPENBLAS_NUM_THREADS=1`` and
   ``OMP_NUM_THREADS=1`` in the workers, checked).
 
 The machine should be otherwise idle: the wall clock is what is measured (an earlier CPU-time
@@ -93,9 +94,10 @@ def main() -> None:
 
     @contextlib.contextmanager
     def engine(name):
-        """The engine. A dask engine's cluster (:func:`qpinfer.inference.sparse.dask_partitions.local_client`, as
-        ``scheduler="local"`` makes it) lives only while it runs: an idle cluster's processes
-        (heartbeats, monitors) took ~5% of the cores from the running one."""
+        """The engine. A dask engine's cluster
+        (:func:`qpinfer.inference.sparse.dask_partitions.local_client`, as ``scheduler="local"``
+        makes it) lives only while it runs: an idle cluster's processes (heartbeats, monitors) took
+        ~5% of the cores from the running one."""
         if name == "in-process":
             yield in_process
             return

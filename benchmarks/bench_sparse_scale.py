@@ -7,11 +7,12 @@ Two parts, one JSON (``--json``) and a printed table:
   alpha=1.0)`` as a new user calls it (defaults otherwise: L-BFGS over the kernel and the
   inducing inputs) for sparse EP and for QP (``method="qp"``, the shipped sigma* table), the two
   interleaved ``--repeats`` times in one process (repeat ``r``: ``random_state=r`` for both, so
-  EP and QP start from the same k-means inducing inputs and their times compare). Fit time (wall, best of; CPU time beside it,
-  as the machine is shared), test error, NTLL, exact sigma* fallbacks (QP), L-BFGS evaluations.
+  EP and QP start from the same k-means inducing inputs and their times compare). Fit time (wall,
+  best of; CPU time beside it, as the machine is shared), test error, NTLL, exact sigma* fallbacks
+  (QP), L-BFGS evaluations.
 * ``synthetic`` -- :func:`experiments.datasets.synthetic_classification` (10 features, probit
-  label noise, 8.8% Bayes error; test set: 10,000 points of another seed) at ``--sizes`` (default 1e4, 3e4, 1e5), each
-  fit in a fresh child process that reports its own peak RSS
+  label noise, 8.8% Bayes error; test set: 10,000 points of another seed) at ``--sizes`` (default
+  1e4, 3e4, 1e5), each fit in a fresh child process that reports its own peak RSS
   (``resource.getrusage(RUSAGE_SELF).ru_maxrss``; Linux carries a parent's peak across
   ``fork``/``exec`` into it, so ``VmHWM`` of ``/proc/self/status`` -- the peak of the child's own
   address space -- is reported beside it, and its RSS before the fit: imports + data), fit

@@ -3,8 +3,8 @@
 Builds a small probit store once (no verification), then for 1 and 2 single-threaded
 ``dask worker`` processes on a real ``dask scheduler`` (started by this script, as
 ``benchmarks/bench_build.py`` does) checks the same stratified sample of ``--samples`` points
-against the mpmath reference with :func:`qptables.reference.verify.reference_sample` (the function both
-``qptables build`` and ``qptables verify --scheduler`` use) and prints points/s and the
+against the mpmath reference with :func:`qptables.reference.verify.reference_sample` (the function
+both ``qptables build`` and ``qptables verify --scheduler`` use) and prints points/s and the
 speed-up. Each worker is warmed up first (mpmath import and quadrature nodes at the working
 precision: a one-off ~1 s per process that every verification pays once per worker).
 Goal: >= 1.7x with 2 workers on a 2-core machine.

@@ -1,4 +1,5 @@
-"""Accuracy of the logit / poisson_log v2 boxes (qpinfer.tables.boxes.logit) against the exact kernel.
+"""Accuracy of the logit / poisson_log v2 boxes (qpinfer.tables.boxes.logit) against the exact
+kernel.
 
 Computes rho = sigma*/sigma_EP at every node of each box (single process), builds the
 piecewise-Chebyshev interpolant, and compares it with the kernel at random points of each box

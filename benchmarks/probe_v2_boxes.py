@@ -2,8 +2,8 @@
 
 Builds ``rho = sigma* / sigma_EP`` with the exact kernel at the Chebyshev-Gauss nodes of every
 box of :func:`qpinfer.tables.boxes.poisson.poisson_boxes` (all counts 1..1000) or
-:func:`qpinfer.tables.boxes.poisson.step_noise_boxes`, then compares the interpolant with the kernel at
-random points of each box: coordinates uniform on the box's axis, counts log-uniform on
+:func:`qpinfer.tables.boxes.poisson.step_noise_boxes`, then compares the interpolant with the kernel
+at random points of each box: coordinates uniform on the box's axis, counts log-uniform on
 1..1000 plus 1, 2 and 1000 (a tenth of the points each). With ``--random-sigma`` the test
 cavities have sigma log-uniform in [1e-3, 1e3] and go through ``Box.locate`` (the lookup path;
 it then also measures the EP std's own variation with sigma at fixed r).

@@ -148,11 +148,12 @@ def local_cluster_client(
     What the callers legitimately differ in:
 
     * ``config`` -- dask settings in force while the cluster starts (its worker processes
-      inherit them) and runs. The dask sweep (:func:`qpinfer.inference.sparse.dask_partitions.local_client`)
-      passes :data:`~qpinfer.inference.sparse.dask_partitions.QUIET_LOCAL_CONFIG`: processes that
-      wake less often, because a sweep is a short round trip that waits for its slowest
-      partition. A ``qptables`` build passes none: its tasks are tiles of seconds or more, beside
-      which dask's default intervals cost nothing.
+      inherit them) and runs. The dask sweep
+      (:func:`qpinfer.inference.sparse.dask_partitions.local_client`) passes
+      :data:`~qpinfer.inference.sparse.dask_partitions.QUIET_LOCAL_CONFIG`: processes that wake less
+      often, because a sweep is a short round trip that waits for its slowest partition. A
+      ``qptables`` build passes none: its tasks are tiles of seconds or more, beside which dask's
+      default intervals cost nothing.
     * ``env`` -- environment variables of the worker processes. A build
       (:func:`qptables.pipeline.dask_run.open_client`) passes ``SINGLE_THREAD_ENV`` (every
       threaded numerical library held to one thread, numexpr and Accelerate included: one tile

@@ -11,9 +11,10 @@ the tile, calibration and probe functions) makes the same tile 2.3 s user, ~0 s 
 more points per CPU-second. The price: a worker keeps up to ~0.5 GiB of freed memory for reuse
 instead of returning it to the OS. Results are unaffected (allocation never changes a value).
 Does nothing where glibc is not the C library (macOS, musl). Used by the table build's tiles
-(qptables) and by the partitions of the dask sweep (:mod:`qpinfer.inference.sparse.dask_sweep`), whose
-per-sweep M x 8192 temporaries would otherwise be mapped and zeroed again at every sweep (dask's
-nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``). Pure ctypes: light enough for qpinfer.
+(qptables) and by the partitions of the dask sweep (:mod:`qpinfer.inference.sparse.dask_sweep`),
+whose per-sweep M x 8192 temporaries would otherwise be mapped and zeroed again at every sweep
+(dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``). Pure ctypes: light enough for
+qpinfer.
 """
 
 from __future__ import annotations

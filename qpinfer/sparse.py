@@ -4,13 +4,14 @@ M pseudo-points ``u = f(Z)`` summarise the N training function values; Power EP 
 each likelihood by a rank-one factor of ``u`` (paper 004 eqs. (64)-(77)). This module gathers the
 public names of four modules, one idea each:
 
-* :mod:`qpinfer.inference.sparse.pseudo_points` -- the pseudo-point prior (``Kuu``, ``A = Lu^-1 Kuf``,
-  ``h = diag(Kff - Qff)``), the low-rank posterior (eqs. (119)-(120)), the collapsed regression
-  energy eq. (128) with its gradient, k-means inducing inputs and the latent predictions (eq. (18));
+* :mod:`qpinfer.inference.sparse.pseudo_points` -- the pseudo-point prior (``Kuu``, ``A = Lu^-1
+  Kuf``, ``h = diag(Kff - Qff)``), the low-rank posterior (eqs. (119)-(120)), the collapsed
+  regression energy eq. (128) with its gradient, k-means inducing inputs and the latent predictions
+  (eq. (18));
 * :mod:`qpinfer.inference.sparse.sites` -- classification: iterative pseudo-point Power EP / QP
   (eqs. (20), (106)-(110)) on the shared site loop :func:`qpinfer.inference.site_loop.run_sites`;
-* :mod:`qpinfer.estimators.sparse_regressor`, :mod:`qpinfer.estimators.sparse_classifier` -- the estimators
-  :class:`SparseGPRegressor` and :class:`SparseGPClassifier` (following
+* :mod:`qpinfer.estimators.sparse_regressor`, :mod:`qpinfer.estimators.sparse_classifier` -- the
+  estimators :class:`SparseGPRegressor` and :class:`SparseGPClassifier` (following
   :class:`qpinfer.GPClassifier`'s conventions; shared parameters in
   :mod:`qpinfer.estimators.sparse_base`).
 

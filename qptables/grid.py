@@ -227,7 +227,8 @@ class GridSpec:
         return cls(tuple(grid["mu"]), tuple(grid["log10_sigma"]), tuple(grid["y"]), tile_mu)
 
     def to_attrs(self) -> dict:
-        """The ``grid`` attribute: ``{"mu": [start, stop, step], "log10_sigma": [...], "y": [...]}``."""
+        """The ``grid`` attribute: ``{"mu": [start, stop, step], "log10_sigma": [...], "y":
+        [...]}``."""
         return {
             "mu": self.mu.as_list(),
             "log10_sigma": self.log10_sigma.as_list(),

@@ -4,7 +4,8 @@
 A store is a zarr v3 directory (``zarr.storage.LocalStore``) with data variables
 ``sigma_qp`` and ``sigma_ratio`` of dims ``(y, mu, log10_sigma)``, chunked
 ``(1, tile_mu, n_log10_sigma)`` and *uncompressed* (bytes codec only), coordinate arrays
-``y``/``mu``/``log10_sigma`` and the root attributes of :data:`qpinfer.tables.schema.REQUIRED_ATTRS`.
+``y``/``mu``/``log10_sigma`` and the root attributes of
+:data:`qpinfer.tables.schema.REQUIRED_ATTRS`.
 
 Chunk integrity (every build, the v2 tables of :mod:`qptables.pipeline.v2` too). Builds write
 uncompressed chunks with :func:`write_chunk`, so every chunk file has a known size (here
@@ -14,12 +15,13 @@ fill value). A chunk counts as *done* only when its file exists with exactly tha
 temporary sibling (``0.<uuid>.partial``) and ``os.replace``-s it into place, so a killed writer
 never leaves a half-written chunk under the real name, and (2) even without (1), a chunk file is
 written sequentially by one ``write`` so a torn write is always *short*, which the size check
-rejects. Left-over temporary files are deleted by :func:`finished_chunks`. Once every chunk is written, :func:`chunk_checksums` records a sha256 per
-chunk file in ``attrs["checksums"]`` so readers can detect later corruption.
+rejects. Left-over temporary files are deleted by :func:`finished_chunks`. Once every chunk is
+written, :func:`chunk_checksums` records a sha256 per chunk file in ``attrs["checksums"]`` so
+readers can detect later corruption.
 
-Beyond :data:`qpinfer.tables.schema.REQUIRED_ATTRS` the writer records ``attrs["build"]`` (likelihood,
-grid, tiling, a sha256 *kernel fingerprint* of a probe tile, whether the probit mirror was
-used -- what a resumed build must match) and ``attrs["data_vars"]`` (a description per
+Beyond :data:`qpinfer.tables.schema.REQUIRED_ATTRS` the writer records ``attrs["build"]``
+(likelihood, grid, tiling, a sha256 *kernel fingerprint* of a probe tile, whether the probit mirror
+was used -- what a resumed build must match) and ``attrs["data_vars"]`` (a description per
 variable). Extra attributes are allowed by the contract and ignored by the reader, so
 :mod:`qpinfer.tables.schema` is unchanged.
 

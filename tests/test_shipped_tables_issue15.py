@@ -1,6 +1,6 @@
-"""The shipped logit and poisson_log v2 tables (issue #15; boxes: qpinfer.tables.boxes.logit): lookups
-within 1e-12 of the exact kernel over the claimed domain without fallbacks, every other finite
-query answered exactly (counted fallbacks) or refused, the log-link table serving every count
+"""The shipped logit and poisson_log v2 tables (issue #15; boxes: qpinfer.tables.boxes.logit):
+lookups within 1e-12 of the exact kernel over the claimed domain without fallbacks, every other
+finite query answered exactly (counted fallbacks) or refused, the log-link table serving every count
 0..1e5 with no count axis, the stored mpmath verification, and the estimators' default use.
 (The bit-for-bit tile rebuild is tests/test_shipped_tables.py, parametrized over SHIPPED.)"""
 

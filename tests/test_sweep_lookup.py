@@ -1,5 +1,5 @@
-"""The v2 reader's sweep path (ReducedTable.sigma_qp_core, sweep_cells.SweepEvaluator): what EP/QP sweeps
-call once per sweep. It must give what the general lookup gives, hand every batch it cannot
+"""The v2 reader's sweep path (ReducedTable.sigma_qp_core, sweep_cells.SweepEvaluator): what EP/QP
+sweeps call once per sweep. It must give what the general lookup gives, hand every batch it cannot
 answer whole to the general lookup (which checks the inputs), and stay within 1e-12 of the
 exact kernel."""
 

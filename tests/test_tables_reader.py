@@ -1,10 +1,10 @@
 """The sigma* table reader (qpinfer.tables): validation, memory-mapped lookups, exact fallback.
 
 Stores are written here by :func:`write_store`, a minimal writer that follows
-``qpinfer/tables/schema.py`` to the letter (zarr v3, uncompressed ``(1, tile_mu, n_log10_sigma)`` chunks,
-the required attributes, sha256 per chunk file, the integrity record of :mod:`qpinfer.tables.integrity`
-as a published build has it); one test also reads a store built by the real
-pipeline (``qptables.pipeline.paper``) when it is available.
+``qpinfer/tables/schema.py`` to the letter (zarr v3, uncompressed ``(1, tile_mu, n_log10_sigma)``
+chunks, the required attributes, sha256 per chunk file, the integrity record of
+:mod:`qpinfer.tables.integrity` as a published build has it); one test also reads a store built by
+the real pipeline (``qptables.pipeline.paper``) when it is available.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ PROBIT = qpinfer.get_likelihood("probit")
 
 
 # --------------------------------------------------------------------------------------------
-# a minimal writer that follows the contract in qpinfer/tables/schema.py
-# --------------------------------------------------------------------------------------------
+# a minimal writer that follows the contract in qpinfer/tables/schema.py ---------------------------
 def exact_grid_values(likelihood, y, mu, log10_sigma):
     """sigma_qp and sigma_ratio on the grid, shape (len(y), len(mu), len(log10_sigma))."""
     lik = qpinfer.get_likelihood(likelihood)
@@ -63,7 +62,8 @@ def write_store(
     tile_mu=4,
     values=None,
 ):
-    """Write a complete, verified store per qpinfer.tables.schema; returns (path, sigma_qp, ratio)."""
+    """Write a complete, verified store per qpinfer.tables.schema; returns (path, sigma_qp,
+    ratio)."""
     import zarr
     from zarr.storage import LocalStore
 
@@ -168,8 +168,7 @@ def store_copy(small_store, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# opening and lookups
-# --------------------------------------------------------------------------------------------
+# opening and lookups ------------------------------------------------------------------------------
 def test_open_reports_grid_and_likelihood(small_store):
     path, qp, _ = small_store
     t = open_table(path)
@@ -306,8 +305,7 @@ def test_bad_queries_raise_value_error(small_store):
 
 
 # --------------------------------------------------------------------------------------------
-# validation: corrupt, truncated, incomplete or foreign stores are refused
-# --------------------------------------------------------------------------------------------
+# validation: corrupt, truncated, incomplete or foreign stores are refused -------------------------
 @pytest.mark.parametrize(
     ("change", "match"),
     [
@@ -463,8 +461,7 @@ def test_reads_a_store_built_by_the_pipeline(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# accuracy with the paper's step (App. J: 0.001 in mu and in log10 sigma)
-# --------------------------------------------------------------------------------------------
+# accuracy with the paper's step (App. J: 0.001 in mu and in log10 sigma) --------------------------
 @pytest.fixture(scope="session")
 def paper_step_table(tmp_path_factory):
     """A paper-step sub-grid: mu in [-0.5, 0.5], log10 sigma in [-0.1, 0.1], step 0.001."""

@@ -1,5 +1,5 @@
-"""Gaussian VB (qpinfer.inference.vb): closed-form and quadrature expectations against mpmath, the ELBO
-against an independent dense evaluation, gradients, the bound, monotone optimisation, and the
+"""Gaussian VB (qpinfer.inference.vb): closed-form and quadrature expectations against mpmath, the
+ELBO against an independent dense evaluation, gradients, the bound, monotone optimisation, and the
 estimators."""
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ def _mp_expect(g, m, v):
 
 
 # --------------------------------------------------------------------------------------------
-# expectations
-# --------------------------------------------------------------------------------------------
+# expectations -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("m", "v"),
     [
@@ -84,8 +83,7 @@ def test_expected_log_lik_matches_mpmath_for_both_likelihoods():
 
 
 # --------------------------------------------------------------------------------------------
-# the ELBO
-# --------------------------------------------------------------------------------------------
+# the ELBO -----------------------------------------------------------------------------------------
 def _dense_elbo(K, alpha, beta, y, name):
     """ELBO from the definitions: S = (K^-1 + diag(beta^2))^-1 by explicit inverses, KL between
     Gaussians, E[log p] by 200-point Gauss-Hermite (probit) / closed mpmath quadrature."""
@@ -174,8 +172,7 @@ def test_exact_evidence_bounds_the_elbo_and_is_close_to_ep_for_probit():
 
 
 # --------------------------------------------------------------------------------------------
-# optimisation
-# --------------------------------------------------------------------------------------------
+# optimisation -------------------------------------------------------------------------------------
 def test_elbo_increases_monotonically_during_optimisation():
     X, y = coal()
     for optimize_kernel in (False, True):

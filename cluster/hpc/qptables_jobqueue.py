@@ -10,8 +10,8 @@ back to it), from the project's environment installed on a file system the compu
         -- probit /scratch/$USER/tables/probit-paper.zarr --grid paper
 
 Everything after ``--`` is passed to ``qptables build`` (likelihood, OUT, grid flags); the
-script adds ``--scheduler ADDRESS`` and runs ``python -m qptables.cli.commands build ...`` -- the same
-code path as every other recipe in cluster/. Each batch job runs ``--cores`` single-threaded
+script adds ``--scheduler ADDRESS`` and runs ``python -m qptables.cli.commands build ...`` -- the
+same code path as every other recipe in cluster/. Each batch job runs ``--cores`` single-threaded
 worker processes (``--nthreads 1``, ``OMP_NUM_THREADS=1``). OUT must be on a shared file system.
 When the build ends (or fails, or is interrupted) the jobs are cancelled; re-running the same
 command resumes an unfinished build from ``OUT.partial``.
@@ -131,7 +131,8 @@ def make_cluster(args: argparse.Namespace):
 
 
 def build_command(build_args: list[str], address: str) -> list[str]:
-    """``python -m qptables.cli.commands build ARGS --scheduler ADDRESS`` (the cluster/ code path)."""
+    """``python -m qptables.cli.commands build ARGS --scheduler ADDRESS`` (the cluster/ code
+    path)."""
     if "--scheduler" in build_args:
         sys.exit("do not pass --scheduler: this script starts the scheduler")
     return [

@@ -12,33 +12,35 @@ validation and the predictions.
 Inference methods (``method=``):
 
 * ``"ep"``, ``"qp"`` (and any other projection a subclass adds, e.g. Power EP) -- the site
-  updates of :func:`qpinfer.inference.ep.run_ep` with :class:`~qpinfer.inference.ep.MomentMatching` (eq. (5)) or
-  :class:`~qpinfer.inference.ep.QuantileMatching` (eq. (7); sigma* from a table, exact outside it);
-  evidence eq. (4), gradient R&W eq. (5.27);
-* ``"laplace"`` -- :func:`qpinfer.inference.laplace.laplace_mode` (R&W Alg. 3.1), evidence R&W eq. (3.32),
-  gradient R&W Alg. 5.1;
-* ``"vb"`` -- :func:`qpinfer.inference.vb.vb_fixed_point` (Opper & Archambeau's Gaussian VB), the ELBO in
-  place of the log marginal likelihood, its gradient the envelope theorem's.
+  updates of :func:`qpinfer.inference.ep.run_ep` with :class:`~qpinfer.inference.ep.MomentMatching`
+  (eq. (5)) or :class:`~qpinfer.inference.ep.QuantileMatching` (eq. (7); sigma* from a table, exact
+  outside it); evidence eq. (4), gradient R&W eq. (5.27);
+* ``"laplace"`` -- :func:`qpinfer.inference.laplace.laplace_mode` (R&W Alg. 3.1), evidence R&W eq.
+  (3.32), gradient R&W Alg. 5.1;
+* ``"vb"`` -- :func:`qpinfer.inference.vb.vb_fixed_point` (Opper & Archambeau's Gaussian VB), the
+  ELBO in place of the log marginal likelihood, its gradient the envelope theorem's.
 
 Hyperparameters (paper Sec. 6): L-BFGS-B (at most 1000 iterations, relative function tolerance
 1e-9) over the log kernel hyperparameters. For every method each evaluation re-runs the inner
 loop (EP/QP sites, the Laplace mode, VB's variational parameters) to convergence, warm-started
-from the previous evaluation (except for the square link, see ``_warm_start``), and returns the evidence (VB: the ELBO) with its gradient; the fit
-keeps the best evidence seen. The search is :func:`qpinfer.inference.optimize.search_evidence`: an
-evaluation where inference fails backtracks (it no longer ends the search at its start); a search
-that fails, never leaves its start or ends on a bound warns
-(:class:`qpinfer.inference.optimize.OptimizerWarning`); it stops after ``MAX_UNCONVERGED_EVALUATIONS``
-inner loops that ran to ``max_iter``. Dense fits on more than ``qpinfer.checks.DENSE_WARN_N`` rows
-warn first (:class:`~qpinfer.checks.LargeDenseFitWarning`). QP first maximises EP's evidence (whose
-fixed-site gradient is exact) and then polishes its own from there (see :meth:`GPEstimatorBase._optimize`). See
-:mod:`qpinfer.estimators.classifier` for why the inner loop is nested rather than alternated with whole
-L-BFGS-B runs, and for QP's gradient (EP's expression at QP's sites, sites held fixed).
+from the previous evaluation (except for the square link, see ``_warm_start``), and returns the
+evidence (VB: the ELBO) with its gradient; the fit keeps the best evidence seen. The search is
+:func:`qpinfer.inference.optimize.search_evidence`: an evaluation where inference fails backtracks
+(it no longer ends the search at its start); a search that fails, never leaves its start or ends on
+a bound warns (:class:`qpinfer.inference.optimize.OptimizerWarning`); it stops after
+``MAX_UNCONVERGED_EVALUATIONS`` inner loops that ran to ``max_iter``. Dense fits on more than
+``qpinfer.checks.DENSE_WARN_N`` rows warn first (:class:`~qpinfer.checks.LargeDenseFitWarning`). QP
+first maximises EP's evidence (whose fixed-site gradient is exact) and then polishes its own from
+there (see :meth:`GPEstimatorBase._optimize`). See :mod:`qpinfer.estimators.classifier` for why the
+inner loop is nested rather than alternated with whole L-BFGS-B runs, and for QP's gradient (EP's
+expression at QP's sites, sites held fixed).
 
 Starting points: for the square link the posterior is symmetric under ``f -> -f`` and the
 symmetric state (posterior mean 0) is a saddle that EP's and VB's updates never leave; every
-method therefore starts on the positive branch (:func:`qpinfer.inference.laplace.positive_branch_start`):
-EP/QP from Gaussian sites at each likelihood term's positive mode, Laplace and VB from the GP
-smoother of ``sqrt(y)``. Probit starts as usual (zero sites, ``f = 0``, GPy's VB start).
+method therefore starts on the positive branch
+(:func:`qpinfer.inference.laplace.positive_branch_start`): EP/QP from Gaussian sites at each
+likelihood term's positive mode, Laplace and VB from the GP smoother of ``sqrt(y)``. Probit starts
+as usual (zero sites, ``f = 0``, GPy's VB start).
 """
 
 from __future__ import annotations
@@ -293,9 +295,9 @@ class GPEstimatorBase(SiteLoopParams):
         EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO. With another ``theta`` the inner
         loop is re-run, warm-started from the fitted state (VB: ``(alpha, beta)`` re-optimised at
         fixed ``theta``). Gradients: R&W eq. (5.27) with the sites fixed (the total derivative
-        for EP at convergence; see :mod:`qpinfer.inference.ep` for QP), R&W Alg. 5.1 (Laplace, total), and
-        for VB the partial derivative at the optimal ``(alpha, beta)`` (total by the envelope
-        theorem, up to the inner optimiser's tolerance).
+        for EP at convergence; see :mod:`qpinfer.inference.ep` for QP), R&W Alg. 5.1 (Laplace,
+        total), and for VB the partial derivative at the optimal ``(alpha, beta)`` (total by the
+        envelope theorem, up to the inner optimiser's tolerance).
         """
         self._check_is_fitted()
         X, y = self.X_train_, self.y_train_

@@ -93,22 +93,23 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
     ----------
     method : {"qp", "ep", "pep", "rep", "vb", "laplace"}
         Quantile propagation (L2-Wasserstein projection, paper 000 eq. (7)), EP (eq. (5)),
-        Power EP with power ``alpha`` (paper 004 Sec. 3.4, :mod:`qpinfer.inference.power_ep`; its evidence
-        is eq. (110)), relaxed EP with penalty ``rep_c`` (paper 002, :mod:`qpinfer.inference.relaxed_ep`;
-        ``likelihood="step_noise"`` only), or the baselines: Gaussian variational Bayes
-        (:mod:`qpinfer.inference.vb`, the paper's Sec. 6 baseline; ``log_marginal_likelihood_`` is then the
-        ELBO) and the Laplace approximation (:mod:`qpinfer.inference.laplace`, R&W Alg. 3.1/3.2/5.1).
+        Power EP with power ``alpha`` (paper 004 Sec. 3.4, :mod:`qpinfer.inference.power_ep`; its
+        evidence is eq. (110)), relaxed EP with penalty ``rep_c`` (paper 002,
+        :mod:`qpinfer.inference.relaxed_ep`; ``likelihood="step_noise"`` only), or the baselines:
+        Gaussian variational Bayes (:mod:`qpinfer.inference.vb`, the paper's Sec. 6 baseline;
+        ``log_marginal_likelihood_`` is then the ELBO) and the Laplace approximation
+        (:mod:`qpinfer.inference.laplace`, R&W Alg. 3.1/3.2/5.1).
     likelihood : {"probit", "step_noise", "logit"}
         ``"probit"``: p(y|f) = Phi(y f). ``"logit"``: p(y|f) = 1 / (1 + exp(-y f))
         (:mod:`qpinfer.likelihoods.logit`; methods qp, ep, vb and laplace; probabilities are
         ``E[sigma(f*)]`` by quadrature). ``"step_noise"``: the label-noise step of paper 002
-        eq. (8), p(y|f) = (1 - eps) Theta(y f) + eps Theta(-y f) (:mod:`qpinfer.likelihoods.step_noise`),
-        with methods qp, ep, pep and rep. It is not log-concave: sites may have negative
-        precisions (kept, see :mod:`qpinfer.inference.ep`), so the evidence gradient of R&W eq. (5.27)
-        does not apply and hyperparameter fitting is not offered -- ``optimizer`` must be
-        ``None`` (choose the kernel width by cross-validation, as paper 002 does). QP uses the
-        installed table ``step_noise(eps=<eps>)`` if there is one (``qptables build step_noise
-        --eps``), else exact sigma*.
+        eq. (8), p(y|f) = (1 - eps) Theta(y f) + eps Theta(-y f)
+        (:mod:`qpinfer.likelihoods.step_noise`), with methods qp, ep, pep and rep. It is not
+        log-concave: sites may have negative precisions (kept, see :mod:`qpinfer.inference.ep`), so
+        the evidence gradient of R&W eq. (5.27) does not apply and hyperparameter fitting is not
+        offered -- ``optimizer`` must be ``None`` (choose the kernel width by cross-validation, as
+        paper 002 does). QP uses the installed table ``step_noise(eps=<eps>)`` if there is one
+        (``qptables build step_noise --eps``), else exact sigma*.
     eps : float in [0, 0.5)
         The label-flip probability of ``"step_noise"`` (ignored by the probit, but validated).
     rep_c : float >= 0
@@ -118,9 +119,9 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         Where QP gets sigma* from. ``None``: the installed table for the likelihood
         (:func:`qpinfer.tables.installed_table_path`) if there is one, else the v2 table shipped
         inside qpinfer (:mod:`qpinfer.tables.shipped`: near-exact, every cavity), else exact
-        computation (with a one-time warning). ``"exact"``: always exact. A path: :func:`qpinfer.open_table`
-        of it. A table object (from ``open_table``) is used as is; one for another likelihood is a
-        ``ValueError``. Ignored by EP.
+        computation (with a one-time warning). ``"exact"``: always exact. A path:
+        :func:`qpinfer.open_table` of it. A table object (from ``open_table``) is used as is; one
+        for another likelihood is a ``ValueError``. Ignored by EP.
     %(kernel)s
     %(variance)s
     optimizer : {"lbfgs", None}
@@ -155,7 +156,8 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         Inner loops run while fitting (one per L-BFGS-B evaluation).
     n_inner_iter_total_ : int
         Sweeps (Newton/VB steps) of all those inner loops; a search stops once
-        ``qpinfer.inference.optimize.MAX_UNCONVERGED_EVALUATIONS`` of them ran to ``max_iter`` unconverged.
+        ``qpinfer.inference.optimize.MAX_UNCONVERGED_EVALUATIONS`` of them ran to ``max_iter``
+        unconverged.
     stage_seconds_ : dict
         Wall seconds of the fit's stages: QP's hyperparameter search ``{"ep": .., "qp": ..}``
         (EP's evidence maximised first, then QP's own polished from there); every other fit

@@ -148,8 +148,8 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
         Where QP gets sigma* from (a ``poisson_square`` table). ``None``: the installed table
         (:func:`qpinfer.tables.installed_table_path`) if there is one, else the v2 table shipped
         inside qpinfer if one ships for the likelihood (:mod:`qpinfer.tables.shipped`), else exact
-        computation (warned once); ``"exact"``: always exact; a path: :func:`qpinfer.open_table` of it.
-        Points outside a table are computed exactly. Ignored by the other methods.
+        computation (warned once); ``"exact"``: always exact; a path: :func:`qpinfer.open_table` of
+        it. Points outside a table are computed exactly. Ignored by the other methods.
     %(kernel)s
     %(variance)s
     optimizer : {"lbfgs", None}
@@ -160,8 +160,8 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
     %(max_iter)s
     link : {"square", "log"}
         The rate: ``f^2`` (the paper's square link, App. C.2) or ``exp(f)`` (issue #15,
-        :mod:`qpinfer.likelihoods.poisson_log`: log-concave, so every method starts from zero sites and
-        the predictive is the exact Poisson-lognormal mixture, counts up to 1e6).
+        :mod:`qpinfer.likelihoods.poisson_log`: log-concave, so every method starts from zero sites
+        and the predictive is the exact Poisson-lognormal mixture, counts up to 1e6).
 
     Attributes
     ----------
@@ -171,8 +171,8 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
         EP/QP: eq. (4) at the fitted sites; Laplace: R&W eq. (3.32); VB: the ELBO.
     result_ :
         The inference result (:class:`~qpinfer.inference.ep.EPResult`,
-        :class:`~qpinfer.inference.laplace.LaplaceResult` or :class:`~qpinfer.inference.vb.VBResult`); for EP/QP
-        also ``ep_result_``.
+        :class:`~qpinfer.inference.laplace.LaplaceResult` or
+        :class:`~qpinfer.inference.vb.VBResult`); for EP/QP also ``ep_result_``.
     n_iter_, n_evaluations_, n_inner_iter_total_, table_, stage_seconds_ :
         Inner iterations of the final fit, evidence evaluations while fitting, inner iterations
         of all of them, QP's table, and the wall seconds of the fit's stages (QP's search:

@@ -10,8 +10,8 @@ probability of ``y* = +1`` is the likelihood averaged over ``N(f* | mean*, var*)
   (R&W eq. (3.82)); decision function ``mean / sqrt(1 + var)``;
 * label-noise step (:class:`qpinfer.likelihoods.step_noise.StepNoise`, paper 002 eq. (8)):
   ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``; decision function ``mean / sqrt(var)``;
-* logit (:class:`qpinfer.likelihoods.logit.Logit`): ``E[sigma(f*)]``, the logit tilt's normaliser (exact
-  quadrature, ``Logit.log_z``); decision function ``log P(+1) - log P(-1)``.
+* logit (:class:`qpinfer.likelihoods.logit.Logit`): ``E[sigma(f*)]``, the logit tilt's normaliser
+  (exact quadrature, ``Logit.log_z``); decision function ``log P(+1) - log P(-1)``.
 
 The predicted class is ``classes_[1]`` where the latent mean is positive (both likelihoods are
 symmetric, so that is where its probability exceeds 1/2).

@@ -92,9 +92,9 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         throughout. The fitted sites are always converged to ``tol``.
     scheduler : None, "local", address or distributed.Client, default None
         Where the site sweeps run: ``None`` in this process; otherwise on dask, one map-reduce
-        over data partitions per parallel sweep (:mod:`qpinfer.inference.sparse.dask_sweep`; ``"local"`` starts a
-        LocalCluster of one single-threaded worker process per core). Needs ``optimizer=None``
-        (fixed hyperparameters and inducing inputs) and ``schedule="parallel"``.
+        over data partitions per parallel sweep (:mod:`qpinfer.inference.sparse.dask_sweep`;
+        ``"local"`` starts a LocalCluster of one single-threaded worker process per core). Needs
+        ``optimizer=None`` (fixed hyperparameters and inducing inputs) and ``schedule="parallel"``.
 
     Attributes
     ----------

@@ -1,21 +1,23 @@
 """GP regression with Student-t noise (issue #15): a robust regressor by EP, QP, Laplace or VB.
 
-``y_i = f(x_i) + e_i``, ``e_i ~ t_nu(0, scale)`` (:class:`qpinfer.likelihoods.student_t.StudentT`), a GP
-prior on f. The likelihood is not log-concave: sites may have negative precisions, which
-:func:`qpinfer.inference.ep.run_ep` keeps (``log_concave = False``); sweeps are damped (parallel schedule,
-damping 0.5 by default) and a run that does not converge warns with
-:class:`~qpinfer.inference.ep.ConvergenceWarning` and returns the sites with the smallest change seen.
+``y_i = f(x_i) + e_i``, ``e_i ~ t_nu(0, scale)`` (:class:`qpinfer.likelihoods.student_t.StudentT`),
+a GP prior on f. The likelihood is not log-concave: sites may have negative precisions, which
+:func:`qpinfer.inference.ep.run_ep` keeps (``log_concave = False``); sweeps are damped (parallel
+schedule, damping 0.5 by default) and a run that does not converge warns with
+:class:`~qpinfer.inference.ep.ConvergenceWarning` and returns the sites with the smallest change
+seen.
 
-Methods: ``"ep"`` (eq. (5)), ``"qp"`` (eq. (7); sigma* from the v2 table of its nu shipped inside qpinfer, which serves
-every scale -- :mod:`qpinfer.tables.student_t` -- else exact), ``"laplace"``
-(:mod:`qpinfer.inference.laplace`: Newton with the exact step where ``K^-1 + W`` is positive definite and
-W clipped at 0 elsewhere, line-searched; evidence R&W eq. (3.32) with ``log det(I + K W)`` from
-the indefinite Woodbury factorisation when W has negative entries) and ``"vb"``
+Methods: ``"ep"`` (eq. (5)), ``"qp"`` (eq. (7); sigma* from the v2 table of its nu shipped inside
+qpinfer, which serves every scale -- :mod:`qpinfer.tables.student_t` -- else exact), ``"laplace"``
+(:mod:`qpinfer.inference.laplace`: Newton with the exact step where ``K^-1 + W`` is positive
+definite and W clipped at 0 elsewhere, line-searched; evidence R&W eq. (3.32) with ``log det(I + K
+W)`` from the indefinite Woodbury factorisation when W has negative entries) and ``"vb"``
 (:mod:`qpinfer.inference.vb`, Gaussian q with negative site precisions allowed; the expected
 log-likelihood by the quadrature of :mod:`qpinfer.likelihoods.loglik_student_t`). The kernel
 hyperparameters are fitted by maximising each method's evidence (eq. (4), R&W eq. (3.32), the
 ELBO); with ``optimize_scale=True`` so is ``log(scale)`` (``scale`` is then the starting value,
-``scale_`` the fitted one; gradients in :mod:`qpinfer.inference.student_t_scale`). ``nu`` stays fixed.
+``scale_`` the fitted one; gradients in :mod:`qpinfer.inference.student_t_scale`). ``nu`` stays
+fixed.
 
 Targets are used as given: the GP has zero mean, so data far from 0 (starsCYG: y ~ 5) should be
 centred by the caller (``experiments.compare_student_t`` subtracts the training mean, i.e. a
@@ -96,7 +98,8 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
 
     def _resolve_table(self, likelihood: Any) -> Any:
         """The base rule (:meth:`GPEstimatorBase._resolve_table`), with a scale-1 Student-t
-        table of the same nu serving this scale (:func:`qpinfer.tables.student_t.for_likelihood`)."""
+        table of the same nu serving this scale
+        (:func:`qpinfer.tables.student_t.for_likelihood`)."""
         from qpinfer.tables.student_t import for_likelihood
 
         return for_likelihood(super()._resolve_table(likelihood), likelihood)

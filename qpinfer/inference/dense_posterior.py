@@ -2,14 +2,14 @@
 
 :func:`posterior_from_sites` computes ``Sigma = K - K S~^1/2 B^-1 S~^1/2 K``, ``mean = Sigma nu~``
 with ``B = I + S~^1/2 K S~^1/2`` (Cholesky), or, with negative site precisions (non-log-concave
-likelihoods, see :mod:`qpinfer.inference.ep`), from ``Sigma = K - K s M^-1 s K``, ``M = diag(sign tau~) +
-s K s``, ``s = |tau~|^1/2`` (Woodbury; ``M`` symmetric indefinite, factorised by ``eigh``, whose
-inertia certifies that the posterior is positive definite: exactly as many negative eigenvalues
-as negative sites). :func:`predict_latent` gives R&W eqs. (3.60)-(3.61).
+likelihoods, see :mod:`qpinfer.inference.ep`), from ``Sigma = K - K s M^-1 s K``, ``M = diag(sign
+tau~) + s K s``, ``s = |tau~|^1/2`` (Woodbury; ``M`` symmetric indefinite, factorised by ``eigh``,
+whose inertia certifies that the posterior is positive definite: exactly as many negative
+eigenvalues as negative sites). :func:`predict_latent` gives R&W eqs. (3.60)-(3.61).
 
 :class:`DenseSiteRepresentation` is this posterior as the site loop
-(:func:`qpinfer.inference.site_loop.run_sites`) sees it: ``refresh`` (eq. (3) from the sites), and for the
-sequential schedule (R&W Algorithm 3.5) the marginal of one site and the rank-one update
+(:func:`qpinfer.inference.site_loop.run_sites`) sees it: ``refresh`` (eq. (3) from the sites), and
+for the sequential schedule (R&W Algorithm 3.5) the marginal of one site and the rank-one update
 ``Sigma <- Sigma - c s_i s_i^T`` after its change. The rank-one updates are *deferred* in blocks
 and applied as one rank-k update (BLAS-3) -- the same arithmetic, in a different order -- and the
 column ``s_i`` is reconstructed from the pending block when site ``i`` is visited.

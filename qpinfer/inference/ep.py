@@ -1,7 +1,7 @@
 """Expectation propagation and quantile propagation for GP models with factorised likelihoods.
 
-One site-update loop (:func:`qpinfer.inference.site_loop.run_sites`) serves every method. What differs
-between methods is the *projection* (:mod:`qpinfer.inference.projections`): given the cavity
+One site-update loop (:func:`qpinfer.inference.site_loop.run_sites`) serves every method. What
+differs between methods is the *projection* (:mod:`qpinfer.inference.projections`): given the cavity
 ``N(cavity_mean, cavity_std^2)`` of a site and its observation ``y``, return the mean and
 standard deviation of the Gaussian that replaces the tilted distribution
 ``q~(f) ∝ N(f | cavity) p(y | f)^power``:
@@ -12,10 +12,10 @@ standard deviation of the Gaussian that replaces the tilted distribution
   computed exactly with :func:`qpinfer.sigma_qp`.
 
 Anything with the members of :class:`Projection` plugs in (Power EP: ``power != 1``; relaxed EP,
-:mod:`qpinfer.inference.relaxed_ep`: a ``project_with_site(cavity_mean, cavity_std, y, site_tau, site_nu)`` method,
-which the loop calls instead of ``project`` when present). The site update itself is eq. (6) in
-natural parameters ``tau~ = 1 / sigma~^2`` and ``nu~ = mu~ / sigma~^2`` (generalised to
-fractional sites, as GPy's ``eta``): ``tau~_i <- (1/sigma*^2 - tau_cav) / power``,
+:mod:`qpinfer.inference.relaxed_ep`: a ``project_with_site(cavity_mean, cavity_std, y, site_tau,
+site_nu)`` method, which the loop calls instead of ``project`` when present). The site update itself
+is eq. (6) in natural parameters ``tau~ = 1 / sigma~^2`` and ``nu~ = mu~ / sigma~^2`` (generalised
+to fractional sites, as GPy's ``eta``): ``tau~_i <- (1/sigma*^2 - tau_cav) / power``,
 ``nu~_i <- (mu*/sigma*^2 - nu_cav) / power`` (:func:`qpinfer.inference.site_update.site_proposal`).
 
 This module is the dense (full-GP) front end, :func:`run_ep`: the posterior of eq. (3) in R&W's
@@ -33,11 +33,11 @@ B-form (:mod:`qpinfer.inference.dense_posterior`), the evidence eq. (4) and its 
 Guards: for a log-concave likelihood a proposed site precision below :data:`MIN_SITE_PRECISION`
 is clipped to it (GPy does the same; such sites are non-negative in exact arithmetic, and QP's are
 larger than EP's by Theorem 2, so clipping only catches round-off). A likelihood that declares
-``log_concave = False`` (the label-noise step of :mod:`qpinfer.likelihoods.step_noise`) legitimately produces
-*negative* site precisions (a site whose tilted variance exceeds its cavity variance); clipping
-them changes the fixed point and made every method oscillate on paper 002's Sec. 6.2 data, so for
-such likelihoods the loop keeps them (``min_site_precision="auto"`` -> no floor), as paper 002's
-and Minka's updates do. Then a site update that would make the posterior improper
+``log_concave = False`` (the label-noise step of :mod:`qpinfer.likelihoods.step_noise`) legitimately
+produces *negative* site precisions (a site whose tilted variance exceeds its cavity variance);
+clipping them changes the fixed point and made every method oscillate on paper 002's Sec. 6.2 data,
+so for such likelihoods the loop keeps them (``min_site_precision="auto"`` -> no floor), as paper
+002's and Minka's updates do. Then a site update that would make the posterior improper
 (``1 + d_tau Sigma_ii <= 0`` in the sequential schedule), a site whose cavity precision is not
 positive, or whose projection is not finite, keeps its old parameters for that sweep (counted in
 ``EPResult.n_skipped``). The posterior with negative sites is computed in Woodbury form with an

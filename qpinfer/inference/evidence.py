@@ -3,8 +3,8 @@
 Eq. (4) is evaluated in the numerically stable form of R&W eq. (3.65)/(3.73) via the Cholesky
 factor of ``B = I + S~^1/2 K S~^1/2`` (as in GPML's ``infEP``); for QP it is EP's expression
 evaluated at QP's sites (the paper's choice); Power EP's is eq. (110) of paper 004
-(:func:`qpinfer.inference.power_ep.power_ep_log_evidence`). The gradient in the kernel hyperparameters is
-R&W eq. (5.27), ``1/2 tr((b b^T - S~^1/2 B^-1 S~^1/2) dK/dtheta)`` with
+(:func:`qpinfer.inference.power_ep.power_ep_log_evidence`). The gradient in the kernel
+hyperparameters is R&W eq. (5.27), ``1/2 tr((b b^T - S~^1/2 B^-1 S~^1/2) dK/dtheta)`` with
 ``b = nu~ - S~^1/2 B^-1 S~^1/2 K nu~``: the derivative of eq. (4) with the site parameters (and
 the site normalisers Z~_i) held fixed. At an EP fixed point that is also the total derivative of
 the EP evidence; for QP, whose sites are not a stationary point of EP's free energy, it is the

@@ -3,11 +3,11 @@
 Mode finding is Newton's method of Rasmussen & Williams (2006, "R&W") Algorithm 3.1, in the
 ``a``-parameterisation ``f = K a`` (so ``Psi(f) = log p(y|f) - a^T f / 2`` needs no ``K^-1``),
 with a backtracking line search along the Newton step; predictions are R&W Alg. 3.2 (they share
-:func:`qpinfer.inference.ep.predict_latent` through the same :class:`qpinfer.inference.ep.Posterior`, with site
-precisions ``W = -d^2 log p / df^2`` and weights ``b = grad log p(f^)``); the approximate log
-marginal likelihood is R&W eq. (3.32), ``-a^T f / 2 + log p(y|f) - sum log diag L``, and its
-gradient in the kernel hyperparameters R&W Alg. 5.1 (eq. (5.23)), including the implicit
-dependence through the mode (the third derivative of log p).
+:func:`qpinfer.inference.ep.predict_latent` through the same
+:class:`qpinfer.inference.ep.Posterior`, with site precisions ``W = -d^2 log p / df^2`` and weights
+``b = grad log p(f^)``); the approximate log marginal likelihood is R&W eq. (3.32), ``-a^T f / 2 +
+log p(y|f) - sum log diag L``, and its gradient in the kernel hyperparameters R&W Alg. 5.1 (eq.
+(5.23)), including the implicit dependence through the mode (the third derivative of log p).
 
 The square link is not log-concave (paper 000 App. C.2)
 --------------------------------------------------------
@@ -36,8 +36,8 @@ Likelihoods that are not log-concave (``log_concave = False``: Student-t noise, 
 genuinely negative ``W`` where a residual exceeds the curvature scale. Newton then takes the exact
 step ``(K^-1 + W)^-1 (W f + grad log p)`` wherever ``K^-1 + W`` is positive definite (checked by
 the inertia of the indefinite ``M = diag(sign W) + |W|^1/2 K |W|^1/2``, as for EP's negative
-sites in :mod:`qpinfer.inference.dense_posterior`), and clips W at 0 elsewhere (an ascent direction, so
-the backtracking line search always progresses; GPML's ``infLaplace`` does the same with
+sites in :mod:`qpinfer.inference.dense_posterior`), and clips W at 0 elsewhere (an ascent direction,
+so the backtracking line search always progresses; GPML's ``infLaplace`` does the same with
 ``Wmin = 0``). At the mode ``K^-1 + W`` is positive definite (a maximum), and the evidence uses
 ``log det(I + K W) = log |det M|``; the gradient (R&W Alg. 5.1) uses
 ``Z = (K + W^-1)^-1 = |W|^1/2 M^-1 |W|^1/2`` in place of ``W^1/2 B^-1 W^1/2``. The mode found is
@@ -134,8 +134,8 @@ def _newton_a(
 
     With negative entries of W (a likelihood that is not log-concave) the exact Newton step is
     taken where ``K^-1 + W`` is positive definite (the Woodbury form of
-    :func:`qpinfer.inference.dense_posterior.posterior_from_sites`, whose ``b`` is this ``a``); where it is
-    not, the Newton direction need not ascend, and W is clipped at 0 instead: the step
+    :func:`qpinfer.inference.dense_posterior.posterior_from_sites`, whose ``b`` is this ``a``);
+    where it is not, the Newton direction need not ascend, and W is clipped at 0 instead: the step
     ``(K^-1 + W_+)^-1 grad Psi`` is an ascent direction (``K^-1 + W_+`` is positive definite),
     so the line search of :func:`laplace_mode` always makes progress. For log-concave
     likelihoods W is only clipped against round-off (R&W Alg. 3.1).

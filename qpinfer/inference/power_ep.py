@@ -10,17 +10,18 @@ fraction of the true likelihood (paper 004, Sec. 3.4, steps 1-3):
 Fixed points are those of the alpha-divergence energy: ``alpha = 1`` is EP, ``alpha -> 0`` the
 variational (exclusive-KL) solution. Damping the update with step ``alpha``,
 ``t_n <- t_n^(1 - alpha) (q_new / q^{\\n})`` (paper 004 eqs. (108)-(109)), has the same fixed
-points; :func:`qpinfer.inference.ep.run_ep` applies its own ``damping`` to the undamped update instead.
+points; :func:`qpinfer.inference.ep.run_ep` applies its own ``damping`` to the undamped update
+instead.
 
 What this module adds to the site-update loop of :mod:`qpinfer.inference.ep`:
 
 * :class:`PowerMomentMatching` -- the projection of the *fractional* tilted distribution
   ``N(f | mu, sigma^2) p(y | f)^alpha``. Its ``power`` attribute is what
-  :func:`qpinfer.inference.ep.run_ep` (:func:`qpinfer.inference.site_update.site_proposal`) uses for the fractional cavity and the
-  fractional site update (``tau~ <- (1/sigma*^2 - tau_cav) / alpha``). With ``alpha = 1`` it
-  calls the likelihood's closed forms, so it *is* EP (bit for bit). Otherwise the moments and the
-  normaliser come from :func:`tilted_power_moments`, an adaptive Gauss-Hermite rule centred on
-  the mode of the (log-concave) tilted density.
+  :func:`qpinfer.inference.ep.run_ep` (:func:`qpinfer.inference.site_update.site_proposal`) uses for
+  the fractional cavity and the fractional site update (``tau~ <- (1/sigma*^2 - tau_cav) / alpha``).
+  With ``alpha = 1`` it calls the likelihood's closed forms, so it *is* EP (bit for bit). Otherwise
+  the moments and the normaliser come from :func:`tilted_power_moments`, an adaptive Gauss-Hermite
+  rule centred on the mode of the (log-concave) tilted density.
 * :func:`power_ep_log_evidence` -- the Power EP approximate log marginal likelihood, paper 004
   eq. (110) with the pseudo-points at the training inputs (``u = f``)::
 
@@ -28,7 +29,8 @@ What this module adds to the site-update loop of :mod:`qpinfer.inference.ep`:
 
   ``G`` the log normaliser of a Gaussian (eqs. (113)-(115)); ``G(q) - G(p) = -sum log L_ii +
   nu~^T mean / 2`` (R&W's B-form) and ``G(q^{\\n}) - G(q)`` only involves the marginal of
-  ``f_n``. For ``alpha = 1`` this is eq. (4) of paper 000 (:func:`qpinfer.inference.ep.log_evidence`).
+  ``f_n``. For ``alpha = 1`` this is eq. (4) of paper 000
+  (:func:`qpinfer.inference.ep.log_evidence`).
 
 Its gradient in the kernel hyperparameters at a Power EP fixed point is the fixed-site gradient of
 :func:`qpinfer.inference.ep.log_evidence_gradient` (R&W eq. (5.27)): the bracket in eq. (110) is
@@ -109,7 +111,8 @@ def _probit_mode(
 
 class _FractionalTilted:
     """The fractional tilted density ``p(y | f)^power N(f | mu, sigma^2)`` through the
-    likelihood hook ``_log_tilted`` that :func:`qpinfer.quadrature.level_sets.level_edges` places panels with."""
+    likelihood hook ``_log_tilted`` that :func:`qpinfer.quadrature.level_sets.level_edges` places
+    panels with."""
 
     def __init__(self, likelihood: Any, power: float) -> None:
         self.likelihood = likelihood
@@ -142,9 +145,9 @@ def tilted_power_moments(
     1. the mode and curvature width by Newton (:func:`_probit_mode`);
     2. panel edges on log-density level sets on both sides of the mode, ``n_levels`` per side
        down to 50 nats (the panel placement of the exact sigma* kernel,
-       :func:`qpinfer.quadrature.level_sets.level_edges`), plus the probit's own breakpoints (where ``Phi``
-       turns from rising to flat, ``Probit._breakpoints``) clipped into that range, so that a
-       wide cavity's flat stretch and the sharp probit edge land on different panels;
+       :func:`qpinfer.quadrature.level_sets.level_edges`), plus the probit's own breakpoints (where
+       ``Phi`` turns from rising to flat, ``Probit._breakpoints``) clipped into that range, so that
+       a wide cavity's flat stretch and the sharp probit edge land on different panels;
     3. ``n_nodes`` Gauss-Legendre nodes per panel give the normaliser (log-sum-exp) and the first
        two moments about the mode (no cancellation).
 
@@ -198,8 +201,8 @@ def tilted_power_moments(
 class PowerMomentMatching:
     """Power EP's projection: moment matching of ``N(f | cavity) p(y | f)^power`` (Sec. 3.4).
 
-    Plugs into :func:`qpinfer.inference.ep.run_ep` (the loop reads ``power`` for the fractional cavity and
-    site update). ``power = 1`` uses the likelihood's closed forms and is exactly
+    Plugs into :func:`qpinfer.inference.ep.run_ep` (the loop reads ``power`` for the fractional
+    cavity and site update). ``power = 1`` uses the likelihood's closed forms and is exactly
     :class:`qpinfer.inference.ep.MomentMatching`; otherwise :func:`tilted_power_moments` (panel
     quadrature; probit only).
     """
@@ -239,8 +242,8 @@ def power_ep_log_evidence(
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """Power EP approximate log marginal likelihood, paper 004 eq. (110) with ``u = f``.
 
-    ``post`` is a :class:`qpinfer.inference.ep.Posterior` for the sites ``(tau, nu)`` and ``projection``
-    has ``power`` and ``log_normalizer`` (e.g. :class:`PowerMomentMatching`)::
+    ``post`` is a :class:`qpinfer.inference.ep.Posterior` for the sites ``(tau, nu)`` and
+    ``projection`` has ``power`` and ``log_normalizer`` (e.g. :class:`PowerMomentMatching`)::
 
         log Z = -sum log L_ii + nu~^T mean / 2
                 + (1/alpha) sum [ log Z^_n - log(1 - alpha tau~_n Sigma_nn) / 2

@@ -9,8 +9,9 @@ distribution ``q~(f) ∝ N(f | cavity) p(y | f)^power``:
   standard deviation sigma* of eq. (7), looked up in a table (:func:`qpinfer.open_table`) or
   computed exactly with :func:`qpinfer.sigma_qp`.
 
-Power EP (:mod:`qpinfer.inference.power_ep`) and relaxed EP (:mod:`qpinfer.inference.relaxed_ep`) add their own; the site
-loop (:mod:`qpinfer.inference.site_loop`) turns a projection into new site parameters (eq. (6)).
+Power EP (:mod:`qpinfer.inference.power_ep`) and relaxed EP (:mod:`qpinfer.inference.relaxed_ep`)
+add their own; the site loop (:mod:`qpinfer.inference.site_loop`) turns a projection into new site
+parameters (eq. (6)).
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@
 :func:`qpinfer.inference.optimize.minimize_lbfgsb` (its point, value and what the objective kept
 there), scipy's result and the failures on the way; :func:`combine` joins consecutive searches
 (restarts). :func:`check_search` raises :class:`SearchFailedError` when no evaluation succeeded
-and warns with :class:`OptimizerWarning` (a :class:`~qpinfer.inference.site_loop.ConvergenceWarning`)
-when scipy reports a failure or the search never left its start while evaluations failed, and
-with :class:`BoundWarning` when the best point lies on a bound of the box.
+and warns with :class:`OptimizerWarning` (a
+:class:`~qpinfer.inference.site_loop.ConvergenceWarning`) when scipy reports a failure or the search
+never left its start while evaluations failed, and with :class:`BoundWarning` when the best point
+lies on a bound of the box.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """One site-update loop for every EP-like method: sweeps, damping, stopping rule, best state.
 
 Dense EP/QP/Power EP/relaxed EP (:func:`qpinfer.inference.ep.run_ep`) and pseudo-point Power EP/QP
-(:func:`qpinfer.inference.sparse.sites.run_sparse_pep`) differ in two pieces, which :func:`run_sites` takes:
+(:func:`qpinfer.inference.sparse.sites.run_sparse_pep`) differ in two pieces, which
+:func:`run_sites` takes:
 
 * a *posterior representation* -- ``refresh(tau, nu)`` returns the posterior of the sites with
   their marginals ``.mean``, ``.var`` (dense Cholesky or indefinite Woodbury form,
   :class:`qpinfer.inference.dense_posterior.DenseSiteRepresentation`; low-rank pseudo-point form,
-  :class:`qpinfer.inference.sparse.sites.LowRankSiteRepresentation`), and ``sequential(tau, nu)`` starts a
-  sequential sweep: ``marginal(i)`` (mean and variance of site ``i``'s variable) and
+  :class:`qpinfer.inference.sparse.sites.LowRankSiteRepresentation`), and ``sequential(tau, nu)``
+  starts a sequential sweep: ``marginal(i)`` (mean and variance of site ``i``'s variable) and
   ``apply(i, d_tau, d_nu)`` (the rank-one change of site ``i``; ``False`` if it would make the
   posterior improper);
 * a *site update* -- ``propose(sites, mean, var, tau, nu)``: cavity, projection and the new site
@@ -162,8 +163,8 @@ class SweepSettings:
 class SweepControl:
     """The site loop without its sweep (module docstring): :meth:`run` repeats one sweep of a
     state -- the sites themselves in :func:`run_sites`; the partitions' site sums, with the sites
-    held on the workers, in :mod:`qpinfer.inference.sparse.dask_sweep` -- counts the sweeps, keeps the
-    RMS history and the state with the smallest RMS change, halves the damping after
+    held on the workers, in :mod:`qpinfer.inference.sparse.dask_sweep` -- counts the sweeps, keeps
+    the RMS history and the state with the smallest RMS change, halves the damping after
     :data:`STALL_SWEEPS` sweeps without a new smallest change (``adaptive_damping``, parallel
     schedule), stops below ``tol`` and warns if that never happened; :meth:`result` is the
     loop's result for the final sites.

@@ -1,5 +1,6 @@
 """The derivative of each method's evidence in ``log(scale)`` of Student-t noise (issue #15), for
-learning the noise scale of :class:`qpinfer.estimators.student_t_regressor.GPStudentTRegressor` by evidence.
+learning the noise scale of :class:`qpinfer.estimators.student_t_regressor.GPStudentTRegressor` by
+evidence.
 
 EP (and QP's fixed-site evidence). Eq. (4) depends on the scale only through the tilted
 normalisers ``log Z_i = log int p(y_i | f) N(f | mu_i, sigma_i^2) df`` at the cavities; at an EP
@@ -11,10 +12,11 @@ sites and K), so the total derivative is the explicit one at fixed cavities::
 
 with ``(m_i, v_i)`` the tilted mean and variance. The second form follows from the scaling
 ``Z(mu, sigma, y; s) = Z'((mu - y)/s, sigma/s) / s`` (canonical units of
-:mod:`qpinfer.likelihoods.student_t`) and the Gaussian identities ``d log Z/d mu = (m - mu)/sigma^2``,
-``d log Z/d sigma^2 = ((m - mu)^2 + v - sigma^2)/(2 sigma^4)``: it needs only the tilted moments
-EP already computes exactly (no new quadrature). For QP it is the derivative of eq. (4) at QP's
-sites held fixed, as QP's kernel-hyperparameter gradient (:mod:`qpinfer.inference.evidence`).
+:mod:`qpinfer.likelihoods.student_t`) and the Gaussian identities ``d log Z/d mu = (m -
+mu)/sigma^2``, ``d log Z/d sigma^2 = ((m - mu)^2 + v - sigma^2)/(2 sigma^4)``: it needs only the
+tilted moments EP already computes exactly (no new quadrature). For QP it is the derivative of eq.
+(4) at QP's sites held fixed, as QP's kernel-hyperparameter gradient
+(:mod:`qpinfer.inference.evidence`).
 
 Laplace. ``log q = Psi(f^) - log det(I + K W)/2`` with ``W = -d^2 log p`` at the mode ``f^``
 (R&W eq. (3.32)). ``Psi`` is stationary at the mode, so it contributes ``sum d log p/dlog s``
@@ -24,7 +26,8 @@ f^ (``dW/df = -d^3 log p``)::
 
     dlog q / dlog s = sum_i dlp_i + 1/2 sum_i Sigma_ii [d(d2_i) + d3_i (Sigma d(d1))_i]
 
-(``d(.)`` the derivatives in ``log s`` at fixed f, :func:`qpinfer.likelihoods.loglik_student_t.scale_derivatives`).
+(``d(.)`` the derivatives in ``log s`` at fixed f,
+:func:`qpinfer.likelihoods.loglik_student_t.scale_derivatives`).
 
 VB. The ELBO depends on the scale only through ``sum_i E_q[log p(y_i | f_i)]``; at the optimal
 ``q`` its total derivative is the partial one (envelope theorem), ``sum_i E_{N(m_i, v_i)}[d log

@@ -9,9 +9,9 @@ ELBO over all Gaussians has, for ``lambda = -2 dE/dv >= 0``). The evidence lower
     ELBO = sum_i E_q[log p(y_i | f_i)] - KL(q || N(0, K)),
     KL   = 1/2 (log|B| + tr(B^-1) + alpha^T K alpha - N),    B = I + Lambda^1/2 K Lambda^1/2,
 
-with the expectations of :func:`qpinfer.likelihoods.loglik.expected_log_lik` (closed form for the square
-link, Gauss-Hermite for probit) at ``m_i`` and ``v_i = S_ii``. Gradients (``F_m``, ``F_v`` the
-derivatives of the expectations, ``A = (I + K Lambda)^-1 = S K^-1``):
+with the expectations of :func:`qpinfer.likelihoods.loglik.expected_log_lik` (closed form for the
+square link, Gauss-Hermite for probit) at ``m_i`` and ``v_i = S_ii``. Gradients (``F_m``, ``F_v``
+the derivatives of the expectations, ``A = (I + K Lambda)^-1 = S K^-1``):
 
     dELBO/dalpha  = K (F_m - alpha)
     dELBO/dlambda = -(S o S) (F_v + lambda / 2)            (o: elementwise product)
@@ -42,8 +42,8 @@ Student-t noise (not log-concave): the optimal ``lambda = -2 F_v`` is negative w
 
 The square link: the ELBO is invariant under ``(alpha, beta) -> (-alpha, beta)`` and ``alpha = 0``
 is a saddle point of it, so the optimisation starts on the positive branch
-(:func:`qpinfer.inference.laplace.positive_branch_start`); the ELBO is finite everywhere (no barrier at
-``m = 0``), so no further guard is needed.
+(:func:`qpinfer.inference.laplace.positive_branch_start`); the ELBO is finite everywhere (no barrier
+at ``m = 0``), so no further guard is needed.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def elbo(
 
     ``d/dK`` is the symmetric matrix ``G`` with ``dELBO = sum_ab G_ab dK_ab`` (``None`` unless
     ``kernel_gradient``: it costs three more N^3 products). Also returns the
-    :class:`qpinfer.inference.ep.Posterior` of ``q`` (``b = alpha``, ``sqrt_tau = |beta|``) for predictions.
-    ``lam`` (instead of ``beta^2``) may have negative entries (a likelihood that is not
+    :class:`qpinfer.inference.ep.Posterior` of ``q`` (``b = alpha``, ``sqrt_tau = |beta|``) for
+    predictions. ``lam`` (instead of ``beta^2``) may have negative entries (a likelihood that is not
     log-concave, see :func:`_elbo_indefinite`).
     """
     if lam is not None and np.any(lam < 0):
@@ -149,10 +149,11 @@ def _elbo_indefinite(K, alpha, lam, y, likelihood, gradient, kernel_gradient):
     For a likelihood that is not log-concave the ELBO's stationary point over all Gaussians has
     ``lam = -2 F_v``, negative where ``E_q[d^2 log p] > 0`` (Student-t outliers). With
     ``s = |lam|^1/2``, ``D = diag(sign lam)`` and ``M = D + s K s`` (symmetric indefinite,
-    ``eigh``; its inertia certifies the posterior, :func:`qpinfer.inference.dense_posterior.posterior_from_sites`)
-    ``log|I + K Lambda| = log|det M|`` and ``tr((I + Lambda K)^-1) = tr(M^-1 D)``, so
-    ``KL = 1/2 (log|det M| + tr(M^-1 D) + alpha^T K alpha - N)``; in ``d/dK`` the matrices
-    ``B^-1`` and ``B^-2`` become ``M^-1`` and ``M^-1 D M^-1``, and ``A = I - K s M^-1 s``.
+    ``eigh``; its inertia certifies the posterior,
+    :func:`qpinfer.inference.dense_posterior.posterior_from_sites`) ``log|I + K Lambda| = log|det
+    M|`` and ``tr((I + Lambda K)^-1) = tr(M^-1 D)``, so ``KL = 1/2 (log|det M| + tr(M^-1 D) +
+    alpha^T K alpha - N)``; in ``d/dK`` the matrices ``B^-1`` and ``B^-2`` become ``M^-1`` and
+    ``M^-1 D M^-1``, and ``A = I - K s M^-1 s``.
     """
     n = y.shape[0]
     m = K @ alpha

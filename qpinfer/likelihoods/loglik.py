@@ -10,13 +10,13 @@ on the likelihood object's class, whose parameters the math reads from it) so th
 * :func:`expected_log_lik` -- ``E[log p(y|f)]`` under ``f ~ N(m, v)`` and its derivatives in ``m``
   and ``v`` (the data term of the ELBO, Opper & Archambeau 2009).
 
-logit and poisson_log are in :mod:`qpinfer.likelihoods.loglik_logit_poisson_log`, Student-t noise (any
-``StudentT(nu, scale)``) in :mod:`qpinfer.likelihoods.loglik_student_t`.
+logit and poisson_log are in :mod:`qpinfer.likelihoods.loglik_logit_poisson_log`, Student-t noise
+(any ``StudentT(nu, scale)``) in :mod:`qpinfer.likelihoods.loglik_student_t`.
 
 Probit (paper 000 App. C.1), ``log Phi(y f)``: derivatives from ``r = phi(z)/Phi(z)``, ``z = y f``,
-in the cancellation-free form of :func:`qpinfer.quadrature.normal_ratios.probit_moment_terms`; expectations
-by composite Gauss-Legendre quadrature (3 panels x 40 nodes per site, edges at ``z = -+6``; relative
-error ~1e-14 for any variance), with ``dE/dm = E[d log p/df]`` and
+in the cancellation-free form of :func:`qpinfer.quadrature.normal_ratios.probit_moment_terms`;
+expectations by composite Gauss-Legendre quadrature (3 panels x 40 nodes per site, edges at ``z =
+-+6``; relative error ~1e-14 for any variance), with ``dE/dm = E[d log p/df]`` and
 ``dE/dv = E[d^2 log p/df^2] / 2`` (Bonnet's and Price's theorems).
 
 Poisson with the square link (App. C.2), ``log p = 2 y log|f| - f^2 - log y!``: the derivatives
@@ -118,7 +118,8 @@ def log_lik_derivatives(
     """``(log p(y|f), d/df, d^2/df^2, d^3/df^3)``, elementwise.
 
     For ``poisson_square`` at ``f = 0`` with ``y >= 1`` the log-likelihood is ``-inf`` and the
-    derivatives are infinite (the Laplace mode never sits there, see :mod:`qpinfer.inference.laplace`).
+    derivatives are infinite (the Laplace mode never sits there, see
+    :mod:`qpinfer.inference.laplace`).
     """
     f = np.asarray(f, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)

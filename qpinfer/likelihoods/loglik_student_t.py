@@ -1,6 +1,6 @@
 """log p(y | f) of Student-t noise, its f-derivatives, its Gaussian expectations and its
-derivatives in log(scale): what the Laplace and VB baselines (:mod:`qpinfer.likelihoods.loglik`) and the
-noise-scale gradient (:mod:`qpinfer.inference.student_t_scale`) need (issue #15).
+derivatives in log(scale): what the Laplace and VB baselines (:mod:`qpinfer.likelihoods.loglik`) and
+the noise-scale gradient (:mod:`qpinfer.inference.student_t_scale`) need (issue #15).
 
 With ``r = y - f`` and ``A = nu s^2`` (``s`` the scale),
 

@@ -20,8 +20,8 @@ class PoissonSquare(Likelihood):
     moments follow from P_n(b) = E[(b + t)^n], t ~ N(0, 1): for counts up to 64 by the positive
     recurrence P_{n+1} = b P_n + n P_{n-1} and Stein's identity, above by a quadrature of each
     of the two lobes about its mode whose cost does not grow with y
-    (:mod:`qpinfer.likelihoods.poisson_moments`). Counts up to ``MAX_COUNT`` = 1e8 are accepted; larger
-    ones are refused by :meth:`check_y` (``ValueError`` naming y and the range).
+    (:mod:`qpinfer.likelihoods.poisson_moments`). Counts up to ``MAX_COUNT`` = 1e8 are accepted;
+    larger ones are refused by :meth:`check_y` (``ValueError`` naming y and the range).
     """
 
     name = "poisson_square"
@@ -69,7 +69,8 @@ class PoissonSquare(Likelihood):
     def _sigma_closed_form(self, mu, sigma, y):
         """y = 0 (the tilted density N(f | beta, v) is Gaussian, sigma* = sqrt(v) exactly), a
         main lobe Gaussian to double precision (sigma* = the tilted std) and far single lobes
-        (quadrature about the mode): see :func:`qpinfer.likelihoods.poisson_moments.sigma_closed_form`."""
+        (quadrature about the mode): see
+        :func:`qpinfer.likelihoods.poisson_moments.sigma_closed_form`."""
         from qpinfer.likelihoods.poisson_moments import sigma_closed_form
 
         return sigma_closed_form(mu, sigma, y)

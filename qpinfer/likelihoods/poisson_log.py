@@ -248,7 +248,7 @@ class PoissonLog(Likelihood):
         return mode - np.maximum(gauss, lin)
 
 
-# -- the log-link count regressor's predictive (used by qpinfer.estimators.poisson_regressor, link="log") -------
+# -- the log-link count regressor's predictive (estimators.poisson_regressor, link="log") ---------
 def predictive_log_pmf(mean, var, counts) -> np.ndarray:
     """log p(y* | data) = log E[Poisson(y* | e^f*)], f* ~ N(mean, var): the tilted normaliser of
     this module (exact quadrature; no gamma approximation as the square link's App. H uses)."""

@@ -327,8 +327,8 @@ _SINGLE_LOBE_CUT = -70.0  # far lobe's peak this many nats below the main one's:
 class _ModeRelative:
     """The main lobe of ``|x|^n phi(x - b)`` as seen from its mode ``u`` (``h = x - u``):
     ``log q = n log1pmx(h / u) - h^2 / 2``, a likelihood-like object for
-    :func:`qpinfer.quadrature.panels.sigma_qp_quadrature` (its ``mu`` slot carries ``u``). Node positions
-    are O(width) numbers, exact to an ulp of the width however far ``u`` is from 0."""
+    :func:`qpinfer.quadrature.panels.sigma_qp_quadrature` (its ``mu`` slot carries ``u``). Node
+    positions are O(width) numbers, exact to an ulp of the width however far ``u`` is from 0."""
 
     _n_nodes = 16
 

@@ -50,8 +50,9 @@ class Probit(Likelihood):
     def tilted_mean_and_z(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         """``(tilted_mean, z)``: the mean of :meth:`tilted_moments` and its
         ``z = y mu / sqrt(1 + sigma^2)``, which is also the probit table's core coordinate tau
-        of the canonical cavity (:class:`qpinfer.tables.boxes.probit.ProbitCore`, bit for bit): QP's sweep
-        with a v2 table takes both from one pass (:meth:`qpinfer.tables.reduced.ReducedTable.qp_moments`)."""
+        of the canonical cavity (:class:`qpinfer.tables.boxes.probit.ProbitCore`, bit for bit): QP's
+        sweep with a v2 table takes both from one pass
+        (:meth:`qpinfer.tables.reduced.ReducedTable.qp_moments`)."""
         terms = self._mean_terms(mu, sigma, y, variance=False)
         return terms[0], terms[5]
 
@@ -135,8 +136,8 @@ class Probit(Likelihood):
     def _breakpoints(self, mu, sigma, y):
         """Phi(f) rises from ~0 to 1 - 1e-17 over f in [-3, 8.5], a feature of width ~1; a wide
         cavity (sigma > 2) makes the level-set panels much wider than that. For sigma > 20 the
-        edges continue geometrically, 8.5 * 2^k up to the mass's extent, so that no panel is much longer
-        than its distance from the step (where phi(Phi^-1(F)) ~ F sqrt(2 log(1/F)) is nearly
+        edges continue geometrically, 8.5 * 2^k up to the mass's extent, so that no panel is much
+        longer than its distance from the step (where phi(Phi^-1(F)) ~ F sqrt(2 log(1/F)) is nearly
         singular); points are grouped by how many such edges they need."""
         from qpinfer.likelihoods.probit_limits import graded_breakpoints
 

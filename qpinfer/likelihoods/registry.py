@@ -1,8 +1,8 @@
 """Likelihoods by name: the registry above every likelihood module (so none of them imports it).
 
 ``get_likelihood("probit")``, ``"poisson_square"``, ``"step_noise"`` / ``"step_noise(eps=0.1)"``,
-``"student_t"`` / ``"student_t(nu=4, scale=1)"``, ``"logit"``, ``"poisson_log"`` -- the names table stores record -- or a
-:class:`~qpinfer.likelihoods.Likelihood` object, returned as it is.
+``"student_t"`` / ``"student_t(nu=4, scale=1)"``, ``"logit"``, ``"poisson_log"`` -- the names table
+stores record -- or a :class:`~qpinfer.likelihoods.Likelihood` object, returned as it is.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ standard normal pdf/cdf)::
     Var[t] = 1 - r (z + r)
 
 (the same form as the probit moments with a different ``r``; for ``eps = 0`` the probit
-Mills-ratio continued fraction of :func:`qpinfer.quadrature.normal_ratios.probit_moment_terms` is used in the
-lower tail). For the exact QP kernel (:mod:`qpinfer.sigma.kernel`) the density is two lobes split at
-``f = 0`` with hard bounds, each a truncated Gaussian whose mode is ``mu`` clipped into its side;
-``eps = 0`` leaves one lobe (the other has zero mass and is dropped by the kernel).
+Mills-ratio continued fraction of :func:`qpinfer.quadrature.normal_ratios.probit_moment_terms` is
+used in the lower tail). For the exact QP kernel (:mod:`qpinfer.sigma.kernel`) the density is two
+lobes split at ``f = 0`` with hard bounds, each a truncated Gaussian whose mode is ``mu`` clipped
+into its side; ``eps = 0`` leaves one lobe (the other has zero mass and is dropped by the kernel).
 
 QP tables: one store per ``eps`` (the table coordinates stay ``(mu, log10 sigma, y)``); the
 likelihood name identifies ``eps`` -- ``StepNoise(0.2).name == "step_noise(eps=0.2)"`` -- so a
@@ -25,7 +25,8 @@ table built for one ``eps`` is refused by :class:`qpinfer.QuantileMatching` for 
 
 Power EP (paper 002 App. C, eq. (41)): ``p(y|f)^u = C [(1 - eps_u) Theta(y f) + eps_u Theta(-y f)]``
 with ``C = (1 - eps)^u + eps^u`` and ``eps_u = eps^u / C`` -- again a step likelihood, so the
-fractional tilted moments are closed form (:class:`qpinfer.inference.power_ep.StepNoisePowerMatching`).
+fractional tilted moments are closed form
+(:class:`qpinfer.inference.power_ep.StepNoisePowerMatching`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ __all__ = ["DEFAULT_EPS", "StepNoise", "check_eps", "parse_name"]
 DEFAULT_EPS = 0.2
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
-# First log-density level of qpinfer.sigma.kernel's panels: (sqrt(2 * _TAIL) / _N_LEVELS)^2 / 2 nats.
+# First log-density level of qpinfer.sigma.kernel's panels: (sqrt(2 * _TAIL) / _N_LEVELS)^2 / 2
+# nats.
 _FIRST_LEVEL = 50.0 / 16.0
 _GRADED = 10.0 ** np.arange(2.5, -14.5, -0.5)
 _GRADED_EDGES = np.concatenate([-_GRADED, [0.0], _GRADED[::-1]])

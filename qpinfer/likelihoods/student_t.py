@@ -20,8 +20,8 @@ Where the cavity is narrow relative to the t factor's curvature scale,
 ``r = sigma' sqrt((nu + 1) / (nu + mu'^2)) < 1e-3``, the tilted density is Gaussian to double
 precision (its skewness and excess kurtosis are O(r^3) and O(r^4), and sigma*/sigma_EP - 1 is
 second order in them: measured against mpmath <= 1e-19 at r = 1e-3 for nu = 0.1 ... 1e5), and
-sigma* is the EP std (``_sigma_closed_form``). Supported: ``sigma / s <= 1e10`` (a ``ValueError`` naming
-sigma beyond); every finite mu.
+sigma* is the EP std (``_sigma_closed_form``). Supported: ``sigma / s <= 1e10`` (a ``ValueError``
+naming sigma beyond); every finite mu.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class StudentT(Likelihood):
         mean = np.where(near_cavity, mu + sign * self.scale * shift, y + sign * self.scale * mean)
         return mean, self.scale * std
 
-    # hooks of the exact sigma* kernel (qpinfer.sigma.kernel) ---------------------------------------
+    # hooks of the exact sigma* kernel (qpinfer.sigma.kernel) --------------------------------------
 
     def canonical(self, mu, y):
         """Shift and mirror: sigma*(mu, sigma, y) = sigma*(|mu - y|, sigma, 0)."""

@@ -1,10 +1,11 @@
-"""Panel edges on a lobe's log-density level sets: where the sigma* kernel (:mod:`qpinfer.sigma.kernel`)
-and the power-EP moments (:mod:`qpinfer.inference.power_ep`) put their quadrature panels.
+"""Panel edges on a lobe's log-density level sets: where the sigma* kernel
+(:mod:`qpinfer.sigma.kernel`) and the power-EP moments (:mod:`qpinfer.inference.power_ep`) put their
+quadrature panels.
 
 ``lik`` is any likelihood with the ``_log_tilted(x, mu, sigma, y, derivative=True)`` hook
 (optional ``_snap_to_bounds`` and ``_level_guess``; a likelihood whose lobes are not
-log-concave places its own edges with ``_lobe_edges``, e.g. :mod:`qpinfer.likelihoods.student_t`); this
-module imports none.
+log-concave places its own edges with ``_lobe_edges``, e.g. :mod:`qpinfer.likelihoods.student_t`);
+this module imports none.
 """
 
 from __future__ import annotations

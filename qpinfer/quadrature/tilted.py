@@ -1,10 +1,10 @@
 """EP's tilted moments (paper 000 eq. (5)) by the sigma* kernel's own panels, for likelihoods
 without closed-form moments (``logit``, ``poisson_log``).
 
-The exact sigma* kernel (:mod:`qpinfer.sigma.kernel`) places Gauss-Legendre panels on log-density level
-sets of each lobe (down to 50 nats below the mode) plus a likelihood's own breakpoints. The same
-panels integrate the density, its first moment and its *centred* second moment (two passes on the
-same nodes, so the variance never cancels), and the log normaliser, to ~1e-15 relative.
+The exact sigma* kernel (:mod:`qpinfer.sigma.kernel`) places Gauss-Legendre panels on log-density
+level sets of each lobe (down to 50 nats below the mode) plus a likelihood's own breakpoints. The
+same panels integrate the density, its first moment and its *centred* second moment (two passes on
+the same nodes, so the variance never cancels), and the log normaliser, to ~1e-15 relative.
 
 A likelihood using this module works in its own *kernel coordinate* ``x = f - A(mu, sigma, y)``
 (an anchor known exactly per point, e.g. the cavity mean or the tilted mode), so that node

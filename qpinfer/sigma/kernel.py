@@ -14,9 +14,10 @@ Method (one fixed-shape computation per point, no per-point Python):
    log q(mode) - log q(edge) = (k delta)^2 / 2, k = 1..K, found by Newton steps on
    sqrt(log q(mode) - log q(x)), which is linear in x for a Gaussian: panels are narrow where
    the density changes fast (a sharp probit edge, a narrow Poisson mode) and wide in slow
-   Gaussian tails. The last level, ``qpinfer.quadrature.level_sets.TAIL`` nats below the mode, drops less than 1e-21 of the
-   mass. A likelihood may add fixed edges at its own features (``_breakpoints``: where Phi(f)
-   climbs to 1 after a flat stretch of a wide probit cavity) and ask for finer levels.
+   Gaussian tails. The last level, ``qpinfer.quadrature.level_sets.TAIL`` nats below the mode, drops
+   less than 1e-21 of the mass. A likelihood may add fixed edges at its own features
+   (``_breakpoints``: where Phi(f) climbs to 1 after a flat stretch of a wide probit cavity) and ask
+   for finer levels.
 3. On every panel, Gauss-Legendre nodes carry the density; the CDF at each node is the sum of
    the panels to its left plus a spectral partial integral (exact for polynomials of degree
    n-1), and the survival function S = 1 - F is summed *from the right* the same way, so tails
@@ -32,8 +33,8 @@ A point's result never depends on the other points of the call (no batch-wide st
 so tables are bit-reproducible however they are tiled. A likelihood may answer some cavities
 from limits exact to double precision (``_sigma_closed_form``) and map others to an equivalent
 cavity (``_rescale``): the probit's flat, Gaussian and very-wide regimes
-(:mod:`qpinfer.likelihoods.probit_limits`), which keep the quadrature where node positions are exact.
-Accuracy against the 40-digit mpmath reference (``qptables.reference.sigma``;
+(:mod:`qpinfer.likelihoods.probit_limits`), which keep the quadrature where node positions are
+exact. Accuracy against the 40-digit mpmath reference (``qptables.reference.sigma``;
 ``tests/test_sigma_qp.py``, ``tests/test_sigma_wide.py``): ~1e-15 relative over the paper
 domain (mu in [-10, 10], sigma in [0.1, 10], Poisson counts to 100); probit <= 1e-12 (measured
 <= ~5e-16 on 400 random points) for every finite mu and sigma > 0 where the reference converges
@@ -170,8 +171,8 @@ def _clamp_to_ep(lik, mu0, sigma0, y0, out, ep, where=None) -> None:
     kernel's panels) where given; else the likelihood's ``tilted_moments`` at the points
     ``where`` (default all). Closed-form regimes give sigma_EP itself or the cavity std where the
     tilt is the cavity (``ep = inf`` / outside ``where`` leaves them alone), except the probit's
-    limits (:mod:`qpinfer.likelihoods.probit_limits`), whose likelihood sets ``_clamp_closed_forms``. In
-    place."""
+    limits (:mod:`qpinfer.likelihoods.probit_limits`), whose likelihood sets
+    ``_clamp_closed_forms``. In place."""
     if ep is None:
         idx = np.arange(out.size) if where is None else np.flatnonzero(where)
         ep = np.full(out.shape, np.inf)

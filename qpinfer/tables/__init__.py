@@ -1,8 +1,8 @@
 """Reader of precomputed sigma* tables (paper 000 App. J): memory-mapped, constant-time lookups.
 
-The store layout is the contract in :mod:`qpinfer.tables.schema` (written by ``qptables``). Published
-stores hold one chunk file per ``(variable, y)`` (``tile_mu == n_mu``); the reader accepts any
-``tile_mu``, but every chunk a lookup batch touches costs one Python iteration, so few chunks
+The store layout is the contract in :mod:`qpinfer.tables.schema` (written by ``qptables``).
+Published stores hold one chunk file per ``(variable, y)`` (``tile_mu == n_mu``); the reader accepts
+any ``tile_mu``, but every chunk a lookup batch touches costs one Python iteration, so few chunks
 keep small batches (EP's N sites per sweep) fast.
 
 Opening (:func:`open_table`) reads metadata only -- the root and array ``zarr.json`` files and the
@@ -34,8 +34,8 @@ query point. Outside the grid, or for a ``y`` the table lacks, sigma* is compute
 :func:`qpinfer.sigma_qp` -- not the paper's ``sigma_QP ~ sigma_EP`` fallback, which biases
 variances upward -- counted in :attr:`SigmaTable.fallback_count`, with a one-time warning.
 
-Holds: the reader's parts: :mod:`qpinfer.tables.reader` (:class:`SigmaTableReader`, the one interface
-of every open table), :mod:`qpinfer.tables.store` (errors, paths, reading store files),
+Holds: the reader's parts: :mod:`qpinfer.tables.reader` (:class:`SigmaTableReader`, the one
+interface of every open table), :mod:`qpinfer.tables.store` (errors, paths, reading store files),
 :mod:`qpinfer.tables.open` (:func:`open_table`, either schema), :mod:`qpinfer.tables.grid_store`
 (validating a v1 store), :mod:`qpinfer.tables.grid_table` (v1 lookups),
 :mod:`qpinfer.tables.reduced` with :mod:`qpinfer.tables.reduced_store` (v2 stores) and

@@ -33,8 +33,8 @@ v2 store without its record (issue #26): without it nothing ties the likelihood 
 so a store whose likelihood was edited would be served as the new likelihood. Rebuild such a
 store (``qptables build``) or re-download it to get the digest; every build writes it, and the
 tables shipped inside qpinfer are v2 stores that all carry theirs. ``qptables verify`` and
-``qptables info`` still read unsigned stores (and say so). The digest guards against accidents and careless edits, not against an adversary, who can
-recompute sha256 as easily as we can.
+``qptables info`` still read unsigned stores (and say so). The digest guards against accidents and
+careless edits, not against an adversary, who can recompute sha256 as easily as we can.
 """
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ def metadata_changes(root: str | os.PathLike, attrs: dict[str, Any]) -> list[str
     """What changed in the store's metadata since its integrity record was written.
 
     Returns ``None`` if the store has no record (written before records existed: the reader
-    refuses it, ``qptables verify`` checks it as before), ``[]`` if everything matches, else one description per
-    change, e.g. ``"attribute 'likelihood' changed"``.
+    refuses it, ``qptables verify`` checks it as before), ``[]`` if everything matches, else one
+    description per change, e.g. ``"attribute 'likelihood' changed"``.
     """
     record = attrs.get(INTEGRITY_ATTR)
     if record is None:

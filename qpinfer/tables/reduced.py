@@ -8,10 +8,10 @@ integrity, completeness and verification, and refuses any change with a
 Lookups: a box whose ``denominator`` is ``"sigma"`` (probit's core) stores sigma*/sigma and is
 tried first, on the canonical cavity as it is: its nodes hold the kernel's values in every regime,
 so such a lookup needs neither EP's moments nor the regime tests, and sigma* is the value times
-sigma. The other cavities follow the exact kernel's path (:mod:`qpinfer.tables.boxes.probit`): closed-form
-regimes, the likelihood's rescaling, then the first box holding the (rescaled) cavity. A cavity
-in no box (a Poisson count above the table's labels) is computed by the exact kernel and counted
-in :attr:`ReducedTable.fallback_count`.
+sigma. The other cavities follow the exact kernel's path (:mod:`qpinfer.tables.boxes.probit`):
+closed-form regimes, the likelihood's rescaling, then the first box holding the (rescaled) cavity. A
+cavity in no box (a Poisson count above the table's labels) is computed by the exact kernel and
+counted in :attr:`ReducedTable.fallback_count`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from qpinfer.tables.reduced_store import (
 from qpinfer.tables.store import TableError, read_json
 from qpinfer.tables.sweep_evaluator import SweepEvaluator
 
-# SCHEMA_VERSION_V2, array_names and integrity_record: names of the 0.1 module qpinfer.tables_v2, kept
+# SCHEMA_VERSION_V2, array_names and integrity_record: names of the 0.1 module qpinfer.tables_v2,
+# kept
 __all__ = ["SCHEMA_VERSION_V2", "ReducedTable", "array_names", "integrity_record", "open_reduced"]
 
 
@@ -239,7 +240,7 @@ class ReducedTable(SigmaTableReader):
         computes EP's mean alone (:meth:`qp_moments`).
 
         No input checks but the labels': a cavity inside the box's axes has a finite mean and a
-        finite sigma > 0 (:meth:`qpinfer.tables.boxes.probit.Box.axis_array`), any other one gives
+        finite sigma > 0 (:meth:`qpinfer.tables.boxes.base.Box.axis_array`), any other one gives
         ``None``, and :meth:`sigma_qp` sends the whole batch to :meth:`_lookup`, which checks
         it."""
         if not self._is_sweep_batch(mu, sigma, y):
@@ -255,10 +256,11 @@ class ReducedTable(SigmaTableReader):
         ``tilted_mean``; for the others the EP moments it computes are passed on to the lookup).
 
         On probit's sweeps one pass serves both: the tilted mean's ``z = y mu / sqrt(1 +
-        sigma^2)`` is the core box's first coordinate (:meth:`qpinfer.likelihoods.Probit.tilted_mean_and_z`),
-        so the labels are checked, and z computed, once; a batch with a cavity outside the core
-        takes :meth:`sigma_qp`'s general lookup (which checks the inputs). The same values as
-        ``tilted_mean`` and :meth:`sigma_qp`, bit for bit."""
+        sigma^2)`` is the core box's first coordinate
+        (:meth:`qpinfer.likelihoods.Probit.tilted_mean_and_z`), so the labels are checked, and z
+        computed, once; a batch with a cavity outside the core takes :meth:`sigma_qp`'s general
+        lookup (which checks the inputs). The same values as ``tilted_mean`` and :meth:`sigma_qp`,
+        bit for bit."""
         lik = self._lik
         if self._fused and self._is_sweep_batch(mu, sigma, y):
             yy = lik.check_y(y)

@@ -10,13 +10,14 @@ labels), ``grid`` (the same, for tools that read v1's), ``coordinates`` / ``inte
 ``claimed_domain`` (prose), ``arrays`` (every array of the store), ``verification`` (the build's
 check against the exact kernel and mpmath), ``integrity`` and ``complete``.
 
-Integrity: a v2 store is small (a few MB), so the reader (:func:`qpinfer.tables.reduced.open_reduced`)
-reads every file of it once at open (:func:`store_files`), hashes it (~2 ms per MB), decodes the
-arrays from the same bytes (:func:`read_array`) and compares the hashes with
-``attrs["integrity"]`` (:func:`integrity_record`, written by the build): one sha256 per file and
-per root attribute (except :data:`UNSIGNED_ATTRS`), and a digest over all of them; any change --
-a flipped byte in a chunk, an edited likelihood or box -- is named by :func:`integrity_changes`.
-(The v1 stores' record is :mod:`qpinfer.tables.integrity`.)
+Integrity: a v2 store is small (a few MB), so the reader
+(:func:`qpinfer.tables.reduced.open_reduced`) reads every file of it once at open
+(:func:`store_files`), hashes it (~2 ms per MB), decodes the arrays from the same bytes
+(:func:`read_array`) and compares the hashes with ``attrs["integrity"]`` (:func:`integrity_record`,
+written by the build): one sha256 per file and per root attribute (except :data:`UNSIGNED_ATTRS`),
+and a digest over all of them; any change -- a flipped byte in a chunk, an edited likelihood or box
+-- is named by :func:`integrity_changes`. (The v1 stores' record is
+:mod:`qpinfer.tables.integrity`.)
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ installing ``NAME.zarr``, the default-table link ``<likelihood>.zarr``) goes thr
 What may be replaced (:func:`store_kind`): a *table store* -- a real directory (not a symlink)
 whose ``zarr.json`` is a zarr v3 group with the attributes ``qp_schema_version`` (an integer),
 ``likelihood`` (a string) and ``grid`` (a mapping), and which holds nothing but the store's own
-entries (``zarr.json``, the arrays of :mod:`qpinfer.tables.schema` and zarr's temporary files). Both a
-complete store and an unfinished one (``complete`` false, e.g. ``OUT.partial``) qualify: they are
+entries (``zarr.json``, the arrays of :mod:`qpinfer.tables.schema` and zarr's temporary files). Both
+a complete store and an unfinished one (``complete`` false, e.g. ``OUT.partial``) qualify: they are
 recognised by their metadata, not by their contents. With ``links=True`` (the table cache, where
 the package itself makes ``<likelihood>.zarr`` symlinks) a symlink to such a store, or a dangling
 one, may be replaced too -- the link only, never what it points at.

@@ -4,8 +4,8 @@
 (bit for bit the same on every run: the kernel's results do not depend on scheduling, and the
 stores record no times); ``tests/test_shipped_tables.py`` rebuilds a random sample of their tiles
 and compares the bytes. The estimators' ``table=None`` uses them when no table is installed for
-the likelihood (:func:`qpinfer.tables.remote.install.download` installs one, and an installed or explicitly
-passed table wins).
+the likelihood (:func:`qpinfer.tables.remote.install.download` installs one, and an installed or
+explicitly passed table wins).
 """
 
 from __future__ import annotations

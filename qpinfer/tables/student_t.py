@@ -1,10 +1,10 @@
 """One Student-t v2 table per nu serves every noise scale (issue #15).
 
 A Student-t table is built for ``scale = 1`` (likelihood ``student_t(nu=..., scale=1.0)``, boxes
-in :mod:`qpinfer.tables.boxes.student_t`). ``f' = (f - y) / scale`` maps the tilted family onto itself,
-so for any scale ``sigma*(mu, sigma, y) = scale * sigma*_1((mu - y) / scale, sigma / scale, 0)``
-and ``sigma* / sigma_EP`` is unchanged: :class:`ScaledTable` answers a scaled likelihood's queries
-from the scale-1 table (the kernel does the same through ``StudentT.reduced``).
+in :mod:`qpinfer.tables.boxes.student_t`). ``f' = (f - y) / scale`` maps the tilted family onto
+itself, so for any scale ``sigma*(mu, sigma, y) = scale * sigma*_1((mu - y) / scale, sigma / scale,
+0)`` and ``sigma* / sigma_EP`` is unchanged: :class:`ScaledTable` answers a scaled likelihood's
+queries from the scale-1 table (the kernel does the same through ``StudentT.reduced``).
 :func:`for_likelihood` adapts a table to the likelihood object an estimator uses, reading the
 table's own likelihood object (:attr:`~qpinfer.tables.reader.SigmaTableReader.likelihood_object`):
 no likelihood name is parsed and no :class:`StudentT` built on the way.

@@ -30,14 +30,14 @@ class SweepEvaluator:
     ``u`` (shape ``(n_axes, n)``, float64, C-contiguous; overwritten), or ``None`` unless every
     point lies inside the axes' ranges, last edges excluded (a NaN or an infinity does not: the
     caller need not have checked its inputs; it silences floating-point warnings). ``power``:
-    ``coef`` holds :func:`qpinfer.tables.chebyshev.power_coefficients`. The same sums as :func:`qpinfer.tables.chebyshev.evaluate` with the same
-    ``power`` (bit for bit on small 2-D batches), in the fewest array operations: at a few
-    hundred points a lookup costs per operation, not per flop, and more so inside a fit, where
-    the linear algebra between two sweeps leaves the caches cold. So a 2-D evaluator keeps, per
-    thread and batch size, the basis array with its constant row filled in and its views for
-    the product blocks (``cheb_cells._power_basis``, ``cheb_cells._chebyshev_basis``); Chebyshev
-    coefficients are pre-scaled by 1/4 (exact) for the doubled bases. In the power basis a
-    sweep's lookup takes 16 array operations (Chebyshev: 22)."""
+    ``coef`` holds :func:`qpinfer.tables.chebyshev.power_coefficients`. The same sums as
+    :func:`qpinfer.tables.chebyshev.evaluate` with the same ``power`` (bit for bit on small 2-D
+    batches), in the fewest array operations: at a few hundred points a lookup costs per operation,
+    not per flop, and more so inside a fit, where the linear algebra between two sweeps leaves the
+    caches cold. So a 2-D evaluator keeps, per thread and batch size, the basis array with its
+    constant row filled in and its views for the product blocks (``cheb_cells._power_basis``,
+    ``cheb_cells._chebyshev_basis``); Chebyshev coefficients are pre-scaled by 1/4 (exact) for the
+    doubled bases. In the power basis a sweep's lookup takes 16 array operations (Chebyshev: 22)."""
 
     def __init__(self, coef: np.ndarray, axes: tuple[CellAxis, ...], power: bool = False):
         self.coef = coef

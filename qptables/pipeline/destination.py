@@ -3,10 +3,10 @@ verified store is put there atomically at the end.
 
 ``OUT`` must be absent unless ``force``; with ``force`` it, and ``OUT.partial`` and
 ``OUT.publishing`` always, must be a table store of this package -- a plain file, a directory
-that is not a store or a symlink is never replaced (:mod:`qpinfer.tables.replace`). The published copy
-(one chunk per ``(variable, y)``, :func:`qptables.store.consolidate_store`) is written to
-``OUT.publishing`` and renamed to ``OUT`` with :func:`qpinfer.tables.replace.replace_store`; an existing
-``OUT`` store is deleted only after the new one is in place.
+that is not a store or a symlink is never replaced (:mod:`qpinfer.tables.replace`). The published
+copy (one chunk per ``(variable, y)``, :func:`qptables.store.consolidate_store`) is written to
+``OUT.publishing`` and renamed to ``OUT`` with :func:`qpinfer.tables.replace.replace_store`; an
+existing ``OUT`` store is deleted only after the new one is in place.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def discard_publishing(publishing: Path) -> None:
 
 def publish_store(partial: Path, out: Path, force: bool) -> None:
     """Put ``partial`` (the finished ``OUT.publishing`` copy) at ``out`` atomically with
-    :func:`qpinfer.tables.replace.replace_store`: an existing ``out`` (``force``; a table store only)
-    is deleted only after the new store is in place."""
+    :func:`qpinfer.tables.replace.replace_store`: an existing ``out`` (``force``; a table store
+    only) is deleted only after the new store is in place."""
     if (out.exists() or out.is_symlink()) and not force:
         raise BuildError(f"{out} appeared during the build; not replaced (pass --force)")
     try:

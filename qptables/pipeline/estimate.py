@@ -10,7 +10,8 @@ hashing 1.3 GB of tiles, writing the 0.6 GB published copy) were not counted at 
 
 So the estimate is now made after the workers are up, from a calibration that runs on **every
 worker at the same time** (:func:`calibrate_workers`: warm-up, ~1 s of the build's own kernel
-rows, three mpmath reference points when the verification is long), and it counts every phase that remains:
+rows, three mpmath reference points when the verification is long), and it counts every phase that
+remains:
 
 * tiles -- kernel points / (sum of the workers' concurrent rates), plus a per-tile cost
   (scheduling, writing and renaming the chunk files) over the workers;

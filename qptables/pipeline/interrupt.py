@@ -3,13 +3,13 @@ nothing that looks finished left behind, and one line saying where the finished 
 
 SIGTERM -- what ``kill``, ``docker stop``, Kubernetes and SLURM send -- would otherwise end the
 process at once, leaving the lock ``OUT.lock`` (taken over as stale by the next run) and no
-message. :func:`stop_on_signals` makes SIGTERM raise :class:`~qptables.pipeline.errors.BuildInterrupted`
-in the main thread, so the build unwinds as for Ctrl-C: ``finally`` blocks release the lock and
-close the client and cluster, a half-written ``OUT.publishing`` is deleted, ``OUT.partial``
-(never marked complete) keeps its finished tiles, and the next run resumes from them.
-:func:`deferred_sigterm` holds a SIGTERM back during a step that must not be cut short (the
-publishing rename). Only the main thread can handle signals; elsewhere, or when the program
-already handles SIGTERM itself, nothing is installed.
+message. :func:`stop_on_signals` makes SIGTERM raise
+:class:`~qptables.pipeline.errors.BuildInterrupted` in the main thread, so the build unwinds as for
+Ctrl-C: ``finally`` blocks release the lock and close the client and cluster, a half-written
+``OUT.publishing`` is deleted, ``OUT.partial`` (never marked complete) keeps its finished tiles, and
+the next run resumes from them. :func:`deferred_sigterm` holds a SIGTERM back during a step that
+must not be cut short (the publishing rename). Only the main thread can handle signals; elsewhere,
+or when the program already handles SIGTERM itself, nothing is installed.
 """
 
 from __future__ import annotations

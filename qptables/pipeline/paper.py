@@ -25,8 +25,8 @@ Life cycle of ``build(likelihood, OUT, grid)``:
 4. Find the finished tiles (chunk files present with the exact uncompressed size; see
    :mod:`qptables.store`) and compute only the others, with a progress bar.
 5. Checksum every chunk (``attrs["checksums"]``) and verify against mpmath
-   (:mod:`qptables.reference.verify`; ``attrs["verification"]``). A failed verification leaves ``OUT``
-   untouched and the partial store for inspection.
+   (:mod:`qptables.reference.verify`; ``attrs["verification"]``). A failed verification leaves
+   ``OUT`` untouched and the partial store for inspection.
 6. Publish by *copy*: write the published layout -- ONE chunk per ``(variable, y)``, chunks
    ``(1, n_mu, n_log10_sigma)``, which the reader looks up much faster than many small tiles
    -- into the sibling ``OUT.publishing`` (one dask task per ``(variable, y)``, see
@@ -48,10 +48,10 @@ error says where. A failed write (a full disk) names its phase and path
 Bit-identity. The kernel's value at a point never depends on the other points of its call, so
 tiling, worker count, resuming and the probit mirror cannot change a single bit.
 
-The steps live in modules of their own: planning (:mod:`qptables.pipeline.plan`), locking and resuming
-(:mod:`qptables.pipeline.resume`), the tile kernel (:mod:`qptables.pipeline.tiles`, with the bit-identity and
-probit-mirror notes), the dask run (:mod:`qptables.pipeline.dask_run`) and publishing
-(:mod:`qptables.pipeline.destination`); this module runs them in order.
+The steps live in modules of their own: planning (:mod:`qptables.pipeline.plan`), locking and
+resuming (:mod:`qptables.pipeline.resume`), the tile kernel (:mod:`qptables.pipeline.tiles`, with
+the bit-identity and probit-mirror notes), the dask run (:mod:`qptables.pipeline.dask_run`) and
+publishing (:mod:`qptables.pipeline.destination`); this module runs them in order.
 """
 
 from __future__ import annotations

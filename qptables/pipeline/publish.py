@@ -3,8 +3,8 @@
 ``publish(STORE, DIR)`` writes ``DIR/<name>.tar.gz`` -- the store directory as ``<name>.zarr/``
 in a gzip-compressed tar -- and adds or replaces the entry ``name`` in the manifest
 (``DIR/manifest.json`` unless another path is given). ``DIR`` is then what a table host serves:
-``qpinfer download NAME --url URL-OF-DIR`` (:mod:`qpinfer.tables.remote.install`) reads the manifest, fetches
-the archive, checks its size and sha256, unpacks it and validates every chunk.
+``qpinfer download NAME --url URL-OF-DIR`` (:mod:`qpinfer.tables.remote.install`) reads the
+manifest, fetches the archive, checks its size and sha256, unpacks it and validates every chunk.
 
 Only a store the reader accepts is published: :func:`qpinfer.open_table` with
 ``verify_checksums=True`` (schema, ``complete``, a passed verification report, coordinates,
@@ -24,8 +24,8 @@ Manifest (format :data:`qpinfer.tables.remote.install.MANIFEST_FORMAT`)::
                          "tolerance", "reference", "checked"},
         "package_version", "schema_version", "created", "published"}}}
 
-``content_sha256`` is :func:`qpinfer.tables.remote.install.checksums_digest` of the store's chunk checksums:
-a download is skipped when the installed table already has it.
+``content_sha256`` is :func:`qpinfer.tables.remote.install.checksums_digest` of the store's chunk
+checksums: a download is skipped when the installed table already has it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fan independent, slow calls out over a dask cluster or a process pool, with a progress bar.
 
-Used for the mpmath reference points of the verification (:mod:`qptables.reference.verify`): each point
-costs ~0.2-1 s of mpmath and they are independent, so ``qptables build`` runs them on the
+Used for the mpmath reference points of the verification (:mod:`qptables.reference.verify`): each
+point costs ~0.2-1 s of mpmath and they are independent, so ``qptables build`` runs them on the
 build's own dask workers and ``qptables verify --scheduler ADDRESS`` on any cluster -- a SLURM
 build with a hundred workers can afford thousands of checks (``--samples``). One task per call
 (the scheduler's per-task cost, ~1 ms, is negligible next to a second of mpmath), submitted at

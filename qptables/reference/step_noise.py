@@ -6,7 +6,8 @@ and is evaluated directly in mpmath; only eq. (7) of paper 000 is integrated num
 
     F(f) = eps Phi(t) / Z                                    (f < 0)
     S(f) = 1 - F(f) = (1 - eps) Phi(-t) / Z                  (f >= 0)
-    sigma* = int phi(Phi^{-1}(min(F, S))) df,   t = (f - mu)/sigma,  Z = eps + (1-2eps) Phi(mu/sigma)
+    sigma* = int phi(Phi^{-1}(min(F, S))) df,   t = (f - mu)/sigma,  Z = eps + (1-2eps)
+    Phi(mu/sigma)
 
 (canonical ``y = +1``; ``y = -1`` is the mirror ``mu -> -mu``). ``Phi^{-1}`` is mpmath's
 ``erfinv`` at ``dps + 10`` digits; each side of ``f = 0`` is split at quadratically spaced

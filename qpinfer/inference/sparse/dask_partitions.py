@@ -1,5 +1,5 @@
-"""Where the dask sweep's data partitions come from (:mod:`qpinfer.inference.sparse.dask_sweep`): the client for a
-``scheduler=`` argument, and the partitions' rows placed on the workers.
+"""Where the dask sweep's data partitions come from (:mod:`qpinfer.inference.sparse.dask_sweep`):
+the client for a ``scheduler=`` argument, and the partitions' rows placed on the workers.
 
 Two kinds of input:
 

@@ -1,9 +1,9 @@
-"""Pseudo-point Power EP / QP (:func:`qpinfer.inference.sparse.sites.run_sparse_pep`, parallel schedule)
-as a map-reduce over data partitions on a dask cluster (issue #17).
+"""Pseudo-point Power EP / QP (:func:`qpinfer.inference.sparse.sites.run_sparse_pep`, parallel
+schedule) as a map-reduce over data partitions on a dask cluster (issue #17).
 
 In the parallel schedule every site update needs only its own marginal, and the posterior of the
-whitened pseudo-points (:mod:`qpinfer.inference.sparse.pseudo_points`) needs only two sums over the sites,
-``B = I + sum_p A_p diag(tau_p) A_p^T`` and ``b = sum_p A_p nu_p``. So one sweep is
+whitened pseudo-points (:mod:`qpinfer.inference.sparse.pseudo_points`) needs only two sums over the
+sites, ``B = I + sum_p A_p diag(tau_p) A_p^T`` and ``b = sum_p A_p nu_p``. So one sweep is
 
 * **map** (one task per partition ``p``, on the worker that holds it): from the broadcast
   ``L = chol(B)`` and ``mean_v = B^-1 b``, the marginals of the partition's site variables
@@ -18,13 +18,13 @@ whitened pseudo-points (:mod:`qpinfer.inference.sparse.pseudo_points`) needs onl
 
 Each worker holds its partition's ``X_p, y_p`` (sent once, or -- ``X`` a dask array -- computed
 there: :mod:`qpinfer.inference.sparse.dask_partitions`) and computes ``A_p = Lu^-1 K(Z, X_p)``
-and ``h_p`` itself from the kernel and ``Z`` (:func:`~qpinfer.inference.sparse.pseudo_points.whitened_cross`): no
-N x M array travels, only ``O(M^2)`` per partition and sweep. A partition is a dask actor
-(:class:`_PartitionActor`) on its worker: the client calls it directly, one round trip per sweep
-(a task graph would add several scheduler hops per sweep). The sites ``(tau_p, nu_p)`` stay on
-the workers (with a copy of the best sweep's) and are gathered once at the end. QP's sigma*
-table is opened once per worker process (:data:`_WORKER_TABLES`, keyed by the table's path), not
-shipped with every call.
+and ``h_p`` itself from the kernel and ``Z``
+(:func:`~qpinfer.inference.sparse.pseudo_points.whitened_cross`): no N x M array travels, only
+``O(M^2)`` per partition and sweep. A partition is a dask actor (:class:`_PartitionActor`) on its
+worker: the client calls it directly, one round trip per sweep (a task graph would add several
+scheduler hops per sweep). The sites ``(tau_p, nu_p)`` stay on the workers (with a copy of the best
+sweep's) and are gathered once at the end. QP's sigma* table is opened once per worker process
+(:data:`_WORKER_TABLES`, keyed by the table's path), not shipped with every call.
 
 The result equals the in-process :func:`~qpinfer.inference.sparse.sites.run_sparse_pep` (parallel
 schedule) to round-off: the same arithmetic, with only the order of the sums over sites changed.
@@ -101,13 +101,13 @@ class _ProjectionSpec:
         return proj
 
 
-# -- what a worker holds and does -------------------------------------------------------------------
+# -- what a worker holds and does ------------------------------------------------------------------
 @dataclass
 class _Marginals:
     """The marginals of one partition's site variables under the broadcast posterior: what
-    :func:`~qpinfer.inference.site_loop._parallel_sweep` reads from ``refresh`` (``mean``, ``var``), and
-    :func:`~qpinfer.inference.power_ep.power_ep_log_evidence` (the global ``log det B`` term is added on the
-    client, so it is 0 here)."""
+    :func:`~qpinfer.inference.site_loop._parallel_sweep` reads from ``refresh`` (``mean``, ``var``),
+    and :func:`~qpinfer.inference.power_ep.power_ep_log_evidence` (the global ``log det B`` term is
+    added on the client, so it is 0 here)."""
 
     mean: np.ndarray
     var: np.ndarray
@@ -117,9 +117,9 @@ class _Marginals:
 
 
 class _BroadcastPosterior:
-    """The representation :func:`~qpinfer.inference.site_loop._parallel_sweep` refreshes on a worker: the
-    posterior of the current sites was reduced on the client (``L``, ``mean_v``); ``refresh``
-    returns its marginals on this partition."""
+    """The representation :func:`~qpinfer.inference.site_loop._parallel_sweep` refreshes on a
+    worker: the posterior of the current sites was reduced on the client (``L``, ``mean_v``);
+    ``refresh`` returns its marginals on this partition."""
 
     def __init__(self, A: np.ndarray, L: np.ndarray, mean_v: np.ndarray) -> None:
         self.marginals = _Marginals(*low_rank_marginals(A, L, mean_v))
@@ -203,11 +203,11 @@ def run_sparse_pep_dask(
     Parameters
     ----------
     kernel, X, y, Z, jitter:
-        The prior (:func:`~qpinfer.inference.sparse.pseudo_points.pseudo_point_prior`): an ARD SE kernel, the
-        (N, D) inputs, labels (probit: -1/+1), (M, D) inducing inputs.
+        The prior (:func:`~qpinfer.inference.sparse.pseudo_points.pseudo_point_prior`): an ARD SE
+        kernel, the (N, D) inputs, labels (probit: -1/+1), (M, D) inducing inputs.
     projection:
-        As :func:`~qpinfer.inference.sparse.sites.run_sparse_pep` (its table, if any, is opened once per
-        worker process from its path).
+        As :func:`~qpinfer.inference.sparse.sites.run_sparse_pep` (its table, if any, is opened once
+        per worker process from its path).
     scheduler:
         ``"local"``, a scheduler address or a ``distributed.Client`` (:func:`client_for`).
     n_partitions, partition_sizes:
@@ -215,7 +215,8 @@ def run_sparse_pep_dask(
         ``n_partitions`` of near-equal size (default: one per worker) or explicit sizes. With a
         dask array ``X`` its row chunks are the partitions, each computed on its worker (e.g.
         read from a zarr store there, :func:`dask.array.from_zarr`): ``X`` never passes through
-        the client (:mod:`qpinfer.inference.sparse.dask_partitions`); ``y`` may be a dask or a numpy array.
+        the client (:mod:`qpinfer.inference.sparse.dask_partitions`); ``y`` may be a dask or a numpy
+        array.
     init, damping, max_iter, tol, compute_evidence:
         As :func:`~qpinfer.inference.sparse.sites.run_sparse_pep` (damping default 0.5, halved when
         stalled; same stopping rule, same best state, same warning).
@@ -226,8 +227,9 @@ def run_sparse_pep_dask(
 
     Returns
     -------
-    ``(result, Lu)``: the :class:`~qpinfer.inference.sparse.sites.SparsePEPResult` (sites, marginals,
-    posterior, evidence, all gathered on the client) and ``chol(Kuu + jitter I)`` (predictions).
+    ``(result, Lu)``: the :class:`~qpinfer.inference.sparse.sites.SparsePEPResult` (sites,
+    marginals, posterior, evidence, all gathered on the client) and ``chol(Kuu + jitter I)``
+    (predictions).
     """
     X, y, Z = check_data(kernel, X, y, Z)
     if not (isinstance(jitter, int | float) and jitter >= 0):

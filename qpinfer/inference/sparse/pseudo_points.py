@@ -1,5 +1,6 @@
 # Over 400 lines: the prior, its low-rank posterior and the gradient weights that the regression energy here and sites.py share.
-"""The pseudo-point prior of sparse GP approximations (paper 004) and the collapsed regression energy.
+"""The pseudo-point prior of sparse GP approximations (paper 004) and the collapsed regression
+energy.
 
 M pseudo-points ``u = f(Z)`` summarise the N training function values. Everything is computed in
 whitened coordinates ``u = Lu v`` (``Kuu + jitter I = Lu Lu^T``, ``A = Lu^-1 Kuf``): with rank-one
@@ -21,8 +22,8 @@ sigma_y^2)`` with ``L(x) = log(1 + x)/x`` (series near 0), so it is continuous a
 where it equals the VFE trace term ``sum h_n / (2 sigma_y^2)``: the limit is evaluated, 0 is never
 divided by.
 
-Gradients (regression here, classification in :mod:`qpinfer.inference.sparse.sites`) share one form. At a
-Power EP fixed point the total derivative of the energy is ``dF = 1/2 tr(W dQff) + eps^T d
+Gradients (regression here, classification in :mod:`qpinfer.inference.sparse.sites`) share one form.
+At a Power EP fixed point the total derivative of the energy is ``dF = 1/2 tr(W dQff) + eps^T d
 diag(Kff)`` with ``W = b b^T - (S^-1 + Qff)^-1 - 2 diag(eps)``, ``S = diag(tau)``,
 ``b = nu - tau * mu``; regression has ``eps_n = (alpha R_nn - (1 - alpha)/d_n)/2`` with
 ``R_nn = b_n^2 - [(D + Qff)^-1]_nn``. Through ``Qff = Kfu Kuu^-1 Kuf`` the weights on ``dKfu``
@@ -251,11 +252,11 @@ def low_rank_posterior(A: np.ndarray, tau: np.ndarray, nu: np.ndarray) -> LowRan
     ``B = I + A diag(tau) A^T`` and ``A nu`` are sums over sites (:func:`site_sums`, the map
     step of a map-reduce over data partitions), :func:`low_rank_factor` the M x M reduce, and
     :func:`low_rank_marginals` the per-site marginals (a map over column blocks): the three
-    pieces :mod:`qpinfer.inference.sparse.dask_sweep` runs over partitions. After the M x M Cholesky ``B = L L^T``
-    the marginal variances ``||L^-1 a_n||^2`` are formed with the explicit triangular inverse
-    ``L^-1`` (M^3/3, once): a triangular matrix product ``L^-1 A`` per column block in place of a
-    triangular solve with N right-hand sides (the solve ran at about half the GEMM's flop rate and
-    was 50% of a sweep on KEEL ``magic``), still a sum of squares (never negative). ``B``'s
+    pieces :mod:`qpinfer.inference.sparse.dask_sweep` runs over partitions. After the M x M Cholesky
+    ``B = L L^T`` the marginal variances ``||L^-1 a_n||^2`` are formed with the explicit triangular
+    inverse ``L^-1`` (M^3/3, once): a triangular matrix product ``L^-1 A`` per column block in place
+    of a triangular solve with N right-hand sides (the solve ran at about half the GEMM's flop rate
+    and was 50% of a sweep on KEEL ``magic``), still a sum of squares (never negative). ``B``'s
     eigenvalues are >= 1, so ``||L^-1|| <= 1``. Memory: the M x N input and O(N) outputs only.
     """
     L, mean_v = low_rank_factor(*site_sums(A, tau, nu))

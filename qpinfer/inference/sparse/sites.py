@@ -1,22 +1,22 @@
 """Pseudo-point Power EP and QP for classification (paper 004 eqs. (20), (106)-(110)), O(N M^2).
 
 Power EP approximates each likelihood by a factor of ``u`` that is rank one, ``t_n(u) = N~(w_n^T
-u; g_n, v_n)`` (:mod:`qpinfer.inference.sparse.pseudo_points`), so every step costs O(M^2) per site. The site
-update (:func:`_sparse_site_proposal`): the fractional cavity of ``a_n = w_n^T u`` (``tau_c =
-1/s_n - alpha tau_n``), the projection of the fractional tilted distribution of ``f_n`` under
+u; g_n, v_n)`` (:mod:`qpinfer.inference.sparse.pseudo_points`), so every step costs O(M^2) per site.
+The site update (:func:`_sparse_site_proposal`): the fractional cavity of ``a_n = w_n^T u`` (``tau_c
+= 1/s_n - alpha tau_n``), the projection of the fractional tilted distribution of ``f_n`` under
 ``N(f_n | mu_c, s_c + h_n)`` -- eq. (20)'s ``d1 = dlog Z~/dmu``, ``d2 = d^2 log Z~/dmu^2`` --
 mapped back to ``a_n`` (``mu_c + s_c d1``, ``s_c + s_c^2 d2``), and the site update of eqs.
 (106)-(107) at full power, ``tau_new = -d2/(1 + s_c d2)/alpha`` (the same as
-:func:`qpinfer.inference.site_update.site_proposal`'s ``(1/s_new - tau_c)/alpha`` but free of cancellation
-when ``s_c ~ 0``, an input far from every inducing input); damping gives eqs. (108)-(109), same
-fixed points. The sweeps are :func:`qpinfer.inference.site_loop.run_sites` with the low-rank posterior of
-eqs. (119)-(120) (:class:`LowRankSiteRepresentation`: sequential sweeps update ``B^-1`` by rank
-one, O(M^2) per site). The energy is eq. (110)
-(:func:`qpinfer.inference.power_ep.power_ep_log_evidence` with the marginals of ``a_n``). With ``M = N``
-and ``Z = X`` (``h = 0``) this reduces to the full GP (EP / Power EP).
+:func:`qpinfer.inference.site_update.site_proposal`'s ``(1/s_new - tau_c)/alpha`` but free of
+cancellation when ``s_c ~ 0``, an input far from every inducing input); damping gives eqs.
+(108)-(109), same fixed points. The sweeps are :func:`qpinfer.inference.site_loop.run_sites` with
+the low-rank posterior of eqs. (119)-(120) (:class:`LowRankSiteRepresentation`: sequential sweeps
+update ``B^-1`` by rank one, O(M^2) per site). The energy is eq. (110)
+(:func:`qpinfer.inference.power_ep.power_ep_log_evidence` with the marginals of ``a_n``). With ``M =
+N`` and ``Z = X`` (``h = 0``) this reduces to the full GP (EP / Power EP).
 
-Gradient (:func:`sparse_pep_gradient`): the form of :mod:`qpinfer.inference.sparse.pseudo_points` with
-``eps_n = (d2 + d1^2)/(2 alpha)`` (``dF/dh_n``: the bracket of eq. (110) is stationary in the
+Gradient (:func:`sparse_pep_gradient`): the form of :mod:`qpinfer.inference.sparse.pseudo_points`
+with ``eps_n = (d2 + d1^2)/(2 alpha)`` (``dF/dh_n``: the bracket of eq. (110) is stationary in the
 marginal moments at a fixed point).
 """
 
@@ -166,10 +166,10 @@ class SparsePEPResult(SiteResult):
 
 class LowRankSiteRepresentation:
     """The pseudo-point posterior (eqs. (119)-(120)) as the site loop's representation:
-    ``refresh`` is :func:`~qpinfer.inference.sparse.pseudo_points.low_rank_posterior`, a function of ``(A, tau,
-    nu)`` only -- site sums (:func:`~qpinfer.inference.sparse.pseudo_points.site_sums`, a reduce over any
-    partition of the sites), an M x M Cholesky, then per-site marginals (a map) -- so a
-    distributed sweep can mirror it partition by partition; a sequential sweep keeps ``B^-1``
+    ``refresh`` is :func:`~qpinfer.inference.sparse.pseudo_points.low_rank_posterior`, a function of
+    ``(A, tau, nu)`` only -- site sums (:func:`~qpinfer.inference.sparse.pseudo_points.site_sums`, a
+    reduce over any partition of the sites), an M x M Cholesky, then per-site marginals (a map) --
+    so a distributed sweep can mirror it partition by partition; a sequential sweep keeps ``B^-1``
     and ``mean_v`` and updates them by rank one per site, O(M^2)."""
 
     def __init__(self, A: np.ndarray) -> None:
@@ -247,17 +247,17 @@ def run_sparse_pep(
     y:
         Observations (probit: -1/+1).
     projection:
-        The local update of ``f_n``: :class:`qpinfer.inference.power_ep.PowerMomentMatching` (``power`` is
-        alpha), :class:`qpinfer.inference.ep.MomentMatching` (alpha = 1), or
-        :class:`qpinfer.inference.ep.QuantileMatching` (QP with pseudo-points, probit: the variance of
-        ``a_n`` is the Wasserstein sigma* of its tilted marginal, :func:`_qp_ratio`).
+        The local update of ``f_n``: :class:`qpinfer.inference.power_ep.PowerMomentMatching`
+        (``power`` is alpha), :class:`qpinfer.inference.ep.MomentMatching` (alpha = 1), or
+        :class:`qpinfer.inference.ep.QuantileMatching` (QP with pseudo-points, probit: the variance
+        of ``a_n`` is the Wasserstein sigma* of its tilted marginal, :func:`_qp_ratio`).
     init, schedule, damping, max_iter, tol:
-        As :func:`qpinfer.inference.ep.run_ep`: ``"parallel"`` (damping default 0.5) or ``"sequential"``
-        (default 1.0); stop when the RMS change of ``(tau, nu)`` over a sweep is below ``tol``,
-        else a :class:`~qpinfer.inference.ep.ConvergenceWarning` and the sites with the smallest change.
-        The parallel schedule halves its damping (down to 1/64) whenever 20 sweeps pass without
-        a new smallest change: damping does not move the fixed points, and undamped-enough
-        parallel updates oscillate on separable data.
+        As :func:`qpinfer.inference.ep.run_ep`: ``"parallel"`` (damping default 0.5) or
+        ``"sequential"`` (default 1.0); stop when the RMS change of ``(tau, nu)`` over a sweep is
+        below ``tol``, else a :class:`~qpinfer.inference.ep.ConvergenceWarning` and the sites with
+        the smallest change. The parallel schedule halves its damping (down to 1/64) whenever 20
+        sweeps pass without a new smallest change: damping does not move the fixed points, and
+        undamped-enough parallel updates oscillate on separable data.
     """
     A = np.asarray(A, dtype=np.float64)
     n = A.shape[1]

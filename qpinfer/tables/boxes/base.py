@@ -2,8 +2,8 @@
 on a bounded box (design and measurements: ``docs/tables-v2.md``).
 
 A v2 table stores ``rho = sigma* / sigma_EP`` (in (0, 1], Theorem 2) at the Chebyshev-Gauss
-nodes of equal cells (:mod:`qpinfer.tables.chebyshev`) over one or more *boxes* per likelihood. A lookup
-follows the exact kernel's own path (:func:`qpinfer.sigma.kernel.sigma_qp`):
+nodes of equal cells (:mod:`qpinfer.tables.chebyshev`) over one or more *boxes* per likelihood. A
+lookup follows the exact kernel's own path (:func:`qpinfer.sigma.kernel.sigma_qp`):
 
 1. the mirror symmetry (``Likelihood.canonical``);
 2. the regimes where sigma* is known to double precision (``Likelihood._sigma_closed_form``);

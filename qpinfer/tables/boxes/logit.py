@@ -1,9 +1,9 @@
 """v2 table boxes of the ``logit`` and ``poisson_log`` likelihoods (issue #15).
 
 Both tables store ``rho = sigma* / sigma_EP`` (Theorem 2: in (0, 1]) at Chebyshev-Gauss nodes of
-equal cells (:mod:`qpinfer.tables.chebyshev`, :mod:`qpinfer.tables.boxes.probit`); lookups follow the kernel's
-path (canonical label, closed forms, then the first box holding the cavity; cavities in no box
-go to the exact kernel and are counted).
+equal cells (:mod:`qpinfer.tables.chebyshev`, :mod:`qpinfer.tables.boxes.probit`); lookups follow
+the kernel's path (canonical label, closed forms, then the first box holding the cavity; cavities in
+no box go to the exact kernel and are counted).
 
 **logit** (canonical y = +1). Besides the mirror symmetry, ``sigma(f) N(f | mu, s^2)`` is, up to
 a constant, ``sigma(-f) N(f | mu + s^2, s^2)``: rho at ``mu`` equals rho at ``-mu - s^2`` (exact;
@@ -22,10 +22,11 @@ other side of the fold would be the far mirror image, badly resolved by the cell
   s^2 / (17 sqrt(1 + s^2))`` (the fold line), and ``log10 s`` in [1.3, 6].
 
 **poisson_log**: every count y is the y = 0 tilt at ``m' = mu + y s^2`` (no count axis). The
-coordinates are the tilted mode ``a = log alpha`` (:func:`qpinfer.likelihoods.poisson_log.mode_frame`) and
-``log10 s``: the tilt is ``log-gamma(alpha) x N(0, s^2)`` about its mode, and rho depends on
-(alpha, s) only. ``a`` >= 36.9 (skewness alpha^-1/2 < 1e-8) and s < 1e-8 are the kernel's
-Gaussian closed form; ``a`` below the box's start is its flat closed form (for s <= 10).
+coordinates are the tilted mode ``a = log alpha``
+(:func:`qpinfer.likelihoods.poisson_log.mode_frame`) and ``log10 s``: the tilt is ``log-gamma(alpha)
+x N(0, s^2)`` about its mode, and rho depends on (alpha, s) only. ``a`` >= 36.9 (skewness alpha^-1/2
+< 1e-8) and s < 1e-8 are the kernel's Gaussian closed form; ``a`` below the box's start is its flat
+closed form (for s <= 10).
 
 * ``core``: ``a`` in [-46, 16] (cells of 1), ``log10 s`` in [-2, 0] (cells of 0.25): for
   s <= 1 the flat closed form holds below a ~ -41;
@@ -34,10 +35,11 @@ Gaussian closed form; ``a`` below the box's start is its flat closed form (for s
 
 Tilts whose mode rate e^a exceeds e^16 = 8.9e6 (far beyond counts of 1e5 for any sensible
 cavity) are in no box either: the mpmath reference that verifies the table does not converge
-there for s ~ 2 (a >= 20). Cavities with s > 1 are in no box (the tilt's wall at f ~ 0 moves by |a|/s standard
-deviations per unit of log s, which these cells do not resolve to 1e-12: measured 1.6e-12 for
-s <= 10^0.25, 6.9e-12 at s ~ 2.2 and 2.4e-11 at s ~ 7): they use the exact kernel, as do the logit cavities with 10^0.5 < s < 20 (the flat
-regime's onset is too steep in these coordinates there; measured 4e-7).
+there for s ~ 2 (a >= 20). Cavities with s > 1 are in no box (the tilt's wall at f ~ 0 moves by
+|a|/s standard deviations per unit of log s, which these cells do not resolve to 1e-12: measured
+1.6e-12 for s <= 10^0.25, 6.9e-12 at s ~ 2.2 and 2.4e-11 at s ~ 7): they use the exact kernel, as do
+the logit cavities with 10^0.5 < s < 20 (the flat regime's onset is too steep in these coordinates
+there; measured 4e-7).
 """
 
 from __future__ import annotations

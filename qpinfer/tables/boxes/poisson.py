@@ -1,7 +1,7 @@
-"""v2 table boxes of the Poisson (square link) and step-noise likelihoods (issue #13).
+"""v2 table boxes of the Poisson (square link) likelihood (issue #13).
 
-The probit boxes live in :mod:`qpinfer.tables.boxes.probit`; the measurements behind the choices below are in
-``docs/tables-v2.md`` (section "Poisson (square link) and step_noise") and
+The probit boxes live in :mod:`qpinfer.tables.boxes.probit`; the measurements behind the choices
+below are in ``docs/tables-v2.md`` (section "Poisson (square link) and step_noise") and
 ``benchmarks/probe_v2_boxes.py``.
 
 **Poisson, square link.** With ``a = 1 + 2 sigma^2`` the tilted density is
@@ -32,7 +32,8 @@ Three boxes, one 1-D axis each, one slice per count 1..1000 (the label axis):
   |r| = 3e4).
 
 Nodes are built at ``sigma = 2`` (``a = 9``, ``mu = 6 r``). Counts above the labels (1000) are in
-no box: lookups fall back to the exact kernel, which holds to 1e8 (``qpinfer.likelihoods.poisson_moments``).
+no box: lookups fall back to the exact kernel, which holds to 1e8
+(``qpinfer.likelihoods.poisson_moments``).
 """
 
 from __future__ import annotations

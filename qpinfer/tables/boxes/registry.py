@@ -1,7 +1,7 @@
 """Which v2 boxes a likelihood's table has, and boxes back from a store's attributes: the
-registry above the box modules (:mod:`qpinfer.tables.boxes.probit` for the ``Box`` base and probit's,
-:mod:`qpinfer.tables.boxes.poisson` for Poisson's and the label-noise step's, :mod:`qpinfer.tables.boxes.logit`
-for logit's and the log-link Poisson's)."""
+registry above the box modules (:mod:`qpinfer.tables.boxes.base` for the ``Box`` interface, one
+module per likelihood: ``probit``, ``poisson``, ``step_noise``, ``logit`` for logit's and the
+log-link Poisson's, ``student_t``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """v2 table boxes of the Student-t likelihood (issue #15): one table per nu, any scale.
 
 **Reduced coordinates.** ``f' = (f - y) / scale`` maps the tilted family onto itself
-(:mod:`qpinfer.likelihoods.student_t`), and ``f' -> -f'`` mirrors it, so ``sigma* / scale`` depends on
-``d = |mu - y| / scale`` and ``s = sigma / scale`` only (for each nu). The table is built for
+(:mod:`qpinfer.likelihoods.student_t`), and ``f' -> -f'`` mirrors it, so ``sigma* / scale`` depends
+on ``d = |mu - y| / scale`` and ``s = sigma / scale`` only (for each nu). The table is built for
 ``scale = 1`` (likelihood ``student_t(nu=..., scale=1.0)``) and serves every scale through
 :class:`qpinfer.tables.student_t.ScaledTable`. The fold ``d = |mu - y|`` is exact (the kernel's
 own ``canonical``: ``sigma*`` at ``mu - y = +-a`` is bit for bit the same). The boxes store

@@ -23,8 +23,8 @@ is the ``base_url`` argument, else the environment variable :data:`URL_ENV`
 4. checks the size and the sha256 -- a mismatch or a server file shorter than the manifest says
    deletes the part file and raises :class:`DownloadError`;
 5. unpacks into a hidden staging directory only what the store's own record lists, bounded by
-   the manifest's ``store_bytes`` (:mod:`qpinfer.tables.remote.unpack`: a stray or oversized member is
-   refused, naming it, before anything is written), opens the result with
+   the manifest's ``store_bytes`` (:mod:`qpinfer.tables.remote.unpack`: a stray or oversized member
+   is refused, naming it, before anything is written), opens the result with
    :func:`qpinfer.open_table` hashing *every* chunk (``verify_checksums=True``) and checks it
    is the manifest's likelihood and grid;
 6. puts it atomically at ``tables_dir()/<name>.zarr`` with
@@ -38,7 +38,8 @@ succeeds: interrupted or failed downloads leave at most the ``.part`` file under
 Concurrent downloads of the same name are serialised with a lock file (``fcntl``, POSIX).
 
 The transfer itself (steps 1 and 3: manifest, ``Range`` resumes, retries) is
-:mod:`qpinfer.tables.remote.transfer`; this module is the install side (cache, lock, unpack, validate, place).
+:mod:`qpinfer.tables.remote.transfer`; this module is the install side (cache, lock, unpack,
+validate, place).
 """
 
 from __future__ import annotations
@@ -269,9 +270,9 @@ def download(
     timeout:
         Seconds the whole download may take -- manifest, waiting for a concurrent download of
         the same name, archive, retries and back-off included (default 600). Each connect or
-        read also gives up after :data:`qpinfer.tables.remote.transfer.STALL_TIMEOUT` (30 s) of silence and
-        is retried while time is left. Past the deadline a :class:`DownloadError` names the
-        URL, the time and the bytes received (kept in the ``.part`` file, to resume from).
+        read also gives up after :data:`qpinfer.tables.remote.transfer.STALL_TIMEOUT` (30 s) of
+        silence and is retried while time is left. Past the deadline a :class:`DownloadError` names
+        the URL, the time and the bytes received (kept in the ``.part`` file, to resume from).
     progress:
         Called as ``progress(bytes_done, bytes_total)`` while downloading.
 

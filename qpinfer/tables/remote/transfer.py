@@ -63,7 +63,8 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
 #: Seconds before the first retry (doubled for each further one).
 RETRY_BACKOFF = 0.5
-#: Default overall deadline (seconds) of ``qpinfer download``: manifest and archive, retries included.
+#: Default overall deadline (seconds) of ``qpinfer download``: manifest and archive, retries
+# included.
 DEFAULT_TIMEOUT = 600.0
 #: Default overall deadline (seconds) of reading a manifest alone (:func:`fetch_manifest`).
 MANIFEST_TIMEOUT = 60.0
@@ -127,8 +128,8 @@ def open_url(url: str, offset: int, timeout: float, deadline: Deadline | None = 
     """GET ``url`` from byte ``offset`` (``file://``: seek; http: a ``Range`` request).
 
     ``timeout``: the socket timeout (connect, each read); ``deadline``: the request's sockets
-    are shut down when it passes (:class:`qpinfer.tables.remote.deadline.Watchdog`), until the response is
-    closed."""
+    are shut down when it passes (:class:`qpinfer.tables.remote.deadline.Watchdog`), until the
+    response is closed."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "file":
         path = urllib.request.url2pathname(parts.path)

@@ -1,5 +1,5 @@
-"""Unpacking a downloaded table archive (:mod:`qpinfer.tables.remote.install`): only what the store says it
-holds, and no more bytes than the manifest says it has.
+"""Unpacking a downloaded table archive (:mod:`qpinfer.tables.remote.install`): only what the store
+says it holds, and no more bytes than the manifest says it has.
 
 A table archive is ``<name>.zarr/`` in a gzip-compressed tar. :func:`unpack_store` reads it in two
 passes:
@@ -19,8 +19,9 @@ passes:
    (``tarfile``'s ``data`` filter), each writing exactly the bytes its checked header says.
 
 Anything else -- a stray chunk such as ``sigma_qp/c/9``, an extra directory, a chunk larger
-than its array's chunk shape -- is refused with a :class:`~qpinfer.tables.remote.transfer.DownloadError`
-naming the member; nothing is left in the staging directory (the caller removes it).
+than its array's chunk shape -- is refused with a
+:class:`~qpinfer.tables.remote.transfer.DownloadError` naming the member; nothing is left in the
+staging directory (the caller removes it).
 """
 
 from __future__ import annotations
