@@ -69,7 +69,7 @@ def main() -> None:
     X = (X - mean) / np.where(std > 0, std, 1.0)
     Xtr, ytr, Xte, yte = X[:n], y[:n], X[n:], y[n:]
     variance, length_scale = 4.0, float(np.sqrt(X.shape[1]))
-    common = {"variance": variance, "length_scale": length_scale, "tol": args.tol}
+    common = {"variance": variance, "length_scale": length_scale, "ard": True, "tol": args.tol}
     runs = {
         "full EP": lambda: GPClassifier("ep", optimizer=None, **common),
         "sparse alpha=1": lambda: SparseGPClassifier(

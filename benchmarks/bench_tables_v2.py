@@ -155,10 +155,10 @@ def fits(args) -> list[dict]:
         fixed = {"optimizer": None, "variance": 10.0, "length_scale": float(np.sqrt(X.shape[1]))}
         (t_ep, t_qp), sweeps = _fit_times(X, y, fixed, args.repeats)
         t0 = time.perf_counter()
-        ep = qpinfer.GPClassifier(method="ep").fit(X, y)
+        ep = qpinfer.GPClassifier(method="ep", ard=True).fit(X, y)
         t_whole_ep = time.perf_counter() - t0
         t0 = time.perf_counter()
-        qp = qpinfer.GPClassifier(method="qp").fit(X, y)
+        qp = qpinfer.GPClassifier(method="qp", ard=True).fit(X, y)
         t_whole_qp = time.perf_counter() - t0
         # QP's fit runs EP's fit first (its optimum is QP's start), then polishes QP's evidence
         stages = qp.stage_seconds_

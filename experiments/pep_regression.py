@@ -56,7 +56,12 @@ def run_one(X, y, split: int, m: int, alpha, max_iter: int) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         reg = SparseGPRegressor(
-            m, alpha, random_state=split, optimizer_maxiter=max_iter, noise_variance=0.1
+            m,
+            alpha,
+            ard=True,
+            random_state=split,
+            optimizer_maxiter=max_iter,
+            noise_variance=0.1,
         ).fit(Xtr, y[tr])
     seconds = time.perf_counter() - t0
     pred = reg.predict(Xte)

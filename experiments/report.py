@@ -182,6 +182,8 @@ def acceptance(name: str, s: dict[str, Any]) -> list[str]:
 def markdown_table(summary: dict[str, Any]) -> str:
     order = [n for n in ("ionosphere", "pima", "crabs", "sonar", "mining") if n in summary]
     lines = [
+        "# Paper 000, Table 1: ours beside the paper's",
+        "",
         (
             "TE (x1e-2) and NTLL (x1e-3), mean±std over repeats; each cell is **ours** / paper "
             "(Table 1 of paper 000; the paper has no Laplace column). m x n: ours (paper)."

@@ -1,6 +1,7 @@
 """qpinfer: Quantile Propagation (L2-Wasserstein projected EP) for Gaussian processes.
 
-Lightweight: depends on numpy, scipy and zarr only (never dask, distributed or mpmath).
+Lightweight: depends on numpy, scipy, zarr and threadpoolctl only (never dask, distributed or
+mpmath). The public API is ``qpinfer.__all__`` (what ``dir(qpinfer)`` lists).
 
 The rooms, lowest first (each subpackage's docstring says what it holds and may import; the
 arrows are checked by import-linter in CI, contracts in ``.importlinter``, and drawn in
@@ -12,6 +13,7 @@ arrows are checked by import-linter in CI, contracts in ``.importlinter``, and d
 from qpinfer import _moved
 from qpinfer.estimators.classifier import GPClassifier
 from qpinfer.estimators.poisson_regressor import GPPoissonRegressor
+from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
 from qpinfer.inference.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run_ep
 from qpinfer.inference.laplace import LaplaceResult, laplace_mode
 from qpinfer.inference.power_ep import PowerMomentMatching
@@ -31,6 +33,7 @@ __all__ = [
     "ConvergenceWarning",
     "GPClassifier",
     "GPPoissonRegressor",
+    "GPStudentTRegressor",
     "Kernel",
     "LaplaceResult",
     "Likelihood",
@@ -53,3 +56,11 @@ __all__ = [
     "sigma_qp",
     "tilted_moments",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public API (:data:`__all__`) and the module's dunder attributes: not the
+    subpackages and modules that importing qpinfer binds as attributes (``qpinfer.tables``,
+    ``qpinfer.inference``, ... stay importable and documented on their own)."""
+    dunders = (name for name in globals() if name.startswith("__") and name.endswith("__"))
+    return sorted(set(__all__).union(dunders))

@@ -1,7 +1,8 @@
-"""Reading what users pass: feature matrices (:func:`check_X`), scalar parameters (``alpha``, ``c``, ``eps``, ...; one rule for what
-counts as a number, so that every check names its argument the same way), target vectors
-(scikit-learn's conventions and messages), feature scales whose squared distances overflow, and
-data too large for a dense GP fit (a warning before the heavy work)."""
+"""Reading what users pass: feature matrices (:func:`~qpinfer.checks.check_X`), scalar parameters
+(``alpha``, ``c``, ``eps``, ...; one rule for what counts as a number, so that every check names its
+argument the same way), target vectors (scikit-learn's conventions and messages), feature scales
+whose squared distances overflow, and data too large for a dense GP fit (a warning before the heavy
+work)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""The ``qpinfer`` command line: ``download`` prebuilt sigma* tables and ``list`` them.
+"""The ``qpinfer`` command line: ``list`` the sigma* tables (shipped and installed) and
+``download`` prebuilt ones.
+
+``list`` shows every table shipped inside qpinfer and every installed one with its coverage
+(mu, sigma, y) and verified error, and marks the one ``table=None`` uses for each likelihood
+(:mod:`qpinfer.tables.choice`: a downloaded table is the default only where it is at least as
+good as the shipped one in coverage and verified error).
 
 Exit status: 0 success; 1 the download failed (host unreachable, interrupted, truncated or
 mismatching file -- nothing was installed); 2 bad usage (unknown table name, invalid name, a
@@ -14,17 +20,24 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from qpinfer.cli_errors import OneLineParser, add_debug_flag, run_command
 
 __all__ = ["main", "parser"]
 
 _EPILOG = """examples:
+  qpinfer list                               # shipped and installed tables, and the defaults
   export QPINFER_TABLES_URL=https://example.org/qp-tables   # a directory holding manifest.json
-  qpinfer list
+  qpinfer list                               # ... and the tables the host offers
   qpinfer download probit-paper
   qpinfer download probit-small --url file:///shared/qp-tables
   QPINFER_TABLES=/data/qp-tables qpinfer download poisson_square-paper   # another cache dir
+
+The estimators' table=None uses, per likelihood, the better of the shipped and the installed
+table (coverage and verified error; `qpinfer list` marks it); table='probit-paper' (an
+installed name) or table='/path/to/store.zarr' uses that table, always.
 """
 
 
@@ -35,7 +48,8 @@ def parser() -> argparse.ArgumentParser:
 
     p = OneLineParser(
         prog="qpinfer",
-        description="Download and list prebuilt sigma* lookup tables for Quantile Propagation.",
+        description="List the sigma* lookup tables of Quantile Propagation (shipped with "
+        "qpinfer and installed) and download prebuilt ones.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -46,8 +60,11 @@ def parser() -> argparse.ArgumentParser:
         help="download a table by name, verify its sha256 and install it",
         description="Fetch NAME from the table host's manifest.json, verify size and sha256, "
         "validate every chunk and install it atomically into the table cache "
-        "($QPINFER_TABLES, default ~/.cache/qpinfer/tables) as NAME.zarr, the default table of "
-        "its likelihood. Interrupted downloads resume when re-run.",
+        "($QPINFER_TABLES, default ~/.cache/qpinfer/tables) as NAME.zarr, and link it as the "
+        "installed default of its likelihood (<likelihood>.zarr). table=None uses it only if it "
+        "covers every cavity the shipped table covers with a verified error at most the "
+        "shipped one's (qpinfer list shows which is used); table='NAME' always uses it. "
+        "Interrupted downloads resume when re-run.",
     )
     d.add_argument("name", metavar="NAME", help="table name in the host's manifest")
     d.add_argument(
@@ -63,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--no-default",
         action="store_true",
-        help="do not make it the default table of its likelihood",
+        help="do not link it as the installed default of its likelihood (use it with table='NAME')",
     )
     d.add_argument(
         "--retries",
@@ -82,7 +99,15 @@ def parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--quiet", action="store_true", help="no progress output")
 
-    ls = sub.add_parser("list", help="list installed tables and, with a host, available ones")
+    ls = sub.add_parser(
+        "list",
+        help="list the shipped and installed tables (coverage, verified error, the default of "
+        "each likelihood) and, with a host, the available ones",
+        description="List the tables shipped inside qpinfer and those installed in the table "
+        "cache ($QPINFER_TABLES, default ~/.cache/qpinfer/tables): coverage in mu, sigma and y, "
+        "verified error, and which one the estimators' table=None uses for each likelihood. "
+        f"With --url or ${URL_ENV}, also the tables the host offers.",
+    )
     ls.add_argument("--url", metavar="URL", help=f"table host (default ${URL_ENV}, if set)")
     add_debug_flag(d)
     add_debug_flag(ls)
@@ -137,8 +162,18 @@ def _cmd_download(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         progress=None if args.quiet else _Progress(args.name),
     )
+    from qpinfer.tables.choice import choose_default
+
     table = open_table(path, verify_checksums=False)
     print(f"installed {path}: {table!r}", file=sys.stderr)
+    choice = choose_default(table.likelihood)
+    if choice.table is not None and choice.table.path.resolve() != path.resolve():
+        print(
+            f"note: table=None keeps using {choice.table} for {table.likelihood!r}: "
+            f"{choice.reason}. Use the downloaded one with table={args.name!r} (e.g. "
+            f"qpinfer.GPClassifier('qp', table={args.name!r})); `qpinfer list` shows every table.",
+            file=sys.stderr,
+        )
     print(path)
     return 0
 
@@ -146,24 +181,33 @@ def _cmd_download(args: argparse.Namespace) -> int:
 def _cmd_list(args: argparse.Namespace) -> int:
     import os
 
-    from qpinfer.tables import TableError, open_table, tables_dir
+    from qpinfer.tables import tables_dir
     from qpinfer.tables.remote.install import URL_ENV, DownloadError, fetch_manifest
+    from qpinfer.tables.shipped import DATA_DIR, SHIPPED
 
+    defaults: dict[str, Any] = {}  # likelihood -> choose_default(likelihood)
+    print(f"shipped with qpinfer ({DATA_DIR}):")
+    for key, store in SHIPPED.items():
+        _list_entry(DATA_DIR / store, "shipped", defaults)
     root = tables_dir()
-    print(f"installed in {root}:")
-    found = False
-    if root.is_dir():
-        for p in sorted(root.glob("*.zarr")):
-            found = True
-            link = f" -> {os.readlink(p)}" if p.is_symlink() else ""
-            try:
-                t = open_table(p, verify_checksums=False)
-                desc = f"{t.likelihood}, shape {t.shape}"
-            except TableError as exc:
-                desc = f"UNUSABLE: {exc}"
-            print(f"  {p.name}{link}  ({desc})")
-    if not found:
-        print("  (none)")
+    print(f"installed in {root} ($QPINFER_TABLES, default ~/.cache/qpinfer/tables):")
+    stores = sorted(root.glob("*.zarr")) if root.is_dir() else []
+    for p in stores:
+        _list_entry(p, "installed", defaults)
+    if not stores:
+        print("  (none; `qpinfer download NAME` installs one)")
+    print("table=None uses, per likelihood (table='NAME' or a path uses that table, always):")
+    for lik, choice in defaults.items():
+        t = choice.table
+        used = "exact sigma* (no usable table)" if t is None else f"{t.source} {t.path.name}"
+        other = choice.other
+        if t is None or other is None:
+            print(f"  {lik}: {used}")
+        else:
+            print(
+                f"  {lik}: {used} -- {choice.reason}; table={str(other.path)!r} uses the "
+                f"{other.source} one"
+            )
     if args.url or os.environ.get(URL_ENV):
         try:
             manifest = fetch_manifest(args.url)
@@ -179,6 +223,35 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 f"{v.get('max_rel_error', float('nan')):.2g} ({v.get('points')} mpmath points)"
             )
     return 0
+
+
+def _list_entry(path: Path, source: str, defaults: dict[str, Any]) -> None:
+    """Print one table of ``qpinfer list``: name, likelihood, whether ``table=None`` uses it,
+    coverage and verified error (or why it cannot be used)."""
+    import os
+
+    from qpinfer.tables import TableError, open_table
+    from qpinfer.tables.choice import choose_default, summarize
+
+    link = f" -> {os.readlink(path)}" if path.is_symlink() else ""
+    try:
+        summary = summarize(path, source)
+        if source == "installed":
+            open_table(path, verify_checksums=False).close()  # validated, as table=None would
+    except TableError as exc:
+        print(f"  {path.name}{link}  UNUSABLE: {exc} (remove it, or `qpinfer download NAME "
+              "--force` to reinstall it)")  # fmt: skip
+        return
+    lik = summary.likelihood
+    if lik not in defaults:
+        defaults[lik] = choose_default(lik)
+    chosen = defaults[lik].table
+    mark = ""
+    if chosen is not None and chosen.source == source and chosen.path == path:
+        mark = "  [default for table=None]"
+    print(f"  {path.name}{link}  {lik}{mark}")
+    print(f"      covers {summary.coverage_text()}")
+    print(f"      {summary.error_text()}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

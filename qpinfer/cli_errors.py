@@ -23,6 +23,7 @@ class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line: ``PROG: error: MESSAGE``, exit 2."""
 
     def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` on one line and exit with status 2."""
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 

@@ -11,7 +11,7 @@ public names of four modules, one idea each:
 * :mod:`qpinfer.inference.sparse.sites` -- classification: iterative pseudo-point Power EP / QP
   (eqs. (20), (106)-(110)) on the shared site loop :func:`qpinfer.inference.site_loop.run_sites`;
 * :mod:`qpinfer.estimators.sparse_regressor`, :mod:`qpinfer.estimators.sparse_classifier` -- the
-  estimators :class:`SparseGPRegressor` and :class:`SparseGPClassifier` (following
+  estimators :class:`~qpinfer.SparseGPRegressor` and :class:`~qpinfer.SparseGPClassifier` (following
   :class:`qpinfer.GPClassifier`'s conventions; shared parameters in
   :mod:`qpinfer.estimators.sparse_base`).
 

@@ -18,8 +18,6 @@ from typing import Any
 
 from qpinfer import _moved
 from qptables.grid import AxisSpec, GridError, GridSpec, paper_grid
-from qptables.pipeline.paper import BuildError, BuildInputError, BuildResult, LockError, build
-from qptables.reference.verify import verify
 
 _moved.install(_moved.QPTABLES)
 
@@ -40,9 +38,22 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "sigma_qp_reference":  # mpmath is heavy: import on first use
-        from qptables.reference.sigma import sigma_qp_reference
+#: Public names imported on first use: they need the ``tables`` extra (dask, distributed,
+#: mpmath), and the ``qptables`` command must start without it to name the extra to install.
+_LAZY = {
+    "BuildError": "qptables.pipeline.paper",
+    "BuildInputError": "qptables.pipeline.paper",
+    "BuildResult": "qptables.pipeline.paper",
+    "LockError": "qptables.pipeline.paper",
+    "build": "qptables.pipeline.paper",
+    "verify": "qptables.reference.verify",
+    "sigma_qp_reference": "qptables.reference.sigma",
+}
 
-        return sigma_qp_reference
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'qptables' has no attribute {name!r}")

@@ -200,7 +200,7 @@ class GridSpec:
         Integer labels; stored sorted ascending. Validate them against a likelihood with
         :meth:`validated_for`.
     tile_mu:
-        Rows of ``mu`` per tile/chunk; ``None`` chooses :func:`default_tile_mu`.
+        Rows of ``mu`` per tile/chunk; ``None`` chooses :func:`~qptables.grid.default_tile_mu`.
     """
 
     mu: AxisSpec
@@ -316,7 +316,8 @@ def paper_grid(likelihood: str, y_max: int | None = None) -> GridSpec:
     """The paper's App. J grid: mu in [-10, 10], log10 sigma in [-1, 1], both step 0.001.
 
     Labels: ``y = (-1, +1)`` for probit; ``y = 0..y_max`` for ``poisson_square`` (``y_max``
-    defaults to :data:`DEFAULT_POISSON_Y_MAX`); other likelihoods need explicit ``--y``.
+    defaults to :data:`~qptables.grid.DEFAULT_POISSON_Y_MAX`); other likelihoods need explicit
+    ``--y``.
     """
     if likelihood == "probit" or _is_step_noise(likelihood):
         y: tuple[int, ...] = (-1, 1)

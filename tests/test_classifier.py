@@ -70,9 +70,9 @@ def test_predict_proba_is_the_probit_closed_form():
 
 def test_fixed_hyperparameters_are_kept_and_fitting_improves_the_evidence():
     X, y = _blobs(seed=3)
-    fixed = GPClassifier("ep", variance=1.0, length_scale=1.0, optimizer=None).fit(X, y)
+    fixed = GPClassifier("ep", variance=1.0, length_scale=1.0, ard=True, optimizer=None).fit(X, y)
     np.testing.assert_allclose(fixed.kernel_.theta, np.zeros(3))
-    fitted = GPClassifier("ep", variance=1.0, length_scale=1.0).fit(X, y)
+    fitted = GPClassifier("ep", variance=1.0, length_scale=1.0, ard=True).fit(X, y)
     assert fitted.log_marginal_likelihood_ > fixed.log_marginal_likelihood_
     assert fitted.log_marginal_likelihood() == fitted.log_marginal_likelihood_
     # at the optimum the (exact, for EP) gradient is small
@@ -82,7 +82,7 @@ def test_fixed_hyperparameters_are_kept_and_fitting_improves_the_evidence():
 
 def test_log_marginal_likelihood_gradient_matches_finite_differences():
     X, y = _blobs(seed=4, n=40)
-    clf = GPClassifier("ep", optimizer=None, tol=1e-12, max_iter=5000).fit(X, y)
+    clf = GPClassifier("ep", ard=True, optimizer=None, tol=1e-12, max_iter=5000).fit(X, y)
     theta = clf.kernel_.theta + np.array([0.3, -0.2, 0.1])
     _, grad = clf.log_marginal_likelihood(theta, eval_gradient=True)
     h = 1e-5
@@ -151,11 +151,16 @@ def test_qp_with_a_table_matches_exact_qp(probit_table_path):
     )
 
 
-def test_table_none_uses_the_installed_table(monkeypatch, probit_table_path):
+def test_an_installed_table_is_used_by_name_not_over_the_better_shipped_one(
+    monkeypatch, probit_table_path
+):
+    from qpinfer.tables.shipped import open_shipped
+
     monkeypatch.setenv("QPINFER_TABLES", str(probit_table_path.parent))
     X, y = _blobs(seed=8, n=40)
-    clf = GPClassifier("qp", optimizer=None).fit(X, y)
-    assert clf.table_ is not None
+    # a v1 grid covering less than the shipped v2 table (issue #28): table=None keeps the shipped
+    assert GPClassifier("qp", optimizer=None).fit(X, y).table_ is open_shipped("probit")
+    clf = GPClassifier("qp", table="probit", optimizer=None).fit(X, y)  # the installed, by name
     assert clf.table_.path == probit_table_path
 
 

@@ -47,7 +47,9 @@ def _fd_check(est, theta, rel=1e-5, abs_=1e-6, h=1e-5):
 @pytest.mark.parametrize("method", ["ep", "laplace"])
 def test_logit_evidence_gradient_matches_finite_differences(method):
     X, y = blobs(n=40, seed=3)
-    clf = GPClassifier(method, likelihood="logit", optimizer=None, tol=1e-12, max_iter=5000)
+    clf = GPClassifier(
+        method, likelihood="logit", ard=True, optimizer=None, tol=1e-12, max_iter=5000
+    )
     clf.fit(X, y)
     _fd_check(clf, clf.kernel_.theta + np.array([0.3, -0.2, 0.1]))
 

@@ -197,7 +197,8 @@ def test_probit_laplace_matches_gpys_laplace():
             likelihood=GPy.likelihoods.Bernoulli(),
             inference_method=laplace,
         )
-    clf = GPClassifier("laplace", variance=1.5, length_scale=1.2, optimizer=None).fit(X, y)
+    clf = GPClassifier("laplace", variance=1.5, length_scale=1.2, ard=True, optimizer=None)
+    clf.fit(X, y)
     assert clf.log_marginal_likelihood_ == pytest.approx(m.log_likelihood(), rel=1e-10)
     mu, var = m._raw_predict(X[:10])
     mean, v = clf.predict_latent(X[:10])

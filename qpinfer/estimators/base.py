@@ -12,8 +12,8 @@ validation and the predictions.
 Inference methods (``method=``):
 
 * ``"ep"``, ``"qp"`` (and any other projection a subclass adds, e.g. Power EP) -- the site
-  updates of :func:`qpinfer.inference.ep.run_ep` with :class:`~qpinfer.inference.ep.MomentMatching`
-  (eq. (5)) or :class:`~qpinfer.inference.ep.QuantileMatching` (eq. (7); sigma* from a table, exact
+  updates of :func:`qpinfer.inference.ep.run_ep` with :class:`~qpinfer.MomentMatching`
+  (eq. (5)) or :class:`~qpinfer.QuantileMatching` (eq. (7); sigma* from a table, exact
   outside it); evidence eq. (4), gradient R&W eq. (5.27);
 * ``"laplace"`` -- :func:`qpinfer.inference.laplace.laplace_mode` (R&W Alg. 3.1), evidence R&W eq.
   (3.32), gradient R&W Alg. 5.1;
@@ -27,11 +27,11 @@ from the previous evaluation (except for the square link, see ``_warm_start``), 
 evidence (VB: the ELBO) with its gradient; the fit keeps the best evidence seen. The search is
 :func:`qpinfer.inference.optimize.search_evidence`: an evaluation where inference fails backtracks
 (it no longer ends the search at its start); a search that fails, never leaves its start or ends on
-a bound warns (:class:`qpinfer.inference.optimize.OptimizerWarning`); it stops after
+a bound warns (:class:`qpinfer.inference.search_result.OptimizerWarning`); it stops after
 ``MAX_UNCONVERGED_EVALUATIONS`` inner loops that ran to ``max_iter``. Dense fits on more than
 ``qpinfer.checks.DENSE_WARN_N`` rows warn first (:class:`~qpinfer.checks.LargeDenseFitWarning`). QP
 first maximises EP's evidence (whose fixed-site gradient is exact) and then polishes its own from
-there (see :meth:`GPEstimatorBase._optimize`). See :mod:`qpinfer.estimators.classifier` for why the
+there (see ``GPEstimatorBase._optimize()``). See :mod:`qpinfer.estimators.classifier` for why the
 inner loop is nested rather than alternated with whole L-BFGS-B runs, and for QP's gradient (EP's
 expression at QP's sites, sites held fixed).
 
@@ -58,6 +58,7 @@ from qpinfer.checks import (  # check_X, check_positive_int: re-exported (were d
     check_X,
     warn_large_dense_fit,
 )
+from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import SiteLoopParams, resolve_table
 from qpinfer.estimators.protocol import NotFittedError
 from qpinfer.inference.ep import (
@@ -96,7 +97,7 @@ class GPEstimatorBase(SiteLoopParams):
 
     Subclasses are :func:`qpinfer.estimators.params.estimator` dataclasses (their own
     parameters besides the shared ones: ``method``, ``table``, ...) and call
-    :meth:`_fit_latent` from ``fit`` with validated inputs and the likelihood's labels.
+    ``_fit_latent()`` from ``fit`` with validated inputs and the likelihood's labels.
     """
 
     _METHODS: tuple[str, ...] = ("qp", "ep", "vb", "laplace")
@@ -281,6 +282,7 @@ class GPEstimatorBase(SiteLoopParams):
         return search
 
     # -- latent predictions and the evidence --------------------------------------------------
+    @limits_blas
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61), Alg. 3.2)."""
         X = self._check_predict_X(X)

@@ -15,7 +15,7 @@ gradient of R&W eq. (5.27) -- the exact total derivative for EP at convergence. 
 objective is EP's evidence expression evaluated at QP's sites (the paper's choice) and the
 gradient with the sites held fixed is not its total derivative (QP's sites are not a stationary
 point of EP's free energy), which stalls L-BFGS-B; so QP maximises EP's evidence first and
-polishes its own from EP's optimum (:meth:`qpinfer.estimators.base.GPEstimatorBase._optimize`).
+polishes its own from EP's optimum (``qpinfer.estimators.base.GPEstimatorBase._optimize()``).
 Nesting the inner loop in every evaluation, rather than alternating whole L-BFGS-B runs at fixed
 sites as in Algorithm 1, converges in far fewer site sweeps (alternating creeps along flat
 directions of eq. (4)). Laplace and VB are nested the same way (Newton mode with R&W Alg. 5.1's
@@ -35,6 +35,7 @@ from qpinfer.estimators.base import (
     GPEstimatorBase,
     NotFittedError,
 )
+from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.inference.power_ep import PowerMomentMatching, StepNoisePowerMatching, check_power
@@ -116,11 +117,12 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         REP's l1 penalty weight ``c`` (paper 002 eq. (5)); large ``c`` is EP exactly. Used by
         ``method="rep"`` only (validated always).
     table : None, "exact", path or table object
-        Where QP gets sigma* from. ``None``: the installed table for the likelihood
-        (:func:`qpinfer.tables.installed_table_path`) if there is one, else the v2 table shipped
-        inside qpinfer (:mod:`qpinfer.tables.shipped`: near-exact, every cavity), else exact
-        computation (with a one-time warning). ``"exact"``: always exact. A path:
-        :func:`qpinfer.open_table` of it. A table object (from ``open_table``) is used as is; one
+        Where QP gets sigma* from. ``None``: the v2 table shipped inside qpinfer
+        (:mod:`qpinfer.tables.shipped`: near-exact, every cavity), or the installed one
+        (:func:`qpinfer.tables.installed_table_path`) if it is at least as good in coverage and
+        verified error (:mod:`qpinfer.tables.choice`; ``qpinfer list`` shows which), else exact
+        computation (with a one-time warning). ``"exact"``: always exact. A path or installed
+        table name: :func:`qpinfer.open_table` of it. A table object is used as is; one
         for another likelihood is a ``ValueError``. Ignored by EP.
     %(kernel)s
     %(variance)s
@@ -128,6 +130,7 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         Fit the hyperparameters by maximising the evidence (eq. (4); Laplace: R&W eq. (3.32);
         VB: the ELBO at its optimal variational parameters) with L-BFGS-B, or keep them fixed.
     %(optimizer_maxiter)s
+    %(blas_threads)s
     %(schedule)s
     %(max_iter)s
     alpha : float in (0, 1]
@@ -229,6 +232,7 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         return super()._projection(likelihood, table)
 
     # -- fitting ------------------------------------------------------------------------------
+    @limits_blas
     def fit(self, X: Any, y: Any) -> GPClassifier:
         """Fit sites (and, with ``optimizer="lbfgs"``, kernel hyperparameters) to ``(X, y)``."""
         self._validate_params()

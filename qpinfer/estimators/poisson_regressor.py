@@ -32,6 +32,7 @@ from scipy.special import gammaln, poch, xlogy
 
 from qpinfer.checks import check_target_vector, check_X
 from qpinfer.estimators.base import GPEstimatorBase
+from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
 from qpinfer.likelihoods.poisson import PoissonSquare
@@ -145,10 +146,10 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
         Archambeau; the paper's baseline) or the Laplace approximation (around the mode of the
         positive branch ``f > 0``, see :mod:`qpinfer.inference.laplace`).
     table : None, "exact", path or table object
-        Where QP gets sigma* from (a ``poisson_square`` table). ``None``: the installed table
-        (:func:`qpinfer.tables.installed_table_path`) if there is one, else the v2 table shipped
-        inside qpinfer if one ships for the likelihood (:mod:`qpinfer.tables.shipped`), else exact
-        computation (warned once); ``"exact"``: always exact; a path: :func:`qpinfer.open_table` of
+        Where QP gets sigma* from (a ``poisson_square`` table). ``None``: the v2 table shipped
+        inside qpinfer for the likelihood (:mod:`qpinfer.tables.shipped`), or the installed one
+        (:func:`qpinfer.tables.installed_table_path`) if it is at least as good in coverage and
+        verified error (:mod:`qpinfer.tables.choice`), else exact computation (warned once); ``"exact"``: always exact; a path: :func:`qpinfer.open_table` of
         it. Points outside a table are computed exactly. Ignored by the other methods.
     %(kernel)s
     %(variance)s
@@ -156,6 +157,7 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
         Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO at its
         optimal variational parameters) with L-BFGS-B, or keep them fixed.
     %(optimizer_maxiter)s
+    %(blas_threads)s
     %(schedule)s
     %(max_iter)s
     link : {"square", "log"}
@@ -186,6 +188,7 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
 
     _POSITIVE_TARGETS = True  # counts
 
+    @limits_blas
     def fit(self, X: Any, counts: Any) -> GPPoissonRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
         hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,)."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X, _check_y, binary_labels
 from qpinfer.estimators.params import SiteLoopParams, estimator, resolve_table
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
@@ -28,10 +29,11 @@ __all__ = ["SparseGPClassifier"]
 class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopParams):
     """Sparse GP classification (probit) with M pseudo-points by Power EP (paper 004).
 
-    Iterative pseudo-point Power EP (:func:`run_sparse_pep`, eqs. (20), (106)-(109)), energy
-    eq. (110); L-BFGS-B maximises the energy over the kernel hyperparameters and (optionally)
-    the inducing inputs, running Power EP to convergence at every evaluation (warm-started) with
-    the analytic gradient of :func:`sparse_pep_gradient`. O(N M^2) per sweep.
+    Iterative pseudo-point Power EP (:func:`~qpinfer.inference.sparse.sites.run_sparse_pep`, eqs.
+    (20), (106)-(109)), energy eq. (110); L-BFGS-B maximises the energy over the kernel
+    hyperparameters and (optionally) the inducing inputs, running Power EP to convergence at every
+    evaluation (warm-started) with the analytic gradient of
+    :func:`~qpinfer.inference.sparse.sites.sparse_pep_gradient`. O(N M^2) per sweep.
 
     The fast path (the defaults; issue 17: KEEL ``magic``, 17,020 points, M = 100, went from
     528 s to under a minute at the same test error, ``benchmarks/bench_sparse_scale.py``):
@@ -54,7 +56,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
     through ``a_n = w_n^T u`` only, so its tilted distribution differs from the cavity only in
     the marginal of ``a_n``, ``N(a | mu_c, s_c) Phi(y a / sqrt(1 + h_n))`` (``f_n | u`` has
     variance ``h_n``): QP keeps EP's mean and sets the variance of ``a_n`` to that marginal's
-    sigma*, which is the probit's at the rescaled cavity (:func:`_qp_ratio`; a table lookup, or
+    sigma*, which is the probit's at the rescaled cavity (``_qp_ratio()``; a table lookup, or
     exact sigma*). With ``M = N``, ``Z = X`` (``h = 0``) this is exactly full QP
     (:class:`qpinfer.GPClassifier` ``method="qp"``), and sigma* <= sigma_EP (Theorem 2) gives
     sites at least as precise as sparse EP's. Hyperparameters and inducing inputs
@@ -80,6 +82,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         Maximise eq. (110) over the kernel hyperparameters (and the inducing inputs), or keep
         them fixed.
     %(optimizer_maxiter)s
+    %(blas_threads)s
     %(schedule)s
     %(max_iter)s
     %(inducing_points)s
@@ -143,6 +146,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         copied = {k: clone(v, safe=False) for k, v in params.items()}
         return type(self)(**copied, scheduler=scheduler)
 
+    @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPClassifier:
         """Fit sites, kernel hyperparameters and inducing inputs (eq. (110))."""
         self._check_pseudo_point_params()
@@ -233,6 +237,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         self.n_evaluations_ = n_evals
         return self
 
+    @limits_blas
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent ``f*`` (eq. (18))."""
         X = self._check_predict_X(X)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.checks import check_target_vector
+from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
@@ -35,7 +36,8 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
 
     Fits the kernel hyperparameters, the noise variance and (optionally) the inducing inputs by
     maximising the collapsed Power EP energy eq. (128) with L-BFGS-B and its analytic gradient
-    (:func:`sparse_regression_energy`). O(N M^2) per evaluation.
+    (:func:`~qpinfer.inference.sparse.pseudo_points.sparse_regression_energy`). O(N M^2) per
+    evaluation.
 
     Parameters
     ----------
@@ -52,6 +54,7 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
     optimizer : {"lbfgs", None}
         Maximise eq. (128) or keep everything fixed.
     %(optimizer_maxiter)s
+    %(blas_threads)s
     %(inducing_points)s
     %(jitter)s
     %(max_optimizer_iter)s
@@ -97,6 +100,7 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
             grad.append(g_Z.ravel())
         return value, np.concatenate(grad)
 
+    @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPRegressor:
         """Fit hyperparameters, noise and inducing inputs by maximising eq. (128)."""
         self._check_pseudo_point_params()
@@ -153,6 +157,7 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         self.n_evaluations_ = n_evals
         return self
 
+    @limits_blas
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent ``f*`` (original units)."""
         X = self._check_predict_X(X)

@@ -4,7 +4,7 @@
 a GP prior on f. The likelihood is not log-concave: sites may have negative precisions, which
 :func:`qpinfer.inference.ep.run_ep` keeps (``log_concave = False``); sweeps are damped (parallel
 schedule, damping 0.5 by default) and a run that does not converge warns with
-:class:`~qpinfer.inference.ep.ConvergenceWarning` and returns the sites with the smallest change
+:class:`~qpinfer.ConvergenceWarning` and returns the sites with the smallest change
 seen.
 
 Methods: ``"ep"`` (eq. (5)), ``"qp"`` (eq. (7); sigma* from the v2 table of its nu shipped inside
@@ -25,7 +25,8 @@ constant mean function fixed at the sample mean).
 
 Predictions: the latent predictive ``N(m*, v*)`` (R&W eqs. (3.60)-(3.61)); the predictive
 density of a new ``y*`` is the tilted normaliser ``StudentT.log_z(m*, sqrt(v*), y*)`` (exact,
-by quadrature); :meth:`score` is scikit-learn's R^2 of the predictive mean.
+by quadrature); :meth:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor.score` is
+scikit-learn's R^2 of the predictive mean.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import numpy as np
 from qpinfer.checks import check_target_vector, check_X
 from qpinfer.checks import finite_array as _finite
 from qpinfer.estimators.base import GPEstimatorBase
+from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
 from qpinfer.inference.ep import MomentMatching
@@ -66,8 +68,9 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
     ----------
     method : {"qp", "ep", "laplace", "vb"}
     table : None, "exact", path or table object
-        Where QP gets sigma* from. ``None``: an installed table, else the v2 table shipped for
-        ``nu`` (nu = 4; any scale), else exact computation (warned once); ``"exact"``: always
+        Where QP gets sigma* from. ``None``: the v2 table shipped for ``nu`` (nu = 4; any
+        scale), or an installed table at least as good in coverage and verified error
+        (:mod:`qpinfer.tables.choice`), else exact computation (warned once); ``"exact"``: always
         exact. A scale-1 Student-t table of the same nu serves every scale. Points outside a
         table are computed exactly (counted in its ``fallback_count``).
     nu, scale : float
@@ -82,6 +85,7 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO) with
         L-BFGS-B, or keep them fixed.
     %(optimizer_maxiter)s
+    %(blas_threads)s
     %(schedule)s
     %(max_iter)s
     """
@@ -104,6 +108,7 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
 
         return for_likelihood(super()._resolve_table(likelihood), likelihood)
 
+    @limits_blas
     def fit(self, X: Any, y: Any) -> GPStudentTRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
         hyperparameters) to inputs ``X`` (n_samples, n_features) and real targets ``y``."""

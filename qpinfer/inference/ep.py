@@ -6,17 +6,18 @@ differs between methods is the *projection* (:mod:`qpinfer.inference.projections
 standard deviation of the Gaussian that replaces the tilted distribution
 ``q~(f) ∝ N(f | cavity) p(y | f)^power``:
 
-* :class:`MomentMatching` -- EP, the KL projection, paper 000 eq. (5);
-* :class:`QuantileMatching` -- QP, the L2-Wasserstein projection: the same mean (eq. (5)), the
-  standard deviation sigma* of eq. (7), looked up in a table (:func:`qpinfer.open_table`) or
+* :class:`~qpinfer.MomentMatching` -- EP, the KL projection, paper 000 eq. (5);
+* :class:`~qpinfer.QuantileMatching` -- QP, the L2-Wasserstein projection: the same mean (eq. (5)),
+  the standard deviation sigma* of eq. (7), looked up in a table (:func:`qpinfer.open_table`) or
   computed exactly with :func:`qpinfer.sigma_qp`.
 
-Anything with the members of :class:`Projection` plugs in (Power EP: ``power != 1``; relaxed EP,
-:mod:`qpinfer.inference.relaxed_ep`: a ``project_with_site(cavity_mean, cavity_std, y, site_tau,
-site_nu)`` method, which the loop calls instead of ``project`` when present). The site update itself
-is eq. (6) in natural parameters ``tau~ = 1 / sigma~^2`` and ``nu~ = mu~ / sigma~^2`` (generalised
-to fractional sites, as GPy's ``eta``): ``tau~_i <- (1/sigma*^2 - tau_cav) / power``,
-``nu~_i <- (mu*/sigma*^2 - nu_cav) / power`` (:func:`qpinfer.inference.site_update.site_proposal`).
+Anything with the members of :class:`~qpinfer.inference.projections.Projection` plugs in (Power EP:
+``power != 1``; relaxed EP, :mod:`qpinfer.inference.relaxed_ep`: a
+``project_with_site(cavity_mean, cavity_std, y, site_tau, site_nu)`` method, which the loop calls
+instead of ``project`` when present). The site update itself is eq. (6) in natural parameters
+``tau~ = 1 / sigma~^2`` and ``nu~ = mu~ / sigma~^2`` (generalised to fractional sites, as GPy's
+``eta``): ``tau~_i <- (1/sigma*^2 - tau_cav) / power``, ``nu~_i <- (mu*/sigma*^2 - nu_cav) / power``
+(:func:`qpinfer.inference.site_update.site_proposal`).
 
 This module is the dense (full-GP) front end, :func:`run_ep`: the posterior of eq. (3) in R&W's
 B-form (:mod:`qpinfer.inference.dense_posterior`), the evidence eq. (4) and its gradient
@@ -30,26 +31,29 @@ B-form (:mod:`qpinfer.inference.dense_posterior`), the evidence eq. (4) and its 
   to the projection per sweep, so QP makes one batched table lookup), with damping
   ``site <- (1 - damping) site + damping site_new`` in natural parameters.
 
-Guards: for a log-concave likelihood a proposed site precision below :data:`MIN_SITE_PRECISION`
-is clipped to it (GPy does the same; such sites are non-negative in exact arithmetic, and QP's are
-larger than EP's by Theorem 2, so clipping only catches round-off). A likelihood that declares
-``log_concave = False`` (the label-noise step of :mod:`qpinfer.likelihoods.step_noise`) legitimately
-produces *negative* site precisions (a site whose tilted variance exceeds its cavity variance);
-clipping them changes the fixed point and made every method oscillate on paper 002's Sec. 6.2 data,
-so for such likelihoods the loop keeps them (``min_site_precision="auto"`` -> no floor), as paper
-002's and Minka's updates do. Then a site update that would make the posterior improper
-(``1 + d_tau Sigma_ii <= 0`` in the sequential schedule), a site whose cavity precision is not
-positive, or whose projection is not finite, keeps its old parameters for that sweep (counted in
-``EPResult.n_skipped``). The posterior with negative sites is computed in Woodbury form with an
-indefinite ``M`` (:func:`posterior_from_sites`).
+Guards: for a log-concave likelihood a proposed site precision below
+:data:`~qpinfer.inference.site_update.MIN_SITE_PRECISION` is clipped to it (GPy does the same; such
+sites are non-negative in exact arithmetic, and QP's are larger than EP's by Theorem 2, so clipping
+only catches round-off). A likelihood that declares ``log_concave = False`` (the label-noise step of
+:mod:`qpinfer.likelihoods.step_noise`) legitimately produces *negative* site precisions (a site
+whose tilted variance exceeds its cavity variance); clipping them changes the fixed point and made
+every method oscillate on paper 002's Sec. 6.2 data, so for such likelihoods the loop keeps them
+(``min_site_precision="auto"`` -> no floor), as paper 002's and Minka's updates do. Then a site
+update that would make the posterior improper (``1 + d_tau Sigma_ii <= 0`` in the sequential
+schedule), a site whose cavity precision is not positive, or whose projection is not finite, keeps
+its old parameters for that sweep (counted in ``EPResult.n_skipped``). The posterior with negative
+sites is computed in Woodbury form with an indefinite ``M``
+(:func:`~qpinfer.inference.dense_posterior.posterior_from_sites`).
 
 Stopping rule (paper Sec. 6): the root-mean-square change of the site parameters
 ``(tau~, nu~)`` over one sweep is below ``tol``. If that does not happen within ``max_iter`` sweeps
-a :class:`ConvergenceWarning` is issued and the sites with the smallest change seen are returned.
+a :class:`~qpinfer.ConvergenceWarning` is issued and the sites with the smallest change seen are
+returned.
 
 Evidence: eq. (4), evaluated in the numerically stable form of R&W eq. (3.65)/(3.73)
-(:func:`log_evidence`); its gradient in the kernel hyperparameters is R&W eq. (5.27)
-(:func:`log_evidence_gradient`, see :mod:`qpinfer.inference.evidence` for what it is for QP).
+(:func:`~qpinfer.inference.evidence.log_evidence`); its gradient in the kernel hyperparameters is
+R&W eq. (5.27) (:func:`~qpinfer.inference.evidence.log_evidence_gradient`, see
+:mod:`qpinfer.inference.evidence` for what it is for QP).
 """
 
 from __future__ import annotations
@@ -99,12 +103,14 @@ _WHAT = "EP/QP site updates"  # the method, as the convergence warning names it
 
 @dataclass
 class EPResult(SiteResult):
-    """Converged (or best) sites and the posterior (:class:`Posterior`) they imply."""
+    """Converged (or best) sites and the posterior
+    (:class:`~qpinfer.inference.dense_posterior.Posterior`) they imply."""
 
 
 class _ProjectedSites:
     """The site update of :func:`run_ep`: eq. (6) from ``projection`` (:func:`site_proposal`),
-    the evidence eq. (4) (eq. (110) for Power EP, :func:`log_evidence`)."""
+    the evidence eq. (4) (eq. (110) for Power EP,
+    :func:`~qpinfer.inference.evidence.log_evidence`)."""
 
     def __init__(self, projection: Projection, y: np.ndarray, floor: float | None) -> None:
         self.projection = projection
@@ -142,7 +148,8 @@ def run_ep(
     y:
         Observations, in the form the likelihood expects (probit: -1/+1).
     projection:
-        The local update, e.g. :class:`MomentMatching` (EP) or :class:`QuantileMatching` (QP).
+        The local update, e.g. :class:`~qpinfer.MomentMatching` (EP) or
+        :class:`~qpinfer.QuantileMatching` (QP).
     schedule:
         ``"parallel"`` (damped, vectorised over sites) or ``"sequential"`` (R&W Alg. 3.5).
     damping:
@@ -150,19 +157,21 @@ def run_ep(
         for ``"parallel"``.
     max_iter, tol:
         Stop when the RMS change of ``(tau~, nu~)`` over a sweep is below ``tol`` (Sec. 6) or after
-        ``max_iter`` sweeps (then :class:`ConvergenceWarning`, and the best sites are returned).
+        ``max_iter`` sweeps (then :class:`~qpinfer.ConvergenceWarning`, and the best sites are
+        returned).
     init:
         Starting sites ``(tau~, nu~)`` (warm start); default all zero (posterior = prior).
     block_size:
         How many rank-one updates the sequential schedule defers into one rank-k update.
     min_site_precision:
-        Floor for site precisions. ``"auto"``: :data:`MIN_SITE_PRECISION`, or no floor (``None``)
-        if the projection's likelihood declares ``log_concave = False`` (negative sites are then
+        Floor for site precisions. ``"auto"``:
+        :data:`~qpinfer.inference.site_update.MIN_SITE_PRECISION`, or no floor (``None``) if the
+        projection's likelihood declares ``log_concave = False`` (negative sites are then
         legitimate; see the module docstring).
     adaptive_damping:
         Parallel schedule: halve the damping (down to 1/64) whenever 20 sweeps pass without a new
-        smallest RMS change, as :func:`qpinfer.sparse.run_sparse_pep` always does. Off by default
-        here, so that existing fits keep their exact sweep sequence.
+        smallest RMS change, as :func:`qpinfer.inference.sparse.sites.run_sparse_pep` always does.
+        Off by default here, so that existing fits keep their exact sweep sequence.
     """
     K = np.asarray(K, dtype=np.float64)
     y = np.asarray(y)

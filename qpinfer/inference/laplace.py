@@ -3,11 +3,12 @@
 Mode finding is Newton's method of Rasmussen & Williams (2006, "R&W") Algorithm 3.1, in the
 ``a``-parameterisation ``f = K a`` (so ``Psi(f) = log p(y|f) - a^T f / 2`` needs no ``K^-1``),
 with a backtracking line search along the Newton step; predictions are R&W Alg. 3.2 (they share
-:func:`qpinfer.inference.ep.predict_latent` through the same
-:class:`qpinfer.inference.ep.Posterior`, with site precisions ``W = -d^2 log p / df^2`` and weights
-``b = grad log p(f^)``); the approximate log marginal likelihood is R&W eq. (3.32), ``-a^T f / 2 +
-log p(y|f) - sum log diag L``, and its gradient in the kernel hyperparameters R&W Alg. 5.1 (eq.
-(5.23)), including the implicit dependence through the mode (the third derivative of log p).
+:func:`qpinfer.inference.dense_posterior.predict_latent` through the same
+:class:`qpinfer.inference.dense_posterior.Posterior`, with site precisions ``W = -d^2 log p / df^2``
+and weights ``b = grad log p(f^)``); the approximate log marginal likelihood is R&W eq. (3.32),
+``-a^T f / 2 + log p(y|f) - sum log diag L``, and its gradient in the kernel hyperparameters R&W
+Alg. 5.1 (eq. (5.23)), including the implicit dependence through the mode (the third derivative of
+log p).
 
 The square link is not log-concave (paper 000 App. C.2)
 --------------------------------------------------------
@@ -182,9 +183,9 @@ def laplace_mode(
 
     ``init`` is a starting ``a`` (``f = K a``), e.g. the previous mode during hyperparameter
     optimisation; it is ignored if ``K a`` is outside the positive branch (square link), and the
-    default is :func:`positive_branch_start`. Iterations stop when a full Newton step changes
-    ``f`` by less than ``tol * (1 + max|f|)``, or by no more than the round-off bound of
-    ``f = K a`` (``n eps max(|K| |a|)``, which a large ``K`` keeps above ``tol``) without
+    default is :func:`~qpinfer.inference.laplace.positive_branch_start`. Iterations stop when a full
+    Newton step changes ``f`` by less than ``tol * (1 + max|f|)``, or by no more than the round-off
+    bound of ``f = K a`` (``n eps max(|K| |a|)``, which a large ``K`` keeps above ``tol``) without
     changing ``Psi`` beyond round-off (``1e-14`` relative), or when ``Psi`` cannot be increased
     any more.
     """

@@ -4,10 +4,10 @@ Every estimator (and :func:`qpinfer.inference.vb.fit_vb`) maximises an evidence 
 eq. (3.32), the ELBO, eq. (110)/(128)) over log hyperparameters with L-BFGS-B (paper 000 Sec. 6)
 through :func:`search_evidence`, over a packed vector of :mod:`qpinfer.inference.search_space`.
 The objective returns the value and gradient and, optionally, what to keep of an evaluation:
-the best evaluation's comes back as :attr:`SearchResult.best`, the latest successful one's in a
-:class:`SearchTrail` (where a nested search warm-starts its next inner loop). The inner loops'
-warnings are ignored during the search (only the result counts); an energy-stall rule
-(``stall_rtol``) may end it early and a box trust region (``trust``) re-centre it.
+the best evaluation's comes back as :attr:`qpinfer.inference.search_result.SearchResult.best`, the
+latest successful one's in a :class:`SearchTrail` (where a nested search warm-starts its next inner
+loop). The inner loops' warnings are ignored during the search (only the result counts); an
+energy-stall rule (``stall_rtol``) may end it early and a box trust region (``trust``) re-centre it.
 
 An evaluation can fail -- the inner loop raises ``LinAlgError``/``ValueError`` or returns a
 non-finite evidence -- typically at the optimiser's first trial step, which follows the raw
@@ -16,14 +16,16 @@ reports convergence at its start). :func:`minimize_lbfgsb` instead returns a fin
 above every value seen, ``f_max + (1 + |f_best|) (1 + |x - x_best|^2)``, whose gradient points
 back to the best point, so the line search backtracks and the search goes on.
 
-Every exit is checked (:func:`check_search`): a search that scipy reports as failed, one that
-never got past its start while evaluations failed, and a best point on a bound of the box each
-warn with :class:`OptimizerWarning` (a :class:`~qpinfer.inference.site_loop.ConvergenceWarning`)
-naming the estimator, the method, scipy's message and the failures' cause. A search in which no
-evaluation succeeded raises :class:`SearchFailedError`. An :class:`InnerLoopBudget` ends a
-search (with the best point so far and an :class:`OptimizerWarning`) once
-:data:`MAX_UNCONVERGED_EVALUATIONS` inner loops ran to ``max_iter`` without converging, so that
-a fit costs at most that many ``max_iter``-long inner loops besides the converged ones.
+Every exit is checked (:func:`~qpinfer.inference.search_result.check_search`): a search that scipy
+reports as failed, one that never got past its start while evaluations failed, and a best point on a
+bound of the box each warn with :class:`~qpinfer.inference.search_result.OptimizerWarning` (a
+:class:`~qpinfer.inference.site_loop.ConvergenceWarning`) naming the estimator, the method, scipy's
+message and the failures' cause. A search in which no evaluation succeeded raises
+:class:`~qpinfer.inference.search_result.SearchFailedError`. An :class:`InnerLoopBudget` ends a
+search (with the best point so far and an
+:class:`~qpinfer.inference.search_result.OptimizerWarning`) once :data:`MAX_UNCONVERGED_EVALUATIONS`
+inner loops ran to ``max_iter`` without converging, so that a fit costs at most that many
+``max_iter``-long inner loops besides the converged ones.
 """
 
 from __future__ import annotations
@@ -82,8 +84,8 @@ QUIET = (ConvergenceWarning, RuntimeWarning)
 
 class InnerLoopBudget:
     """The inner loops of one search: their total iterations (``n_inner``) and how many ended
-    without converging; :meth:`record` each evaluation's inner result (``.n_iter``,
-    ``.converged``). Exhausted after ``limit`` unconverged ones."""
+    without converging; :meth:`~qpinfer.inference.optimize.InnerLoopBudget.record` each evaluation's
+    inner result (``.n_iter``, ``.converged``). Exhausted after ``limit`` unconverged ones."""
 
     def __init__(self, max_iter: int, limit: int = MAX_UNCONVERGED_EVALUATIONS) -> None:
         self.max_iter = int(max_iter)
@@ -147,17 +149,18 @@ def minimize_lbfgsb(
     """Minimise ``objective`` by L-BFGS-B from ``x0`` within ``bounds``.
 
     ``objective(x)`` returns ``(value, gradient)`` or ``(value, gradient, keep)``; the best
-    successful evaluation's ``keep`` is :attr:`SearchResult.best`, the latest one's
-    ``trail.latest``. An evaluation that raises one of :data:`EVALUATION_ERRORS` or returns a
-    non-finite value or gradient is a *failure*: before any success the optimiser sees ``inf``
-    (it stops); after one, the wall of the module docstring, so its line search backtracks
+    successful evaluation's ``keep`` is :attr:`qpinfer.inference.search_result.SearchResult.best`,
+    the latest one's ``trail.latest``. An evaluation that raises one of :data:`EVALUATION_ERRORS` or
+    returns a non-finite value or gradient is a *failure*: before any success the optimiser sees
+    ``inf`` (it stops); after one, the wall of the module docstring, so its line search backtracks
     towards the best point. With a ``budget`` (which ``objective`` feeds), the search ends once
     it is exhausted. ``stall_rtol`` (``None``: off) adds the energy-stall rule: stop once the
     objective has decreased by at most ``stall_rtol * max(|f|, 1)`` over the last
     :data:`STALL_WINDOW` iterations -- a window, not L-BFGS-B's one-iteration ``ftol``, so one
     short step does not end the search; relative to ``|f|`` (which grows like N), so it is a
-    per-point rule. Returns the best successful evaluation (:class:`SearchResult`); check it
-    with :func:`check_search`.
+    per-point rule. Returns the best successful evaluation
+    (:class:`~qpinfer.inference.search_result.SearchResult`); check it with
+    :func:`~qpinfer.inference.search_result.check_search`.
     """
     x0 = np.asarray(x0, dtype=np.float64).copy()
     st: dict[str, Any] = {"best_x": None, "best_f": np.inf, "max_f": -np.inf, "n": 0, "failed": 0}
@@ -272,8 +275,8 @@ def search_evidence(
 ) -> SearchResult:
     """Minimise ``objective`` (minus an evidence, :func:`minimize_lbfgsb`'s protocol) over
     ``space`` from ``space.x0``, at most ``maxiter`` iterations, and check how it ended
-    (:func:`check_search`, whose warnings name ``what``, the estimator and method, and
-    ``space.names``; ``stacklevel`` counts from the caller).
+    (:func:`~qpinfer.inference.search_result.check_search`, whose warnings name ``what``, the
+    estimator and method, and ``space.names``; ``stacklevel`` counts from the caller).
 
     ``options`` (``ftol``, ``gtol``, ``budget``, ``stall_rtol``, ``trail``): as
     :func:`minimize_lbfgsb`. ``quiet``: the warning categories ignored during the search

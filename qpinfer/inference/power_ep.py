@@ -20,8 +20,8 @@ What this module adds to the site-update loop of :mod:`qpinfer.inference.ep`:
   :func:`qpinfer.inference.ep.run_ep` (:func:`qpinfer.inference.site_update.site_proposal`) uses for
   the fractional cavity and the fractional site update (``tau~ <- (1/sigma*^2 - tau_cav) / alpha``).
   With ``alpha = 1`` it calls the likelihood's closed forms, so it *is* EP (bit for bit). Otherwise
-  the moments and the normaliser come from :func:`tilted_power_moments`, an adaptive Gauss-Hermite
-  rule centred on the mode of the (log-concave) tilted density.
+  the moments and the normaliser come from :func:`~qpinfer.inference.power_ep.tilted_power_moments`,
+  an adaptive Gauss-Hermite rule centred on the mode of the (log-concave) tilted density.
 * :func:`power_ep_log_evidence` -- the Power EP approximate log marginal likelihood, paper 004
   eq. (110) with the pseudo-points at the training inputs (``u = f``)::
 
@@ -30,11 +30,11 @@ What this module adds to the site-update loop of :mod:`qpinfer.inference.ep`:
   ``G`` the log normaliser of a Gaussian (eqs. (113)-(115)); ``G(q) - G(p) = -sum log L_ii +
   nu~^T mean / 2`` (R&W's B-form) and ``G(q^{\\n}) - G(q)`` only involves the marginal of
   ``f_n``. For ``alpha = 1`` this is eq. (4) of paper 000
-  (:func:`qpinfer.inference.ep.log_evidence`).
+  (:func:`qpinfer.inference.evidence.log_evidence`).
 
 Its gradient in the kernel hyperparameters at a Power EP fixed point is the fixed-site gradient of
-:func:`qpinfer.inference.ep.log_evidence_gradient` (R&W eq. (5.27)): the bracket in eq. (110) is
-``log E_q[p^alpha / t_n^alpha]`` over the marginal of ``f_n``, which is stationary in that
+:func:`qpinfer.inference.evidence.log_evidence_gradient` (R&W eq. (5.27)): the bracket in eq. (110)
+is ``log E_q[p^alpha / t_n^alpha]`` over the marginal of ``f_n``, which is stationary in that
 marginal's mean and variance exactly when the fractional tilted moments match ``q`` (the fixed
 point), so only ``G(q) - G(p)`` moves with ``K`` to first order.
 """
@@ -142,7 +142,7 @@ def tilted_power_moments(
     mean and standard deviation are those of the normalised density (the Power EP projection,
     eq. (16)). Probit likelihood (the fractional tilted density is log-concave), vectorised:
 
-    1. the mode and curvature width by Newton (:func:`_probit_mode`);
+    1. the mode and curvature width by Newton (``_probit_mode()``);
     2. panel edges on log-density level sets on both sides of the mode, ``n_levels`` per side
        down to 50 nats (the panel placement of the exact sigma* kernel,
        :func:`qpinfer.quadrature.level_sets.level_edges`), plus the probit's own breakpoints (where
@@ -203,8 +203,8 @@ class PowerMomentMatching:
 
     Plugs into :func:`qpinfer.inference.ep.run_ep` (the loop reads ``power`` for the fractional
     cavity and site update). ``power = 1`` uses the likelihood's closed forms and is exactly
-    :class:`qpinfer.inference.ep.MomentMatching`; otherwise :func:`tilted_power_moments` (panel
-    quadrature; probit only).
+    :class:`qpinfer.MomentMatching`; otherwise
+    :func:`~qpinfer.inference.power_ep.tilted_power_moments` (panel quadrature; probit only).
     """
 
     def __init__(self, likelihood: Any, power: float = 0.5) -> None:
@@ -242,8 +242,8 @@ def power_ep_log_evidence(
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """Power EP approximate log marginal likelihood, paper 004 eq. (110) with ``u = f``.
 
-    ``post`` is a :class:`qpinfer.inference.ep.Posterior` for the sites ``(tau, nu)`` and
-    ``projection`` has ``power`` and ``log_normalizer`` (e.g. :class:`PowerMomentMatching`)::
+    ``post`` is a :class:`qpinfer.inference.dense_posterior.Posterior` for the sites ``(tau, nu)``
+    and ``projection`` has ``power`` and ``log_normalizer`` (e.g. :class:`PowerMomentMatching`)::
 
         log Z = -sum log L_ii + nu~^T mean / 2
                 + (1/alpha) sum [ log Z^_n - log(1 - alpha tau~_n Sigma_nn) / 2
@@ -252,7 +252,7 @@ def power_ep_log_evidence(
     with the *fractional* cavity ``tau_c = 1/Sigma_nn - alpha tau~_n``,
     ``nu_c = mean_n/Sigma_nn - alpha nu~_n`` and ``log Z^_n`` the fractional tilted normaliser
     (eq. (116)). The bracket is ``G(q^{\\n}) - G(q)`` of eqs. (113)-(114) for the marginal of
-    ``f_n``. Same signature and return value as :func:`qpinfer.inference.ep.log_evidence`:
+    ``f_n``. Same signature and return value as :func:`qpinfer.inference.evidence.log_evidence`:
     ``(log Z, cavity_mean, cavity_var)``; for ``alpha = 1`` the two agree.
     """
     alpha = float(getattr(projection, "power", 1.0))
@@ -277,7 +277,8 @@ def power_ep_log_evidence(
 
 
 class StepNoisePowerMatching:
-    """Power EP projection for :class:`StepNoise` (paper 002 App. C, eq. (41)), closed form.
+    """Power EP projection for :class:`~qpinfer.likelihoods.step_noise.StepNoise` (paper 002 App. C,
+    eq. (41)), closed form.
 
     ``p(y|f)^power = C StepNoise(eps_u)``, ``C = (1-eps)^power + eps^power``,
     ``eps_u = eps^power / C``; ``power = 1`` is EP exactly.

@@ -99,7 +99,7 @@ def rep_objective(lik: StepNoise, m_c, tau_c, m_i, b, y, c):
 
 
 class RelaxedMomentMatching:
-    """REP's projection (paper 002, derivation in the module docstring) for :func:`run_ep`.
+    """REP's projection (paper 002, derivation in the module docstring) for :func:`~qpinfer.run_ep`.
 
     The loop calls :meth:`project_with_site` (it needs the old site for the relaxation factor's
     mean); ``last_b`` holds the relaxation precisions ``b*`` chosen in the last call.

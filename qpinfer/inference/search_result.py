@@ -29,13 +29,15 @@ __all__ = [
     "OptimizerWarning",
     "SearchFailedError",
     "SearchResult",
+    "bound_hit",
     "check_search",
     "combine",
 ]
 
 #: scipy's status when the callback raised ``StopIteration`` (a deliberate stop, not a failure)
 _STOPPED_BY_CALLBACK = 99
-#: a best point within this distance (log units) of a bound counts as "at the bound"
+#: a best point within this distance (log units) of a bound counts as "at the bound": for a log
+#: hyperparameter, within a relative margin of 1e-3 of the bound's value
 BOUND_ATOL = 1e-3
 _ABNORMAL_STATUS = 2  # scipy: the line search found no decrease
 _ABNORMAL = (
@@ -49,7 +51,8 @@ class OptimizerWarning(ConvergenceWarning):
 
 
 class BoundWarning(OptimizerWarning):
-    """A fitted hyperparameter lies on a bound of the search box."""
+    """A fitted hyperparameter lies on (within :data:`BOUND_ATOL` of) a bound of the search box;
+    the message names it and the bound, as scikit-learn's ``ConvergenceWarning`` does."""
 
 
 class SearchFailedError(ValueError):
@@ -122,7 +125,7 @@ def check_search(
       by the callback is deliberate and passes): :class:`OptimizerWarning` with its message;
     * the best point is the start and some evaluations failed: :class:`OptimizerWarning`;
     * the best point lies on a bound of ``bounds``: :class:`BoundWarning` naming the parameter
-      (``names[i]``, default ``theta[i]``) and the bound.
+      (``names[i]``, default ``theta[i]``) and the bound (:func:`bound_hit`).
     """
     res = search.scipy
     failures = search.failures()
@@ -155,15 +158,28 @@ def check_search(
     for i, (xi, (lo, hi)) in enumerate(zip(search.x, as_box(bounds), strict=False)):
         name = names[i] if names is not None and i < len(names) else f"theta[{i}]"
         if abs(xi - lo) <= BOUND_ATOL:
-            hits.append(f"{name} = {xi:.6g} at its lower bound")
+            hits.append(bound_hit(name, xi, "lower", lo))
         elif abs(xi - hi) <= BOUND_ATOL:
-            hits.append(f"{name} = {xi:.6g} at its upper bound")
+            hits.append(bound_hit(name, xi, "upper", hi))
     if hits:
         warnings.warn(
-            f"{what}: the fitted {', '.join(hits)}; the evidence would rise beyond the bound. "
+            f"{what}: the optimal value found for {'; '.join(hits)}. Increasing the bound and "
+            "calling fit again may find a better value (the evidence still rises towards it). "
             "A length scale at its upper bound marks a feature the fit ignores; at its lower "
-            "bound, a fit that follows every point (outliers?). Widen the kernel's bounds if "
-            "that matters.",
+            "bound, a fit that follows every point (outliers?). The SE kernel's bounds: "
+            "kernel=qpinfer.ARDSquaredExponential(..., bounds=(low, high)).",
             BoundWarning,
             stacklevel=stacklevel + 1,
         )
+
+
+def bound_hit(name: str, x: float, side: str, bound: float) -> str:
+    """One hyperparameter at a bound, in the units the user sets it in: a log coordinate
+    (``name`` ``"log length_scale[3]"``) as ``"length_scale[3] = 1e+05 (log length_scale[3] =
+    11.5129) is close to its upper bound 100000"``, any other as its value and bound."""
+    if name.startswith("log "):
+        value, limit = float(np.exp(x)), float(np.exp(bound))
+        return (
+            f"{name[4:]} = {value:.6g} ({name} = {x:.6g}) is close to its {side} bound {limit:.6g}"
+        )
+    return f"{name} = {x:.6g} is close to its {side} bound {bound:.6g}"

@@ -4,7 +4,7 @@ An evidence search (:func:`qpinfer.inference.optimize.search_evidence`) runs ove
 joins blocks -- a kernel's log hyperparameters within its bounds (:func:`kernel_block`), free
 coordinates such as inducing inputs (:func:`free_block`), one bounded coordinate such as a log
 noise scale (:func:`scalar_block`) -- whose names the search's warnings quote
-(:func:`qpinfer.inference.optimize.check_search`). The objective unpacks its argument in the
+(:func:`qpinfer.inference.search_result.check_search`). The objective unpacks its argument in the
 order of the blocks.
 """
 

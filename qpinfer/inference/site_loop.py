@@ -30,7 +30,7 @@ is below ``tol``. If that does not happen within ``max_iter`` sweeps a :class:`C
 is issued and the sites with the smallest change seen are returned (the prior if no sweep
 succeeded). A sweep that raises ``LinAlgError`` or produces non-finite sites ends the loop. With
 negative sites (no precision floor) a parallel step that would make the posterior improper is
-halved until it is proper (:func:`_proper_step`), so the best state is always a proper one.
+halved until it is proper (``_proper_step()``), so the best state is always a proper one.
 
 :class:`SweepControl` is that loop without the sweep itself (:meth:`SweepControl.run` takes one
 sweep as a function of the state): :func:`run_sites` sweeps a posterior representation in
@@ -72,12 +72,19 @@ SCHEDULES = ("parallel", "sequential")
 STALL_SWEEPS = 20
 MIN_DAMPING = 1.0 / 64.0
 #: parallel schedule with negative sites: how often a step that makes the posterior improper is
-#: halved before the loop gives up (:func:`_proper_step`)
+#: halved before the loop gives up (``_proper_step()``)
 MAX_STEP_HALVINGS = 30
 
 
 class ConvergenceWarning(UserWarning):
-    """The site updates did not reach the requested tolerance within ``max_iter`` sweeps."""
+    """A fit did not converge: the site updates did not reach the requested tolerance within
+    ``max_iter`` sweeps, or (the subclasses
+    :class:`~qpinfer.inference.search_result.OptimizerWarning` and
+    :class:`~qpinfer.inference.search_result.BoundWarning`) the hyperparameter search failed or
+    ended at a bound, naming the hyperparameter and the bound. qpinfer's counterpart of
+    scikit-learn's ``sklearn.exceptions.ConvergenceWarning`` (not a subclass: qpinfer never
+    imports scikit-learn); ``warnings.filterwarnings("ignore", category=ConvergenceWarning)``
+    silences them all."""
 
 
 class SequentialPosterior(Protocol):
@@ -161,12 +168,13 @@ class SweepSettings:
 
 
 class SweepControl:
-    """The site loop without its sweep (module docstring): :meth:`run` repeats one sweep of a
-    state -- the sites themselves in :func:`run_sites`; the partitions' site sums, with the sites
-    held on the workers, in :mod:`qpinfer.inference.sparse.dask_sweep` -- counts the sweeps, keeps
-    the RMS history and the state with the smallest RMS change, halves the damping after
-    :data:`STALL_SWEEPS` sweeps without a new smallest change (``adaptive_damping``, parallel
-    schedule), stops below ``tol`` and warns if that never happened; :meth:`result` is the
+    """The site loop without its sweep (module docstring):
+    :meth:`~qpinfer.inference.site_loop.SweepControl.run` repeats one sweep of a state -- the sites
+    themselves in :func:`run_sites`; the partitions' site sums, with the sites held on the workers,
+    in :mod:`qpinfer.inference.sparse.dask_sweep` -- counts the sweeps, keeps the RMS history and
+    the state with the smallest RMS change, halves the damping after :data:`STALL_SWEEPS` sweeps
+    without a new smallest change (``adaptive_damping``, parallel schedule), stops below ``tol`` and
+    warns if that never happened; :meth:`~qpinfer.inference.site_loop.SweepControl.result` is the
     loop's result for the final sites.
     """
 

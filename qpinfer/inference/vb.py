@@ -11,7 +11,7 @@ ELBO over all Gaussians has, for ``lambda = -2 dE/dv >= 0``). The evidence lower
 
 with the expectations of :func:`qpinfer.likelihoods.loglik.expected_log_lik` (closed form for the
 square link, Gauss-Hermite for probit) at ``m_i`` and ``v_i = S_ii``. Gradients (``F_m``, ``F_v``
-the derivatives of the expectations, ``A = (I + K Lambda)^-1 = S K^-1``):
+the derivatives of the expectations, ``A = (I + K Lambda)^-1 = S K^-1``)::
 
     dELBO/dalpha  = K (F_m - alpha)
     dELBO/dlambda = -(S o S) (F_v + lambda / 2)            (o: elementwise product)
@@ -38,7 +38,7 @@ the optimum on the coal data).
 
 Student-t noise (not log-concave): the optimal ``lambda = -2 F_v`` is negative where
 ``E_q[d^2 log p] > 0``; :func:`vb_fixed_point` then keeps negative ``lambda`` (with
-``K^-1 + diag(lambda)`` positive definite, see :func:`_elbo_indefinite`) instead of clipping it.
+``K^-1 + diag(lambda)`` positive definite, see ``_elbo_indefinite()``) instead of clipping it.
 
 The square link: the ELBO is invariant under ``(alpha, beta) -> (-alpha, beta)`` and ``alpha = 0``
 is a saddle point of it, so the optimisation starts on the positive branch
@@ -107,9 +107,9 @@ def elbo(
 
     ``d/dK`` is the symmetric matrix ``G`` with ``dELBO = sum_ab G_ab dK_ab`` (``None`` unless
     ``kernel_gradient``: it costs three more N^3 products). Also returns the
-    :class:`qpinfer.inference.ep.Posterior` of ``q`` (``b = alpha``, ``sqrt_tau = |beta|``) for
-    predictions. ``lam`` (instead of ``beta^2``) may have negative entries (a likelihood that is not
-    log-concave, see :func:`_elbo_indefinite`).
+    :class:`qpinfer.inference.dense_posterior.Posterior` of ``q`` (``b = alpha``,
+    ``sqrt_tau = |beta|``) for predictions. ``lam`` (instead of ``beta^2``) may have negative
+    entries (a likelihood that is not log-concave, see ``_elbo_indefinite()``).
     """
     if lam is not None and np.any(lam < 0):
         return _elbo_indefinite(K, alpha, lam, y, likelihood, gradient, kernel_gradient)

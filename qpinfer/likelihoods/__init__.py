@@ -4,7 +4,7 @@ Given cavity parameters ``(mu, sigma)`` (mean and *standard deviation*) and obse
 likelihood returns what a site update needs: ``log_z``, ``tilted_moments`` (EP's projection,
 paper 000 App. C), and for the exact sigma* kernel its unnormalized log tilted density and lobes.
 
-Holds: :mod:`~qpinfer.likelihoods.base` (the :class:`Likelihood` interface), one module per
+Holds: :mod:`~qpinfer.likelihoods.base` (the :class:`~qpinfer.Likelihood` interface), one module per
 likelihood (``probit`` with ``probit_limits``; ``poisson`` with ``poisson_moments``; ``logit``;
 ``poisson_log``; ``step_noise``; ``student_t`` with ``student_t_canonical``), the baselines'
 log p(y | f) derivatives (``loglik``, dispatching on the likelihood's class, and its

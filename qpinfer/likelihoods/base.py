@@ -1,4 +1,5 @@
-"""The likelihood interface for EP/QP site updates, vectorized over sites: :class:`Likelihood`.
+"""The likelihood interface for EP/QP site updates, vectorized over sites:
+:class:`~qpinfer.Likelihood`.
 
 Each likelihood is one small object (in the spirit of GPML's ``likErf.m``): given cavity
 parameters ``(mu, sigma)`` (mean and *standard deviation* of N(f | mu, sigma^2)) and an
@@ -88,7 +89,7 @@ class Likelihood(ABC):
 
     Subclasses implement :meth:`check_y`, :meth:`log_pdf`, :meth:`log_z`,
     :meth:`tilted_moments` and the two hooks used by the exact sigma* kernel:
-    :meth:`_log_tilted` and :meth:`_lobes`.
+    ``_log_tilted()`` and ``_lobes()``.
     """
 
     name: str = ""

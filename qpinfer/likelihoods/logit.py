@@ -23,7 +23,7 @@ Two exact rewritings keep every term O(1) (``m' = mu + s^2``)::
 
 **Kernel coordinate.** The quadrature works in ``x = f - A``: for ``s <= 2`` the anchor is
 ``A = mu`` (the mode is within s^2 of it and the tilt's width is ~s, so node positions are exact
-relative to the width however large |mu|); for ``s > 2``, ``A = 0`` (the logistic step is a
+relative to the width however large ``|mu|``); for ``s > 2``, ``A = 0`` (the logistic step is a
 feature of width ~1 at f = 0, and graded panel edges +-0.5 * 2^k about it keep panels no longer
 than their distance from it) with form 1 if ``mu + s^2/2 >= 0`` else form 2, each with the
 quadratic centred at its own mean where the mass is there, and expanded about 0 where the mass

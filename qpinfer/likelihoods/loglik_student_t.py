@@ -2,14 +2,14 @@
 derivatives in log(scale): what the Laplace and VB baselines (:mod:`qpinfer.likelihoods.loglik`) and
 the noise-scale gradient (:mod:`qpinfer.inference.student_t_scale`) need (issue #15).
 
-With ``r = y - f`` and ``A = nu s^2`` (``s`` the scale),
+With ``r = y - f`` and ``A = nu s^2`` (``s`` the scale)::
 
     log p   = log C_nu - log s - (nu + 1)/2 log(1 + r^2 / A)
     d/df    = (nu + 1) r / (A + r^2)
     d2/df2  = -(nu + 1) (A - r^2) / (A + r^2)^2          (> 0 for |r| > sqrt(A): not log-concave)
     d3/df3  = -2 (nu + 1) r (3 A - r^2) / (A + r^2)^3
 
-and in ``log s`` at fixed f (``dA/dlog s = 2 A``)
+and in ``log s`` at fixed f (``dA/dlog s = 2 A``)::
 
     d log p / dlog s  = -1 + (nu + 1) r^2 / (A + r^2)
     d (d/df) / dlog s = -2 (nu + 1) A r / (A + r^2)^2

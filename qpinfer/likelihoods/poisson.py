@@ -55,9 +55,10 @@ class PoissonSquare(Likelihood):
         return log_z(mu, sigma, y)
 
     def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and std of |f|^(2y) N(f | beta, v) (:mod:`qpinfer.likelihoods.poisson_moments`): for
-        y <= 64 Stein's identity, E[t] = 2y P_{2y-1}/P_{2y}, E[t^2] = 1 + 2y(2y-1) P_{2y-2}/P_{2y}
-        (equivalent to eq. (56)-(60)); above, the two lobes' moments about their modes."""
+        """Mean and std of ``|f|^(2y) N(f | beta, v)`` (:mod:`qpinfer.likelihoods.poisson_moments`):
+        for y <= 64 Stein's identity, E[t] = 2y P_{2y-1}/P_{2y}, E[t^2] = 1 + 2y(2y-1)
+        P_{2y-2}/P_{2y} (equivalent to eq. (56)-(60)); above, the two lobes' moments about their
+        modes."""
         from qpinfer.likelihoods.poisson_moments import tilted_moments
 
         return tilted_moments(mu, sigma, y)

@@ -15,7 +15,7 @@ a log-gamma(alpha) density times N(0, s^2): rho depends on (alpha, s) only.
 
 Kernel coordinate (:mod:`qpinfer.sigma.kernel`, :mod:`qpinfer.quadrature.tilted`): where the tilt is
 narrower than e^f's scale (``alpha + 1/s^2 >= 1``) it is g, so node positions are exact relative
-to the width for every count and cavity (h2 by its Taylor series for |g| < 1/2: no terms of size
+to the width for every count and cavity (h2 by its Taylor series for ``|g| < 1/2``: no terms of size
 alpha cancel). Wider tilts use f itself, ``-e^f - f (f/2 - m') / s^2``, with panel edges graded
 geometrically about f = 0, where e^f's feature of width ~1 sits.
 

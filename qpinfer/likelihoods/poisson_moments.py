@@ -1,7 +1,7 @@
 # Over 400 lines: every count's regime (closed form, Laplace, lobe quadrature) in one place, with the guards between them.
 """Tilted moments and normaliser of the Poisson square-link likelihood for every count, at a
 cost that does not grow with the count (the numerics behind
-:class:`qpinfer.likelihoods.PoissonSquare`).
+:class:`qpinfer.PoissonSquare`).
 
 The tilted density is ``q(f) ∝ |f|^(2y) N(f | beta, v)`` (``beta = mu / a``, ``v = sigma^2 / a``,
 ``a = 1 + 2 sigma^2``). In units ``x = f / sqrt(v)``, ``b = beta / sqrt(v)``, ``n = 2y`` it is
@@ -357,7 +357,7 @@ def _sigma_mode_relative(u, y) -> np.ndarray:
 
 
 def sigma_closed_form(mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
-    """``(mask, sigma*)`` for :meth:`PoissonSquare._sigma_closed_form` (canonical ``mu >= 0``):
+    """``(mask, sigma*)`` for ``PoissonSquare._sigma_closed_form()`` (canonical ``mu >= 0``):
 
     * ``y = 0``: the tilted density is ``N(beta, sv^2)``, sigma* = sv exactly;
     * the main lobe Gaussian to double precision (skewness <= ``GAUSSIAN_SKEW``, which includes
@@ -395,7 +395,7 @@ def sigma_closed_form(mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def rescale(mu, sigma, y):
-    """``(mask, mu', sigma', scale)`` for :meth:`PoissonSquare._rescale`: sigma* scales with
+    """``(mask, mu', sigma', scale)`` for ``PoissonSquare._rescale()``: sigma* scales with
     f -> lambda f, and ``|f|^(2y) N(f | beta, sv^2)`` depends on the cavity only through
     ``b = beta / sv`` up to that scale, so sigma*(mu, sigma, y) = 2 sv sigma*(b, 1/sqrt(2), y)
     (at sigma' = 1/sqrt(2): sv' = 1/2, b' = mu'). Used for ``sigma`` outside [1e-100, 1e100],

@@ -12,8 +12,8 @@ holds all of them to the mpmath reference):
    cavity to double precision and sigma* = sigma.
 2. **The tilted density is Gaussian to double precision** (``max(1, |m|) / s >= 500``, m and s
    the tilted mean and std): over the tilted width s the non-quadratic part of log Phi varies
-   on the scale max(1, |f|) (1/|f| in the left tail), so the standardized skewness is
-   O((s / max(1, |m|))^3) and sigma*/s_EP - 1 is its square, measured at 0.1 R^-6 against mpmath
+   on the scale ``max(1, |f|)`` (``1/|f|`` in the left tail), so the standardized skewness is
+   ``O((s / max(1, |m|))^3)`` and sigma*/s_EP - 1 is its square, measured at 0.1 R^-6 against mpmath
    (R = 17.9: 2.6e-9; 53.7: 4.5e-12; 179: 3.3e-15): below 1e-19 here, so sigma* = s_EP.
    This covers tiny cavities (sigma down to the smallest float) and the deep left tail
    (mu = -1e12), where node positions f ~ m would lose ulp(m) / s of the answer.
@@ -21,7 +21,7 @@ holds all of them to the mpmath reference):
    tends to the truncated normal's as delta -> 1 (the ESN is delta U + sqrt(1 - delta^2) V with
    U a normal truncated at -tau and V an independent normal), with a correction
    O((1 + tau^2) / sigma^2) (at mu = 0: 1.2e-4, 1.4e-6, 1.7e-8, 1.9e-10 at sigma = 1e2 ... 1e5):
-   the kernel computes the ratio at sigma' = 1e8 max(1, |tau|) with the same tau and scales
+   the kernel computes the ratio at ``sigma' = 1e8 max(1, |tau|)`` with the same tau and scales
    it, an error ~2e-16.
 """
 
@@ -41,9 +41,9 @@ _STEP_LEFT = np.array([-10.0, -8.0, -6.0, -4.0, -2.0])  # log Phi(-10) = -53
 
 def rescale_wide(mu, sigma):
     """``(mask, mu', sigma', scale)`` for regime 3: sigma*(mu, sigma) = scale * sigma*(mu',
-    sigma'), with tau = mu / sqrt(1 + sigma^2) kept and sigma' = 1e8 max(1, |tau|) where sigma
+    sigma'), with tau = mu / sqrt(1 + sigma^2) kept and ``sigma' = 1e8 max(1, |tau|)`` where sigma
     is wider. The shape's correction is O((1 + tau^2) / sigma'^2) <= 2e-16 (the ESN's smoothing
-    width sqrt(1 - delta^2) against the truncated normal's scale 1 / max(1, |tau|))."""
+    width sqrt(1 - delta^2) against the truncated normal's scale ``1 / max(1, |tau|)``)."""
     tau = mu / np.hypot(1.0, sigma)
     sigma_r = SIGMA_WIDE * np.maximum(1.0, np.abs(tau))
     mask = sigma > sigma_r
@@ -74,9 +74,9 @@ def _edges(need: int) -> np.ndarray:
 
 
 def graded_breakpoints(mu, sigma):
-    """``(need, edges_for_need)`` of :meth:`qpinfer.likelihoods.Likelihood._breakpoints`:
+    """``(need, edges_for_need)`` of ``qpinfer.likelihoods.Likelihood._breakpoints()``:
     sigma <= 2 none; (2, 20] the step's edges; > 20 also 8.5 * 2^k up to the first >= the
-    extent of the mass right of the step: sigma, or 60 / |c| (c = mu / (1 + sigma^2)) where
+    extent of the mass right of the step: sigma, or ``60 / |c|`` (c = mu / (1 + sigma^2)) where
     c < 0 makes the density fall like e^(c f) first."""
     h = np.hypot(1.0, sigma)
     c = (mu / h) / h

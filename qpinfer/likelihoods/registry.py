@@ -2,7 +2,7 @@
 
 ``get_likelihood("probit")``, ``"poisson_square"``, ``"step_noise"`` / ``"step_noise(eps=0.1)"``,
 ``"student_t"`` / ``"student_t(nu=4, scale=1)"``, ``"logit"``, ``"poisson_log"`` -- the names table
-stores record -- or a :class:`~qpinfer.likelihoods.Likelihood` object, returned as it is.
+stores record -- or a :class:`~qpinfer.Likelihood` object, returned as it is.
 """
 
 from __future__ import annotations

@@ -67,8 +67,9 @@ def check_eps(eps: Any) -> float:
 
 def parse_name(name: Any) -> float | None:
     """``eps`` of a step-noise likelihood name -- ``"step_noise"`` (the default eps) or
-    ``"step_noise(eps=0.2)"`` (the form :attr:`StepNoise.name` and table stores use) -- or
-    ``None`` if ``name`` is not one. A malformed or out-of-range eps is a ``ValueError``."""
+    ``"step_noise(eps=0.2)"`` (the form :attr:`StepNoise.name <qpinfer.Likelihood.name>` and table
+    stores use) -- or ``None`` if ``name`` is not one. A malformed or out-of-range eps is a
+    ``ValueError``."""
     if not isinstance(name, str) or not name.startswith("step_noise"):
         return None
     if name == "step_noise":

@@ -86,7 +86,8 @@ def student_t_name(nu: float, scale: float) -> str:
 
 def parse_name(name: Any) -> tuple[float, float] | None:
     """``(nu, scale)`` of ``"student_t"`` (defaults) or ``"student_t(nu=4.0, scale=1.0)"``
-    (:attr:`StudentT.name`), else ``None``; a malformed number is a ``ValueError``."""
+    (:attr:`StudentT.name <qpinfer.Likelihood.name>`), else ``None``; a malformed number is a
+    ``ValueError``."""
     if not isinstance(name, str) or not name.startswith("student_t"):
         return None
     if name == "student_t":
@@ -179,7 +180,7 @@ class StudentT(Likelihood):
     # hooks of the exact sigma* kernel (qpinfer.sigma.kernel) --------------------------------------
 
     def canonical(self, mu, y):
-        """Shift and mirror: sigma*(mu, sigma, y) = sigma*(|mu - y|, sigma, 0)."""
+        """Shift and mirror: ``sigma*(mu, sigma, y) = sigma*(|mu - y|, sigma, 0)``."""
         return np.abs(mu - y), np.zeros_like(y)
 
     _closed_form_takes_moments = True  # the v2 table passes the EP moments it has already

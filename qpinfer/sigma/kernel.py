@@ -86,7 +86,7 @@ def tilted_moments(likelihood, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
     Parameters
     ----------
     likelihood : str or Likelihood
-        ``"probit"``, ``"poisson_square"`` or a :class:`~qpinfer.likelihoods.Likelihood`.
+        ``"probit"``, ``"poisson_square"`` or a :class:`~qpinfer.Likelihood`.
     mu, sigma, y : array_like
         Cavity mean, cavity *standard deviation* (> 0) and observation; broadcast together.
 

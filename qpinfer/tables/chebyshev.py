@@ -17,7 +17,7 @@ uses to check that every cell is resolved.
 A reader may also hold a box's cells in the *power basis* of the local coordinate
 ``t = (x - left) / width`` in [0, 1] (:func:`power_coefficients`; ``power=True`` below): the same
 polynomials, whose basis ``1, t, .., t^(n-1)`` takes half the array operations of the Chebyshev
-one (:func:`_power_basis`) -- what EP's sweeps pay for, per call. The conversion is exact in
+one (``_power_basis()``) -- what EP's sweeps pay for, per call. The conversion is exact in
 exact arithmetic; in floating point the probit core's cells move by <= 4e-15 relative
 (:func:`power_rounding_bound` bounds it).
 """
@@ -158,7 +158,7 @@ def power_coefficients(coef: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarr
 def power_rounding_bound(coef: np.ndarray, axes: tuple[CellAxis, ...]) -> float:
     """A bound on the relative rounding that :func:`power_coefficients` adds to any value of the
     interpolant, over all cells: ``eps * (|P|^T |c| |P|)_sum / |c_0..0|`` (P:
-    :func:`_chebyshev_to_power`; the basis values lie in [0, 1]). 7.7e-15 for the probit core
+    ``_chebyshev_to_power()``; the basis values lie in [0, 1]). 7.7e-15 for the probit core
     (12 x 12 nodes; the largest change measured on 2e5 random points: 4e-15): the Chebyshev
     coefficients decay fast, so the large entries of P meet tiny coefficients."""
     size = _times_per_axis(np.abs(coef), axes, [np.abs(_chebyshev_to_power(ax.n)) for ax in axes])
@@ -386,7 +386,7 @@ def _evaluate_grouped(coef, axes, rows, local, counts, touched, power) -> np.nda
 
 
 def tail_size(coef: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
-    """Per cell, the largest |coefficient| among the last two degrees of any axis."""
+    """Per cell, the largest absolute coefficient among the last two degrees of any axis."""
     shape = (coef.shape[0], *[ax.n for ax in axes])
     c = np.abs(coef.reshape(shape))
     out = np.zeros(coef.shape[0])

@@ -91,8 +91,8 @@ def store_likelihood(name: Any, y: np.ndarray, what: str):
 
 
 def check_grid_store(root: Path, attrs: dict[str, Any], what: str) -> GridStore:
-    """Validate the v1 store at ``root`` (root attributes ``attrs``); :class:`TableError` names
-    what was expected and what was found."""
+    """Validate the v1 store at ``root`` (root attributes ``attrs``); :class:`~qpinfer.TableError`
+    names what was expected and what was found."""
     missing = [a for a in REQUIRED_ATTRS if a not in attrs]
     if missing:
         raise TableError(f"{what}: missing root attributes {missing}")

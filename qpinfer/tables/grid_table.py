@@ -1,7 +1,8 @@
 # Over 400 lines: one class whose lookup paths (scalar, batched, bicubic) share its chunk maps.
 """Lookups in an open v1 (grid) sigma* table: bilinear or bicubic interpolation of the stored
 ``sigma_ratio`` on memory-mapped chunks, with the exact kernel outside the grid (see
-:mod:`qpinfer.tables`); :func:`open_grid_table` builds one from a validated store.
+:mod:`qpinfer.tables`); :func:`~qpinfer.tables.grid_table.open_grid_table` builds one from a
+validated store.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ _EDGE_TOL = 1e-9
 
 
 class SigmaTable(SigmaTableReader):
-    """An open v1 sigma* table (see the module docstring); create with :func:`open_table`.
+    """An open v1 sigma* table (see the module docstring); create with :func:`~qpinfer.open_table`.
 
     Attributes
     ----------
@@ -346,8 +347,9 @@ class SigmaTable(SigmaTableReader):
         """``sigma_qp / sigma_ep`` at cavity ``(mu, sigma)`` and label ``y`` (vectorised).
 
         Bilinear interpolation in ``(mu, log10 sigma)`` -- the fast path, a pure lookup -- with the
-        exact ratio outside the table (counted in :attr:`fallback_count`; its sigma_ep from
-        ``moments``, EP's ``(mean, std)`` at these cavities, if given).
+        exact ratio outside the table (counted in
+        :attr:`~qpinfer.tables.SigmaTableReader.fallback_count`; its sigma_ep from ``moments``, EP's
+        ``(mean, std)`` at these cavities, if given).
         """
         mu, sigma, y, shape = self._prepare(mu, sigma, y)
         out, outside = self._lookup(mu, sigma, y)

@@ -1,5 +1,5 @@
-"""Opening a sigma* table store of either schema: :func:`open_table` (what it checks is listed in
-:mod:`qpinfer.tables`, the reader's front module).
+"""Opening a sigma* table store of either schema: :func:`~qpinfer.open_table` (what it checks is
+listed in :mod:`qpinfer.tables`, the reader's front module).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def open_table(
     path:
         The store directory (``<likelihood>.zarr``), or the bare name of an installed table
         (``"probit-paper"`` or a likelihood such as ``"probit"``: ``tables_dir()/<name>.zarr``,
-        see :func:`download`) when no file or directory of that name exists here.
+        see :func:`~qpinfer.tables.download`) when no file or directory of that name exists here.
     verify_checksums:
         ``"lazy"`` (default): check each chunk's sha256 when it is first memory-mapped;
         ``True``: check every chunk now (seconds for a paper-grid store); ``False``: sizes only.

@@ -3,7 +3,7 @@
 The store (its layout, its integrity record, its arrays) is described in
 :mod:`qpinfer.tables.reduced_store`; :func:`open_reduced` opens one after checking its schema,
 integrity, completeness and verification, and refuses any change with a
-:class:`~qpinfer.tables.TableError` naming the file or attribute.
+:class:`~qpinfer.TableError` naming the file or attribute.
 
 Lookups: a box whose ``denominator`` is ``"sigma"`` (probit's core) stores sigma*/sigma and is
 tried first, on the canonical cavity as it is: its nodes hold the kernel's values in every regime,
@@ -11,7 +11,7 @@ so such a lookup needs neither EP's moments nor the regime tests, and sigma* is 
 sigma. The other cavities follow the exact kernel's path (:mod:`qpinfer.tables.boxes.probit`):
 closed-form regimes, the likelihood's rescaling, then the first box holding the (rescaled) cavity. A
 cavity in no box (a Poisson count above the table's labels) is computed by the exact kernel and
-counted in :attr:`ReducedTable.fallback_count`.
+counted in :attr:`qpinfer.tables.SigmaTableReader.fallback_count`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class ReducedTable(SigmaTableReader):
     ----------
     path : Path
     likelihood : str
-        The likelihood name (what :class:`qpinfer.inference.ep.QuantileMatching` checks).
+        The likelihood name (what :class:`qpinfer.QuantileMatching` checks).
     attrs : dict
         The store's root attributes.
     fallback_count : int
@@ -241,7 +241,7 @@ class ReducedTable(SigmaTableReader):
 
         No input checks but the labels': a cavity inside the box's axes has a finite mean and a
         finite sigma > 0 (:meth:`qpinfer.tables.boxes.base.Box.axis_array`), any other one gives
-        ``None``, and :meth:`sigma_qp` sends the whole batch to :meth:`_lookup`, which checks
+        ``None``, and :meth:`sigma_qp` sends the whole batch to ``_lookup()``, which checks
         it."""
         if not self._is_sweep_batch(mu, sigma, y):
             return None
@@ -257,7 +257,7 @@ class ReducedTable(SigmaTableReader):
 
         On probit's sweeps one pass serves both: the tilted mean's ``z = y mu / sqrt(1 +
         sigma^2)`` is the core box's first coordinate
-        (:meth:`qpinfer.likelihoods.Probit.tilted_mean_and_z`), so the labels are checked, and z
+        (:meth:`qpinfer.Probit.tilted_mean_and_z`), so the labels are checked, and z
         computed, once; a batch with a cavity outside the core takes :meth:`sigma_qp`'s general
         lookup (which checks the inputs). The same values as ``tilted_mean`` and :meth:`sigma_qp`,
         bit for bit."""

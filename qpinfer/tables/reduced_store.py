@@ -14,10 +14,10 @@ Integrity: a v2 store is small (a few MB), so the reader
 (:func:`qpinfer.tables.reduced.open_reduced`) reads every file of it once at open
 (:func:`store_files`), hashes it (~2 ms per MB), decodes the arrays from the same bytes
 (:func:`read_array`) and compares the hashes with ``attrs["integrity"]`` (:func:`integrity_record`,
-written by the build): one sha256 per file and per root attribute (except :data:`UNSIGNED_ATTRS`),
-and a digest over all of them; any change -- a flipped byte in a chunk, an edited likelihood or box
--- is named by :func:`integrity_changes`. (The v1 stores' record is
-:mod:`qpinfer.tables.integrity`.)
+written by the build): one sha256 per file and per root attribute (except
+:data:`~qpinfer.tables.integrity.UNSIGNED_ATTRS`), and a digest over all of them; any change -- a
+flipped byte in a chunk, an edited likelihood or box -- is named by :func:`integrity_changes`. (The
+v1 stores' record is :mod:`qpinfer.tables.integrity`.)
 """
 
 from __future__ import annotations

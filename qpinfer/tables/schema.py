@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
+#: Version of this contract, stored as the root attribute ``qp_schema_version``.
 SCHEMA_VERSION = 1
 DATA_VARS = ("sigma_qp", "sigma_ratio")
 DIMS = ("y", "mu", "log10_sigma")
+#: Root attributes every store must have (the reader refuses a store missing one).
 REQUIRED_ATTRS = (
     "qp_schema_version",  # == SCHEMA_VERSION
     "likelihood",  # e.g. "probit", "poisson_square"

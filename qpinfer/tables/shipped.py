@@ -3,9 +3,10 @@
 ``qptables ship`` builds every table listed in :data:`SHIPPED` into ``qpinfer/tables_data``
 (bit for bit the same on every run: the kernel's results do not depend on scheduling, and the
 stores record no times); ``tests/test_shipped_tables.py`` rebuilds a random sample of their tiles
-and compares the bytes. The estimators' ``table=None`` uses them when no table is installed for
-the likelihood (:func:`qpinfer.tables.remote.install.download` installs one, and an installed or
-explicitly passed table wins).
+and compares the bytes. The estimators' ``table=None`` uses them unless a table installed for
+the likelihood (:func:`qpinfer.tables.remote.install.download` installs one) is at least as good
+in coverage and verified error (:mod:`qpinfer.tables.choice`); an explicitly passed table always
+wins.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def shipped_path(likelihood: str | Likelihood) -> Path | None:
 def open_shipped(likelihood_name: str) -> SigmaTableReader | None:
     """The shipped table of a likelihood name, opened once per process (validated: schema,
     integrity, verification); ``None`` if none ships. A damaged shipped file raises
-    :class:`~qpinfer.tables.TableError` naming it. A Student-t name of a scale other than 1
+    :class:`~qpinfer.TableError` naming it. A Student-t name of a scale other than 1
     gets its nu's table through :class:`qpinfer.tables.student_t.ScaledTable`
     (:func:`shipped_table`)."""
     if likelihood_name in SHIPPED:
@@ -75,9 +76,9 @@ def open_shipped(likelihood_name: str) -> SigmaTableReader | None:
 
 def shipped_table(likelihood: Likelihood) -> SigmaTableReader | None:
     """The shipped table serving a likelihood object (its store opened once per process by
-    :func:`open_shipped`), a Student-t likelihood of another scale answered by its nu's
-    scale-1 table through a :class:`~qpinfer.tables.student_t.ScaledTable` that holds this very
-    object; ``None`` if none ships."""
+    :func:`~qpinfer.tables.shipped.open_shipped`), a Student-t likelihood of another scale answered
+    by its nu's scale-1 table through a :class:`~qpinfer.tables.student_t.ScaledTable` that holds
+    this very object; ``None`` if none ships."""
     key = shipped_key(likelihood)
     if key is None:
         return None

@@ -1,6 +1,6 @@
 """The on-disk side of a table store, shared by the readers (:mod:`qpinfer.tables`,
 :mod:`qpinfer.tables.reduced`) and the installer (:mod:`qpinfer.tables.remote.install`): where
-installed tables live, :class:`TableError`, and reading zarr v3 metadata, chunk files and
+installed tables live, :class:`~qpinfer.TableError`, and reading zarr v3 metadata, chunk files and
 coordinates without zarr (uncompressed chunks are raw little-endian arrays).
 """
 

@@ -7,7 +7,8 @@ itself, so for any scale ``sigma*(mu, sigma, y) = scale * sigma*_1((mu - y) / sc
 queries from the scale-1 table (the kernel does the same through ``StudentT.reduced``).
 :func:`for_likelihood` adapts a table to the likelihood object an estimator uses, reading the
 table's own likelihood object (:attr:`~qpinfer.tables.reader.SigmaTableReader.likelihood_object`):
-no likelihood name is parsed and no :class:`StudentT` built on the way.
+no likelihood name is parsed and no :class:`~qpinfer.likelihoods.student_t.StudentT` built on the
+way.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def _unit_scale_nu(table: Any) -> float | None:
 class ScaledTable(SigmaTableReader):
     """A scale-1 Student-t table (``base``) answering for ``StudentT(nu, scale)``.
 
-    ``scale``: the noise scale, or the :class:`StudentT` likelihood (of the base's nu) itself,
-    which is then used as it is. The readers' interface
+    ``scale``: the noise scale, or the :class:`~qpinfer.likelihoods.student_t.StudentT` likelihood
+    (of the base's nu) itself, which is then used as it is. The readers' interface
     (:class:`~qpinfer.tables.reader.SigmaTableReader`); input checks and their messages are the
     scaled likelihood's."""
 

@@ -8,8 +8,8 @@ sites, ``B = I + sum_p A_p diag(tau_p) A_p^T`` and ``b = sum_p A_p nu_p``. So on
 * **map** (one task per partition ``p``, on the worker that holds it): from the broadcast
   ``L = chol(B)`` and ``mean_v = B^-1 b``, the marginals of the partition's site variables
   (:func:`~qpinfer.inference.sparse.pseudo_points.low_rank_marginals`), their damped site updates
-  (:func:`qpinfer.inference.site_loop._parallel_sweep` with the partition's own
-  :class:`~qpinfer.inference.sparse.sites._PseudoPointSites`), and the partition's new partial sums
+  (``qpinfer.inference.site_loop._parallel_sweep()`` with the partition's own
+  ``_PseudoPointSites``), and the partition's new partial sums
   ``A_p S_p A_p^T``, ``A_p nu_p`` and squared site change;
 * **reduce** (on the client): the M x M and M-vector sums, ``L`` and ``mean_v``
   (:func:`~qpinfer.inference.sparse.pseudo_points.low_rank_factor`), and the RMS change, which
@@ -20,11 +20,11 @@ Each worker holds its partition's ``X_p, y_p`` (sent once, or -- ``X`` a dask ar
 there: :mod:`qpinfer.inference.sparse.dask_partitions`) and computes ``A_p = Lu^-1 K(Z, X_p)``
 and ``h_p`` itself from the kernel and ``Z``
 (:func:`~qpinfer.inference.sparse.pseudo_points.whitened_cross`): no N x M array travels, only
-``O(M^2)`` per partition and sweep. A partition is a dask actor (:class:`_PartitionActor`) on its
+``O(M^2)`` per partition and sweep. A partition is a dask actor (``_PartitionActor``) on its
 worker: the client calls it directly, one round trip per sweep (a task graph would add several
 scheduler hops per sweep). The sites ``(tau_p, nu_p)`` stay on the workers (with a copy of the best
 sweep's) and are gathered once at the end. QP's sigma* table is opened once per worker process
-(:data:`_WORKER_TABLES`, keyed by the table's path), not shipped with every call.
+(``_WORKER_TABLES``, keyed by the table's path), not shipped with every call.
 
 The result equals the in-process :func:`~qpinfer.inference.sparse.sites.run_sparse_pep` (parallel
 schedule) to round-off: the same arithmetic, with only the order of the sums over sites changed.
@@ -77,7 +77,7 @@ class _ProjectionSpec:
     """A projection to rebuild on a worker: QP's (:class:`QuantileMatching`) with a table is
     copied without it, and the table (a :class:`~qpinfer.tables.reader.SigmaTableReader`) travels
     as its path, pickled by its own ``__reduce__``, and is opened once per worker process into
-    :data:`_WORKER_TABLES`."""
+    ``_WORKER_TABLES``."""
 
     def __init__(self, projection: Any) -> None:
         table = projection.table if isinstance(projection, QuantileMatching) else None
@@ -105,7 +105,7 @@ class _ProjectionSpec:
 @dataclass
 class _Marginals:
     """The marginals of one partition's site variables under the broadcast posterior: what
-    :func:`~qpinfer.inference.site_loop._parallel_sweep` reads from ``refresh`` (``mean``, ``var``),
+    ``_parallel_sweep()`` reads from ``refresh`` (``mean``, ``var``),
     and :func:`~qpinfer.inference.power_ep.power_ep_log_evidence` (the global ``log det B`` term is
     added on the client, so it is 0 here)."""
 
@@ -117,7 +117,7 @@ class _Marginals:
 
 
 class _BroadcastPosterior:
-    """The representation :func:`~qpinfer.inference.site_loop._parallel_sweep` refreshes on a
+    """The representation ``_parallel_sweep()`` refreshes on a
     worker: the posterior of the current sites was reduced on the client (``L``, ``mean_v``);
     ``refresh`` returns its marginals on this partition."""
 
@@ -209,7 +209,8 @@ def run_sparse_pep_dask(
         As :func:`~qpinfer.inference.sparse.sites.run_sparse_pep` (its table, if any, is opened once
         per worker process from its path).
     scheduler:
-        ``"local"``, a scheduler address or a ``distributed.Client`` (:func:`client_for`).
+        ``"local"``, a scheduler address or a ``distributed.Client``
+        (:func:`~qpinfer.inference.sparse.dask_partitions.client_for`).
     n_partitions, partition_sizes:
         The data partitions (contiguous row blocks, dealt to the workers round-robin):
         ``n_partitions`` of near-equal size (default: one per worker) or explicit sizes. With a

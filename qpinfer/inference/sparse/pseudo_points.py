@@ -28,8 +28,8 @@ diag(Kff)`` with ``W = b b^T - (S^-1 + Qff)^-1 - 2 diag(eps)``, ``S = diag(tau)`
 ``b = nu - tau * mu``; regression has ``eps_n = (alpha R_nn - (1 - alpha)/d_n)/2`` with
 ``R_nn = b_n^2 - [(D + Qff)^-1]_nn``. Through ``Qff = Kfu Kuu^-1 Kuf`` the weights on ``dKfu``
 and ``dKuu`` are ``W Kfu Kuu^-1`` and ``-1/2 Kuu^-1 Kuf W Kfu Kuu^-1``, formed in O(N M^2) via
-Woodbury (``(S^-1 + Qff)^-1 A^T = S A^T B^-1``, :func:`_q_weights`); the kernel contracts them
-(:func:`_se_cross_contract`).
+Woodbury (``(S^-1 + Qff)^-1 A^T = S A^T B^-1``, ``_q_weights()``); the kernel contracts them
+(``_se_cross_contract()``).
 
 Inducing inputs are initialised by k-means (:func:`kmeans_inducing_points`); predictions of the
 latent function are eq. (18) (:func:`predict_latent_low_rank`).
@@ -192,7 +192,7 @@ class LowRankPosterior:
         return float(np.sum(np.log(np.diag(self.L))))
 
 
-#: most columns of ``A`` that :func:`low_rank_posterior` and :func:`_q_weights` handle at a time:
+#: most columns of ``A`` that :func:`low_rank_posterior` and ``_q_weights()`` handle at a time:
 #: their temporaries are at most M x COLUMN_CHUNK, never another M x N array
 COLUMN_CHUNK = 8192
 
@@ -225,7 +225,7 @@ def site_sums(A: np.ndarray, tau: np.ndarray, nu: np.ndarray) -> tuple[np.ndarra
     sweep; :func:`low_rank_posterior` is the reduce). With ``tau >= 0`` (every sparse site: the
     loop floors precisions) the M x M term is one symmetric rank-k update (BLAS ``dsyrk``) of
     ``A diag(sqrt(tau))`` per column block: half the flops of the general product, which is used
-    for negative ``tau``. O(N M^2); one read of ``A`` in cache-sized blocks (:func:`_cache_blocks`).
+    for negative ``tau``. O(N M^2); one read of ``A`` in cache-sized blocks (``_cache_blocks()``).
     """
     m, n = A.shape
     S = np.zeros((m, m), order="F")
@@ -279,7 +279,7 @@ def low_rank_marginals(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Means ``A^T mean_v`` and variances ``||L^-1 A[:, n]||^2`` of the site variables (any
     subset of the columns of ``A``); ``Linv = L^-1`` if the caller has it. One read of ``A``, in
-    cache-sized column blocks (:func:`_cache_blocks`), each multiplied in place by the triangular
+    cache-sized column blocks (``_cache_blocks()``), each multiplied in place by the triangular
     ``L^-1`` (BLAS ``dtrmm``: M^2 flops a column, 40% less time than the M x M GEMM)."""
     if Linv is None:
         Linv = _tri_inv(L, "B = I + A S A^T")

@@ -2,7 +2,7 @@
 
 Power EP approximates each likelihood by a factor of ``u`` that is rank one, ``t_n(u) = N~(w_n^T
 u; g_n, v_n)`` (:mod:`qpinfer.inference.sparse.pseudo_points`), so every step costs O(M^2) per site.
-The site update (:func:`_sparse_site_proposal`): the fractional cavity of ``a_n = w_n^T u`` (``tau_c
+The site update (``_sparse_site_proposal()``): the fractional cavity of ``a_n = w_n^T u`` (``tau_c
 = 1/s_n - alpha tau_n``), the projection of the fractional tilted distribution of ``f_n`` under
 ``N(f_n | mu_c, s_c + h_n)`` -- eq. (20)'s ``d1 = dlog Z~/dmu``, ``d2 = d^2 log Z~/dmu^2`` --
 mapped back to ``a_n`` (``mu_c + s_c d1``, ``s_c + s_c^2 d2``), and the site update of eqs.
@@ -76,7 +76,7 @@ class _ConditionalProjection:
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(d1, d2, var_f)`` at the cavity (eq. (20)); for QP ``d2`` is replaced by the value
-        that makes the new variance of ``a_n`` equal to sigma*^2 (see :func:`_qp_ratio`)."""
+        that makes the new variance of ``a_n`` equal to sigma*^2 (see ``_qp_ratio()``)."""
         var_f = cavity_std * cavity_std + self.h
         if self.wasserstein:
             m, s = self.inner.likelihood.tilted_moments(cavity_mean, np.sqrt(var_f), y)
@@ -210,7 +210,7 @@ class _RankOneLowRankUpdates:
 
 
 class _PseudoPointSites:
-    """The site update of :func:`run_sparse_pep` (:func:`_sparse_site_proposal`) and its energy
+    """The site update of :func:`run_sparse_pep` (``_sparse_site_proposal()``) and its energy
     eq. (110)."""
 
     def __init__(self, projection: Any, h: np.ndarray, y: np.ndarray) -> None:
@@ -243,18 +243,19 @@ def run_sparse_pep(
     Parameters
     ----------
     A, h:
-        ``Lu^-1 Kuf`` (M x N) and ``diag(Kff - Qff)`` (:func:`pseudo_point_prior`).
+        ``Lu^-1 Kuf`` (M x N) and ``diag(Kff - Qff)``
+        (:func:`~qpinfer.inference.sparse.pseudo_points.pseudo_point_prior`).
     y:
         Observations (probit: -1/+1).
     projection:
         The local update of ``f_n``: :class:`qpinfer.inference.power_ep.PowerMomentMatching`
-        (``power`` is alpha), :class:`qpinfer.inference.ep.MomentMatching` (alpha = 1), or
-        :class:`qpinfer.inference.ep.QuantileMatching` (QP with pseudo-points, probit: the variance
-        of ``a_n`` is the Wasserstein sigma* of its tilted marginal, :func:`_qp_ratio`).
+        (``power`` is alpha), :class:`qpinfer.MomentMatching` (alpha = 1), or
+        :class:`qpinfer.QuantileMatching` (QP with pseudo-points, probit: the variance
+        of ``a_n`` is the Wasserstein sigma* of its tilted marginal, ``_qp_ratio()``).
     init, schedule, damping, max_iter, tol:
         As :func:`qpinfer.inference.ep.run_ep`: ``"parallel"`` (damping default 0.5) or
         ``"sequential"`` (default 1.0); stop when the RMS change of ``(tau, nu)`` over a sweep is
-        below ``tol``, else a :class:`~qpinfer.inference.ep.ConvergenceWarning` and the sites with
+        below ``tol``, else a :class:`~qpinfer.ConvergenceWarning` and the sites with
         the smallest change. The parallel schedule halves its damping (down to 1/64) whenever 20
         sweeps pass without a new smallest change: damping does not move the fixed points, and
         undamped-enough parallel updates oscillate on separable data.

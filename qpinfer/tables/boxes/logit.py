@@ -36,7 +36,7 @@ closed form (for s <= 10).
 Tilts whose mode rate e^a exceeds e^16 = 8.9e6 (far beyond counts of 1e5 for any sensible
 cavity) are in no box either: the mpmath reference that verifies the table does not converge
 there for s ~ 2 (a >= 20). Cavities with s > 1 are in no box (the tilt's wall at f ~ 0 moves by
-|a|/s standard deviations per unit of log s, which these cells do not resolve to 1e-12: measured
+``|a|/s`` standard deviations per unit of log s, which these cells do not resolve to 1e-12: measured
 1.6e-12 for s <= 10^0.25, 6.9e-12 at s ~ 2.2 and 2.4e-11 at s ~ 7): they use the exact kernel, as do
 the logit cavities with 10^0.5 < s < 20 (the flat regime's onset is too steep in these coordinates
 there; measured 4e-7).

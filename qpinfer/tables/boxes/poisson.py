@@ -7,7 +7,7 @@ below are in ``docs/tables-v2.md`` (section "Poisson (square link) and step_nois
 **Poisson, square link.** With ``a = 1 + 2 sigma^2`` the tilted density is
 ``|f|^(2y) N(f | mu / a, sigma^2 / a)``, an affine image of ``|b + t|^(2y) N(t | 0, 1)`` with
 ``b = r = mu / (sigma sqrt(a))``: ``rho = sigma* / sigma_EP`` depends on the count y and on r only,
-and is even in r (``canonical`` takes |mu|). y = 0 is closed form (a Gaussian tilt). For y >= 1
+and is even in r (``canonical`` takes ``|mu|``). y = 0 is closed form (a Gaussian tilt). For y >= 1
 the density has two lobes, near ``t = +-sqrt(2y)`` when r = 0, and rho has two features:
 
 * the *far lobe*: its mass relative to the main one is about ``exp(-w)``,
@@ -28,8 +28,8 @@ Three boxes, one 1-D axis each, one slice per count 1..1000 (the label axis):
 * ``lobe``: ``x = (s - s_0(y)) / (s_end(y) - s_0(y))`` in [0, 1], ``s = asinh(beta)``,
   ``s_0 = asinh(60 / (8 y))`` (where ``far`` ends), ``s_end`` where rho = 1 to 1e-17; cavities
   beyond ``s_end`` are clipped to ``x = 1`` (exact to 1e-17, and more accurate than the kernel
-  there, whose sigma* loses ~1e-17 |r| relative to the positions of its nodes, 2e-13 at
-  |r| = 3e4).
+  there, whose sigma* loses ~1e-17 ``|r|`` relative to the positions of its nodes, 2e-13 at
+  ``|r| = 3e4``).
 
 Nodes are built at ``sigma = 2`` (``a = 9``, ``mu = 6 r``). Counts above the labels (1000) are in
 no box: lookups fall back to the exact kernel, which holds to 1e8

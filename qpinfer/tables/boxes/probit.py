@@ -32,9 +32,9 @@ class ProbitCore(Box):
         return mu / np.hypot(1.0, sigma), np.log10(sigma)  # sigma > 0 (validated)
 
     def axis_array(self, mu, sigma, y, tau=None):
-        """(See :meth:`Box.axis_array`.) ``tau``: the first coordinate if the caller has it (the
-        probit likelihood's z, :meth:`qpinfer.likelihoods.Probit.tilted_mean_and_z`: the same
-        operations); ``mu`` and ``y`` are then not read."""
+        """(See :meth:`qpinfer.tables.boxes.base.Box.axis_array`.) ``tau``: the first coordinate if
+        the caller has it (the probit likelihood's z, :meth:`qpinfer.Probit.tilted_mean_and_z`: the
+        same operations); ``mu`` and ``y`` are then not read."""
         u = np.empty((2, sigma.size))
         if tau is None:
             np.hypot(1.0, sigma, out=u[1])
@@ -47,7 +47,8 @@ class ProbitCore(Box):
 
 @dataclass(frozen=True)
 class ProbitTail(Box):
-    """u = -8 / tau in (0, 1] and log10 kappa, kappa = |tau| / sigma: see ``docs/tables-v2.md``."""
+    """u = -8 / tau in (0, 1] and log10 kappa, ``kappa = |tau| / sigma``: see
+    ``docs/tables-v2.md``."""
 
     def cavity(self, label, u, log10_kappa):
         tau = -_TAU_SPLIT / u

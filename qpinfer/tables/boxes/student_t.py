@@ -60,7 +60,7 @@ def _z(mu, sigma):
 
 @dataclass(frozen=True)
 class StudentTCore(Box):
-    """``z = d / sqrt(1 + s^2)`` and ``log10 s`` (canonical d = |mu - y| >= 0, scale 1)."""
+    """``z = d / sqrt(1 + s^2)`` and ``log10 s`` (canonical ``d = |mu - y| >= 0``, scale 1)."""
 
     def cavity(self, label, z, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)

@@ -1,5 +1,6 @@
-"""Time limits of a transfer (:mod:`qpinfer.tables.remote.transfer`): an overall :class:`Deadline`
-shared by every attempt, retries and back-off included, and reads whose every wait is cut at it.
+"""Time limits of a transfer (:mod:`qpinfer.tables.remote.transfer`): an overall
+:class:`~qpinfer.tables.remote.deadline.Deadline` shared by every attempt, retries and back-off
+included, and reads whose every wait is cut at it.
 
 Each blocking network operation (connect, one read) waits at most :data:`STALL_TIMEOUT` seconds
 (the socket timeout, set at connect to no more than what is left); :func:`read_some` returns as

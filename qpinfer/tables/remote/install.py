@@ -2,8 +2,8 @@
 
 A *table host* is any directory served over http(s) -- or a local directory / ``file://`` URL --
 holding ``manifest.json`` and the archives ``qptables publish`` wrote next to it. The base URL
-is the ``base_url`` argument, else the environment variable :data:`URL_ENV`
-(``QPINFER_TABLES_URL``).
+is the ``base_url`` argument, else the environment variable
+:data:`~qpinfer.tables.remote.transfer.URL_ENV` (``QPINFER_TABLES_URL``).
 
 :func:`download` (also ``qpinfer.tables.download``):
 
@@ -21,7 +21,7 @@ is the ``base_url`` argument, else the environment variable :data:`URL_ENV`
    one deadline (``timeout``, default 600 s: manifest, lock wait, archive, retries), and every
    connect or read gives up after 30 s of silence (:mod:`qpinfer.tables.remote.deadline`);
 4. checks the size and the sha256 -- a mismatch or a server file shorter than the manifest says
-   deletes the part file and raises :class:`DownloadError`;
+   deletes the part file and raises :class:`~qpinfer.tables.remote.transfer.DownloadError`;
 5. unpacks into a hidden staging directory only what the store's own record lists, bounded by
    the manifest's ``store_bytes`` (:mod:`qpinfer.tables.remote.unpack`: a stray or oversized member
    is refused, naming it, before anything is written), opens the result with
@@ -29,9 +29,12 @@ is the ``base_url`` argument, else the environment variable :data:`URL_ENV`
    is the manifest's likelihood and grid;
 6. puts it atomically at ``tables_dir()/<name>.zarr`` with
    :func:`qpinfer.tables.replace.replace_store` (an older copy is deleted after), and points
-   ``tables_dir()/<likelihood>.zarr`` -- where the estimators' ``table=None`` and
-   ``open_table(likelihood)`` look -- at it with a relative symlink, unless a real (not
-   symlinked) table directory, or a symlink to something that is not a table store, is there.
+   ``tables_dir()/<likelihood>.zarr`` -- the installed default, where ``open_table(likelihood)``
+   looks -- at it with a relative symlink, unless a real (not symlinked) table directory, or a
+   symlink to something that is not a table store, is there. The estimators' ``table=None``
+   uses the installed default only where it is at least as good as the table shipped inside
+   qpinfer in coverage and verified error (:mod:`qpinfer.tables.choice`): a downloaded table
+   never silently replaces a better one.
 
 Nothing that looks like a table (a ``*.zarr`` directory in the cache) ever exists before step 6
 succeeds: interrupted or failed downloads leave at most the ``.part`` file under ``.downloads/``.
@@ -145,7 +148,8 @@ def _entry(manifest: dict[str, Any], name: str, base: str) -> dict[str, Any]:
 @contextlib.contextmanager
 def file_lock(path: Path, deadline: Deadline):
     """Exclusive advisory lock (POSIX ``flock``; no-op elsewhere) for one table name; waiting
-    for another process's lock ends at ``deadline`` (:class:`DownloadError`)."""
+    for another process's lock ends at ``deadline``
+    (:class:`~qpinfer.tables.remote.transfer.DownloadError`)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX
@@ -263,16 +267,19 @@ def download(
     force:
         Download and reinstall even if the installed table already holds this content.
     make_default:
-        Also make it the table ``table=None`` and ``open_table(likelihood)`` find
-        (``tables_dir()/<likelihood>.zarr``, a symlink) unless a real directory is there.
+        Also make it the installed default of its likelihood, what ``open_table(likelihood)``
+        finds (``tables_dir()/<likelihood>.zarr``, a symlink) unless a real directory is there;
+        ``table=None`` then uses it where it is at least as good as the shipped table
+        (:func:`qpinfer.tables.choice.choose_default`).
     retries:
         Extra attempts after a connection failure or interrupted transfer (each resumes).
     timeout:
         Seconds the whole download may take -- manifest, waiting for a concurrent download of
         the same name, archive, retries and back-off included (default 600). Each connect or
-        read also gives up after :data:`qpinfer.tables.remote.transfer.STALL_TIMEOUT` (30 s) of
-        silence and is retried while time is left. Past the deadline a :class:`DownloadError` names
-        the URL, the time and the bytes received (kept in the ``.part`` file, to resume from).
+        read also gives up after :data:`qpinfer.tables.remote.deadline.STALL_TIMEOUT` (30 s) of
+        silence and is retried while time is left. Past the deadline a
+        :class:`~qpinfer.tables.remote.transfer.DownloadError` names the URL, the time and the bytes
+        received (kept in the ``.part`` file, to resume from).
     progress:
         Called as ``progress(bytes_done, bytes_total)`` while downloading.
 

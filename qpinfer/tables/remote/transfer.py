@@ -10,9 +10,9 @@ retries, which is all a static table host needs.
 
 Every wait is bounded (:mod:`qpinfer.tables.remote.deadline`). A transfer has an overall deadline
 (``timeout`` seconds, retries and back-off included), each connect or read waits at most
-:data:`STALL_TIMEOUT` seconds of silence, and a request's sockets are shut down when the deadline
-passes, so a server that trickles one byte at a time cannot hold a transfer past it either. The
-manifest is read up to :data:`MANIFEST_MAX_BYTES`.
+:data:`~qpinfer.tables.remote.deadline.STALL_TIMEOUT` seconds of silence, and a request's sockets
+are shut down when the deadline passes, so a server that trickles one byte at a time cannot hold a
+transfer past it either. The manifest is read up to :data:`MANIFEST_MAX_BYTES`.
 """
 
 from __future__ import annotations
@@ -210,8 +210,9 @@ def fetch_manifest(
 ) -> dict[str, Any]:
     """Read and check ``BASE/manifest.json``; returns ``{"format": 1, "tables": {...}}``.
 
-    ``timeout``: seconds for the whole fetch, retries included (or a :class:`Deadline` shared
-    with other transfers). At most :data:`MANIFEST_MAX_BYTES` are read.
+    ``timeout``: seconds for the whole fetch, retries included (or a
+    :class:`~qpinfer.tables.remote.deadline.Deadline` shared with other transfers). At most
+    :data:`MANIFEST_MAX_BYTES` are read.
     """
     base = resolve_base_url(base_url)
     url = join_url(base, MANIFEST_NAME)
@@ -286,9 +287,9 @@ def fetch_archive(
     """Bring ``part`` to ``size`` bytes of ``url``, resuming; see the module docstring.
 
     ``timeout``: seconds for the whole transfer, retries and back-off included (or a
-    :class:`Deadline` shared with other transfers); past it the transfer stops with a
-    :class:`DownloadError` naming the URL, the time and the bytes received (kept in ``part``, to
-    resume from).
+    :class:`~qpinfer.tables.remote.deadline.Deadline` shared with other transfers); past it the
+    transfer stops with a :class:`DownloadError` naming the URL, the time and the bytes received
+    (kept in ``part``, to resume from).
     """
     deadline = as_deadline(timeout)
     failures = 0
