@@ -9,25 +9,76 @@ likelihood, invalid labels, ``OUT`` exists without ``--force``, ``OUT`` is not a
 matches its digest), and any other error (a corrupt store, an I/O error); 130 interrupted
 (Ctrl-C), 143 stopped by SIGTERM (a build releases its lock and keeps its finished tiles).
 Errors are one line, ``qptables COMMAND: error: ...`` (:mod:`qpinfer.cli_errors`); ``--debug``
-shows the traceback instead.
+shows the traceback instead. A command that needs the ``tables`` extra (dask, distributed,
+mpmath, xarray, tqdm) where it is not installed says so in that line, naming the pip command.
+
+Every command takes every store kind the package writes or ships: paper-grid (v1) stores and v2
+(reduced-coordinate) stores, the latter handled by :mod:`qptables.cli.v2`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from qpinfer.cli_errors import run_command
+from qptables.cli.info import existing_store, format_verification, info_command
 from qptables.cli.parser import Refused as _Refused
 from qptables.cli.parser import parser
 
 __all__ = ["main", "parser"]
+
+#: Top-level modules of the ``tables`` extra (pyproject.toml), named when one is missing.
+TABLES_EXTRA_MODULES = ("dask", "distributed", "mpmath", "xarray", "tqdm")
+#: The line that says how to install them.
+TABLES_EXTRA_HINT = "pip install 'quantile-propagation[tables]'"
+
+
+class MissingExtra(RuntimeError):
+    """A module of an optional extra is not installed (the message names the pip command)."""
+
+
+def _missing(module: str) -> MissingExtra:
+    return MissingExtra(
+        f"this command needs the tables extra, and {module!r} is not installed: {TABLES_EXTRA_HINT}"
+    )
+
+
+def _with_extras(handler, needs_extra: bool):
+    """``handler`` with a missing module of the ``tables`` extra turned into
+    :class:`MissingExtra` (one line, exit 2, no traceback); with ``needs_extra`` the extra's
+    dask, distributed and mpmath are looked for (not imported) before anything is done."""
+
+    def run(args: argparse.Namespace) -> int:
+        for module in ("dask", "distributed", "mpmath") if needs_extra else ():
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                raise _missing(module)
+        try:
+            return handler(args)
+        except ModuleNotFoundError as exc:
+            root = (exc.name or "").split(".")[0]
+            if root not in TABLES_EXTRA_MODULES:
+                raise
+            raise _missing(root) from None
+
+    return run
+
+
+def _is_v2(path: Path) -> bool:
+    """Whether the store at ``path`` is a v2 (reduced-coordinate) store."""
+    from qptables.store import read_attrs
+
+    return read_attrs(path).get("qp_schema_version") == 2
 
 
 def _grid_from_args(args: argparse.Namespace) -> Any:
@@ -36,6 +87,8 @@ def _grid_from_args(args: argparse.Namespace) -> Any:
     from qptables.grid import PAPER_LOG10_SIGMA, PAPER_MU, GridError, GridSpec, paper_grid
 
     try:
+        if args.y_max is not None and args.likelihood != "poisson_square":
+            raise GridError(f"--y-max: only for poisson_square, not {args.likelihood!r}; use --y")
         if args.y is not None:
             if args.y_max is not None:
                 raise GridError("--y-max: cannot be combined with --y")
@@ -54,7 +107,7 @@ def _grid_from_args(args: argparse.Namespace) -> Any:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from qptables.pipeline.paper import BuildError, BuildInputError, build
-    from qptables.reference.verify import DEFAULT_SAMPLES, DEFAULT_TOLERANCE
+    from qptables.reference.verify import DEFAULT_DPS, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 
     try:
         import qpinfer
@@ -73,6 +126,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
             raise _Refused(f"--eps: {exc}") from None
     elif args.likelihood == "step_noise":
         args.likelihood = qpinfer.get_likelihood("step_noise").name
+    if args.scheduler and args.workers is not None and not args.dry_run:
+        raise _Refused(
+            "--workers: sizes the embedded LocalCluster, not the cluster of --scheduler (with "
+            "--dry-run it is the estimate's worker count)"
+        )
+    if args.verify_dps is not None and args.verify_dps < 15:
+        raise _Refused(f"--verify-dps: must be >= 15, got {args.verify_dps}")
     if args.grid == "v2":
         from qptables.cli.v2 import build_v2_command
 
@@ -92,7 +152,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             samples=DEFAULT_SAMPLES if args.samples is None else args.samples,
             tolerance=tol,
             seed=args.seed,
-            verify_dps=args.verify_dps,
+            verify_dps=DEFAULT_DPS if args.verify_dps is None else args.verify_dps,
             progress=not args.no_progress,
             dry_run=args.dry_run,
         )
@@ -102,6 +162,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         print(f"qptables build: error: {exc}", file=sys.stderr)
         return 1
     if args.dry_run:
+        if args.json:
+            print(json.dumps({"dry_run": True, **vars(result)}, default=str))
         return 0
     print(
         f"done: {result.path} -- computed {result.tiles_computed} tiles, reused "
@@ -115,31 +177,28 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _existing_store(path: str) -> Path:
-    p = Path(path)
-    if not (p / "zarr.json").is_file():
-        hint = ""
-        partial = p.with_name(p.name + ".partial")
-        if partial.exists():
-            hint = f" (an unfinished build is in {partial}; re-run qptables build to finish it)"
-        raise _Refused(f"OUT: {p} is not a table store{hint}")
-    return p
-
-
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from qptables.reference.verify import DEFAULT_SAMPLES, DEFAULT_TOLERANCE, verify
+    from qptables.reference.verify import DEFAULT_DPS, DEFAULT_SAMPLES, DEFAULT_TOLERANCE, verify
 
-    path = _existing_store(args.out)
-    tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
-    if not (math.isfinite(tol) and tol > 0):
-        raise _Refused(f"--tolerance: must be a positive number, got {tol!r}")
-    if args.verify_dps < 15:
+    path = existing_store(args.out)
+    if args.tolerance is not None and not (math.isfinite(args.tolerance) and args.tolerance > 0):
+        raise _Refused(f"--tolerance: must be a positive number, got {args.tolerance!r}")
+    if args.verify_dps is not None and args.verify_dps < 15:
         raise _Refused(f"--verify-dps: must be >= 15, got {args.verify_dps}")
+    if args.scheduler and args.workers is not None:
+        raise _Refused("--workers: the local processes' count, not with --scheduler")
+    if _is_v2(path):
+        from qptables.cli.v2 import verify_v2_command
+
+        return verify_v2_command(path, args)
+    if args.kernel_points is not None:
+        raise _Refused(f"--kernel-points: only for v2 stores; {path} is a paper-grid store")
+    tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     kwargs = {
         "samples": DEFAULT_SAMPLES if args.samples is None else args.samples,
         "tolerance": tol,
         "seed": args.seed,
-        "dps": args.verify_dps,
+        "dps": DEFAULT_DPS if args.verify_dps is None else args.verify_dps,
         "workers": args.workers,
         "write": not args.no_write,
     }
@@ -157,119 +216,26 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         report = verify(path, **kwargs)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
-    print(_format_verification(report), file=sys.stderr)
+    print(format_verification(report), file=sys.stderr)
     return 0 if report["passed"] else 1
-
-
-def _format_verification(v: dict[str, Any]) -> str:
-    if not v:
-        return "verification: none recorded"
-    lines = [
-        (
-            f"verification: {'PASSED' if v.get('passed') else 'FAILED'}"
-            f" ({v.get('checked', '?')}, {v.get('seconds', 0):.1f} s)"
-        ),
-        (
-            f"  mpmath points: {v.get('points')} (corners, edge midpoints and "
-            f"{v.get('random_points')} random; seed {v.get('seed')})"
-        ),
-        (
-            f"  relative error: max {v.get('max_rel_error', float('nan')):.3g}, median "
-            f"{v.get('median_rel_error', float('nan')):.3g}, tolerance {v.get('tolerance')}"
-        ),
-    ]
-    if v.get("worst"):
-        w = v["worst"]
-        lines.append(
-            f"  worst point: y={w['y']} mu={w['mu']:g} log10_sigma={w['log10_sigma']:g} "
-            f"table={w['table']!r} reference={w['reference']!r}"
-        )
-    scan = v.get("scan") or {}
-    if scan:
-        ranges = ", ".join(
-            f"{k} in [{a:.6g}, {b:.6g}]" for k, (a, b) in scan.get("ranges", {}).items()
-        )
-        lines.append(
-            f"  full scan: {scan.get('message')}; {ranges}; checksums "
-            f"{'checked' if scan.get('checksums_checked') else 'recorded'}"
-        )
-    return "\n".join(lines)
-
-
-def _du(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += (Path(dirpath) / f).stat().st_size
-            except OSError:
-                pass
-    return total
-
-
-def _cmd_info(args: argparse.Namespace) -> int:
-    from qptables.grid import GridSpec
-    from qptables.store import read_attrs
-    from qptables.units import human_bytes as _human_bytes
-
-    path = _existing_store(args.out)
-    attrs = read_attrs(path)
-    if args.json:
-        attrs = dict(attrs)
-        attrs["checksums"] = f"{len(attrs.get('checksums') or {})} chunks"
-        print(json.dumps(attrs, indent=2, default=str))
-        return 0
-    if attrs.get("qp_schema_version") == 2:
-        from qptables.cli.v2 import info_v2
-
-        return info_v2(path, attrs)
-    try:
-        grid = GridSpec.from_attrs(attrs["grid"], attrs["tile_mu"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _Refused(f"OUT: {path} is not a qptables store ({exc!r})") from None
-    m, s = grid.mu, grid.log10_sigma
-    lines = [
-        f"{path}",
-        (
-            f"  likelihood: {attrs.get('likelihood')}   schema v{attrs.get('qp_schema_version')}   "
-            f"package {attrs.get('package_version')}   created {attrs.get('created')}"
-        ),
-        f"  complete: {attrs.get('complete')}",
-        f"  y: {list(grid.y)}",
-        f"  mu: {m.start:g} .. {m.stop:g} step {m.step:g} ({m.n} values)",
-        (
-            f"  log10_sigma: {s.start:g} .. {s.stop:g} step {s.step:g} ({s.n} values; sigma "
-            f"{10**s.start:g} .. {10**s.stop:g})"
-        ),
-        f"  points: {grid.n_points:,} per variable; variables: sigma_qp, sigma_ratio",
-        (
-            f"  chunks: {grid.n_tiles} per variable of {grid.chunk_shape} "
-            f"({_human_bytes(grid.chunk_nbytes())}, uncompressed); "
-            f"{len(attrs.get('checksums') or {})} checksums recorded"
-        ),
-        f"  size: {_human_bytes(grid.store_nbytes())} of data, {_human_bytes(_du(path))} on disk",
-        f"  metadata digest: {_digest_status(path, attrs)}",
-        _format_verification(attrs.get("verification") or {}),
-    ]
-    print("\n".join(lines))
-    return 0
-
-
-def _digest_status(path: Path, attrs: dict[str, Any]) -> str:
-    from qpinfer.tables.integrity import metadata_changes
-
-    changes = metadata_changes(path, attrs)
-    if changes is None:
-        return "none (built before digests; qpinfer.open_table refuses it: rebuild it)"
-    return "ok" if not changes else "MISMATCH: " + "; ".join(changes)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     from qptables.cli.plot import plot_table
 
-    path = _existing_store(args.out)
+    path = existing_store(args.out)
     try:
-        out = plot_table(path, args.y, args.output, var=args.var)
+        if _is_v2(path):
+            from qptables.cli.plot import plot_reduced
+
+            out = plot_reduced(
+                path, args.y, args.output, var=args.var, mu=args.mu, log10_sigma=args.log10_sigma
+            )
+        else:
+            for flag, value in (("--mu", args.mu), ("--log10-sigma", args.log10_sigma)):
+                if value is not None:
+                    raise _Refused(f"{flag}: only for v2 stores; {path} is drawn over its grid")
+            out = plot_table(path, args.y, args.output, var=args.var)
     except ValueError as exc:
         raise _Refused(str(exc)) from None
     except ImportError as exc:
@@ -283,7 +249,11 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     from qptables.pipeline.publish import PublishError, publish
     from qptables.units import human_bytes as _human_bytes
 
-    path = _existing_store(args.out)
+    path = existing_store(args.out)
+    if _is_v2(path):
+        from qptables.cli.v2 import publish_v2_command
+
+        return publish_v2_command(path, args)
     try:
         entry = publish(path, args.to, name=args.name, manifest=args.manifest)
     except PublishError as exc:
@@ -316,13 +286,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {
         "build": _cmd_build,
         "verify": _cmd_verify,
-        "info": _cmd_info,
+        "info": info_command,
         "plot": _cmd_plot,
         "publish": _cmd_publish,
         "ship": _ship,
     }[args.command]
     try:
-        return run_command("qptables", args.command, handler, args)
+        needs_extra = args.command in ("build", "verify", "ship")  # dask runs, mpmath checks
+        return run_command("qptables", args.command, _with_extras(handler, needs_extra), args)
     except KeyboardInterrupt as exc:
         from qptables.pipeline.errors import BuildInterrupted
 

@@ -8,15 +8,17 @@ import re
 
 from qpinfer.cli_errors import OneLineParser, add_debug_flag
 
-__all__ = ["Refused", "parser"]
+__all__ = ["Refused", "likelihood_names", "parser"]
 
 _EPILOG = """examples:
   qptables build probit tables/probit-small.zarr --mu -5 5 0.01 --log10-sigma -1 1 0.01
   qptables build probit tables/probit-paper.zarr --grid paper
+  qptables build logit tables/logit.zarr --grid v2 --dry-run
   qptables build poisson_square tables/poisson.zarr --grid paper --y-max 10
   qptables verify tables/probit-paper.zarr --samples 100
   qptables info tables/probit-paper.zarr
   qptables plot tables/probit-paper.zarr --y 1 --output ratio.png
+  qptables verify qpinfer/tables_data/probit.zarr --samples 4   # a shipped v2 table
   qptables publish tables/probit-paper.zarr --to dist/   # dist/probit-paper.tar.gz + manifest.json
 """
 
@@ -60,27 +62,36 @@ def _numbers_may_be_negative(p: argparse.ArgumentParser) -> argparse.ArgumentPar
     return p
 
 
+def likelihood_names() -> list[str]:
+    """The likelihood names :func:`qpinfer.get_likelihood` knows, sorted (its registry)."""
+    from qpinfer.likelihoods import registry
+
+    return sorted(registry._REGISTRY)
+
+
 def _add_check_flags(p: argparse.ArgumentParser) -> None:
     """The flags of the check against mpmath, shared by ``build`` and ``verify``."""
     p.add_argument(
         "--samples",
         type=_int_at_least(0, "--samples"),
         default=None,
-        help="random points checked against mpmath, besides corners and edge "
-        "midpoints (default 24)",
+        help="points checked against mpmath (default 24): paper grid, random grid points "
+        "besides each label's corners and edge midpoints; v2, a stratified sample of the "
+        "random points checked against the exact kernel, at least one per box",
     )
     p.add_argument(
         "--tolerance",
         type=_float,
         default=None,
-        help="largest accepted relative error against mpmath (default 1e-10)",
+        help="largest accepted relative error (default: paper grid 1e-10 against mpmath; v2 "
+        "1e-12 against the exact kernel and mpmath, or what a v2 store's build recorded)",
     )
-    p.add_argument("--seed", type=int, default=0, help="verification sample seed")
+    p.add_argument("--seed", type=int, default=0, help="seed of the checked points' draw")
     p.add_argument(
         "--verify-dps",
         type=int,
-        default=40,
-        help="decimal digits of the mpmath reference (default 40, >= 15)",
+        default=None,
+        help="decimal digits of the mpmath reference, >= 15 (default 40; v2 Student-t 30)",
     )
 
 
@@ -96,24 +107,34 @@ def parser() -> argparse.ArgumentParser:
     add_debug_flag(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    names = likelihood_names()
     b = sub.add_parser(
         "build",
         help="build a verified table store with dask",
         description="Compute sigma* over a grid as a dask graph (one task per tile/chunk), "
-        "checksum and verify it against mpmath, then atomically publish it at OUT. "
-        "Interrupted builds resume from OUT.partial.",
+        "verify it (mpmath; v2: also the exact kernel), then atomically publish it at OUT. "
+        "Interrupted builds resume from OUT.partial. The default grid is the paper's App. J "
+        "grid (--grid paper): mu -10..10 and log10 sigma -1..1, both in steps of 0.001, i.e. "
+        "20001 x 2001 points per label, the product's specification. --grid v2 builds instead "
+        "the reduced-coordinate table qpinfer ships (Chebyshev cells: every finite mu and "
+        "sigma > 0, ~1e-12 relative, a few MB).",
     )
     b.add_argument(
-        "likelihood", metavar="LIKELIHOOD", help="probit, poisson_square or step_noise (with --eps)"
+        "likelihood",
+        metavar="LIKELIHOOD",
+        help=f"one of {', '.join(names)}; step_noise takes --eps, student_t is nu=4, scale=1 "
+        "unless named as student_t(nu=NU, scale=S)",
     )
     b.add_argument("out", metavar="OUT", help="destination zarr directory")
     b.add_argument(
         "--grid",
         default="paper",
         choices=["paper", "v2"],
-        help="preset grid the other grid flags modify (paper: mu -10..10, log10 sigma -1..1, "
-        "steps 0.001; y = -1,+1 (probit) or 0..--y-max (poisson_square)); v2: the reduced-"
-        "coordinate Chebyshev-cell table of docs/tables-v2.md (no grid flags)",
+        help="paper (default): the paper's App. J grid, 20001 x 2001 points per label (mu "
+        "-10..10, log10 sigma -1..1, steps 0.001; y = -1,+1 for probit and step_noise, 0..--y-max "
+        "for poisson_square, --y for the others), which --mu, --log10-sigma, --y, --y-max and "
+        "--tile-mu modify; v2: the reduced-coordinate Chebyshev-cell table of "
+        "docs/tables-v2.md, as shipped in qpinfer (fixed boxes: the grid flags are refused)",
     )
     b.add_argument(
         "--mu",
@@ -142,13 +163,13 @@ def parser() -> argparse.ArgumentParser:
         "--y-max",
         type=_int_at_least(0, "--y-max"),
         default=None,
-        help="poisson_square paper preset: y = 0..Y_MAX (default 10)",
+        help="poisson_square, paper grid: y = 0..Y_MAX (default 10)",
     )
     b.add_argument(
         "--tile-mu",
         type=_int_at_least(1, "--tile-mu"),
         default=None,
-        help="mu rows per tile/chunk (default: ~150k points per tile)",
+        help="paper grid: mu rows per tile/chunk (default: ~150k points per tile)",
     )
     b.add_argument(
         "--scheduler",
@@ -160,7 +181,8 @@ def parser() -> argparse.ArgumentParser:
         "--workers",
         type=_int_at_least(1, "--workers"),
         default=None,
-        help="worker processes of the embedded LocalCluster (default: CPU count)",
+        help="worker processes of the embedded LocalCluster (default: CPU count; with "
+        "--scheduler only for --dry-run's estimate)",
     )
     b.add_argument(
         "--force",
@@ -173,13 +195,29 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--dry-run",
         action="store_true",
-        help="validate, probe the kernel and print the plan and estimate only",
+        help="validate, probe the kernel and print the plan and time estimate only; writes "
+        "nothing (no OUT, no OUT.partial, no lock) and starts no cluster",
     )
-    b.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    b.add_argument(
+        "--json", action="store_true", help="print the result (or the dry run's plan) as JSON"
+    )
 
-    v = sub.add_parser("verify", help="re-check a store against mpmath and its checksums")
+    v = sub.add_parser(
+        "verify",
+        help="re-check a store against mpmath and its checksums",
+        description="Paper-grid stores: checksums, a sanity scan and mpmath at sample points; "
+        "the report is stored in the store unless --no-write. v2 stores (built with --grid v2, "
+        "or shipped in qpinfer/tables_data): the integrity record, then the exact kernel at "
+        "random points of every box and mpmath at --samples of them; never written to.",
+    )
     v.add_argument("out", metavar="OUT")
     _add_check_flags(v)
+    v.add_argument(
+        "--kernel-points",
+        type=_int_at_least(1, "--kernel-points"),
+        default=None,
+        help="v2 stores: random points checked against the exact kernel (default 20000)",
+    )
     v.add_argument(
         "--workers",
         type=_int_at_least(1, "--workers"),
@@ -188,7 +226,9 @@ def parser() -> argparse.ArgumentParser:
     )
     v.add_argument("--scheduler", metavar="ADDRESS", help="run the checks on a dask cluster")
     v.add_argument(
-        "--no-write", action="store_true", help="do not store the report in the store's attributes"
+        "--no-write",
+        action="store_true",
+        help="do not store the report in a paper-grid store (a v2 store is never written to)",
     )
     v.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -196,22 +236,50 @@ def parser() -> argparse.ArgumentParser:
         "ship",
         help="(re)build the v2 tables shipped inside qpinfer",
         description="Build every v2 table that ships with qpinfer (qpinfer.tables.shipped.SHIPPED) "
-        "into DIR (default: qpinfer/tables_data of this checkout), replacing the stores there; "
-        "the result is bit for bit the same on every run.",
+        "into DIR, replacing the stores there; the result is bit for bit the same on every run. "
+        "Default DIR: qpinfer/tables_data of a source checkout (a pyproject.toml of "
+        "quantile-propagation beside the package); an installed package's folder only with "
+        "--into-package.",
     )
     sh.add_argument("--out", metavar="DIR", default=None, help="destination directory")
-    sh.add_argument("--workers", type=int, default=None, help="LocalCluster worker processes")
+    sh.add_argument(
+        "--into-package",
+        action="store_true",
+        help="write into the installed qpinfer package's tables_data (e.g. in site-packages)",
+    )
+    sh.add_argument(
+        "--workers",
+        type=_int_at_least(1, "--workers"),
+        default=None,
+        help="LocalCluster worker processes",
+    )
     sh.add_argument("--scheduler", default=None, help="address of a running dask scheduler")
     sh.add_argument("--no-progress", action="store_true", help="no progress bars")
     i = sub.add_parser("info", help="describe a store: grid, sizes, verification")
     i.add_argument("out", metavar="OUT")
     i.add_argument("--json", action="store_true", help="print the attributes as JSON")
 
-    pl = sub.add_parser("plot", help="PNG heatmap of sigma_qp / sigma_ep for one label")
+    pl = sub.add_parser(
+        "plot",
+        help="PNG heatmap of sigma_qp / sigma_ep for one label",
+        description="Paper-grid stores: the stored values over the store's grid. v2 stores: "
+        "the table's lookups over --mu and --log10-sigma (default: the paper's window, mu "
+        "-10..10, log10 sigma -1..1), divided by the exact EP standard deviation for "
+        "sigma_ratio.",
+    )
     pl.add_argument("out", metavar="OUT")
-    pl.add_argument("--y", type=int, required=True, help="label to plot")
+    pl.add_argument("--y", type=_float, required=True, help="label to plot")
     pl.add_argument("--output", required=True, metavar="FILE.png")
     pl.add_argument("--var", default="sigma_ratio", choices=["sigma_ratio", "sigma_qp"])
+    for flag, what in (("--mu", "mu"), ("--log10-sigma", "log10 sigma")):
+        pl.add_argument(
+            flag,
+            nargs=2,
+            type=_float,
+            default=None,
+            metavar=("START", "STOP"),
+            help=f"v2 stores: the {what} range drawn (a paper-grid store is drawn over its grid)",
+        )
 
     pb = sub.add_parser(
         "publish",
@@ -231,6 +299,7 @@ def parser() -> argparse.ArgumentParser:
     for command in (b, v, i, pl, pb):
         add_debug_flag(command)
     _numbers_may_be_negative(b)
+    _numbers_may_be_negative(pl)
     return p
 
 

@@ -43,7 +43,7 @@ WORKER_WAIT_SECONDS = 600
 
 
 def probe_scheduler(address: str, timeout: float | None = None) -> None:
-    """:func:`qpinfer.dask_connect.probe_scheduler`, its error a :class:`BuildInputError`
+    """:func:`qpinfer.dask_connect.probe_scheduler`, its error a :class:`~qptables.BuildInputError`
     naming ``--scheduler``."""
     from qpinfer.dask_connect import SchedulerUnreachable
     from qpinfer.dask_connect import probe_scheduler as probe
@@ -57,7 +57,7 @@ def probe_scheduler(address: str, timeout: float | None = None) -> None:
 def connect_scheduler(address: str) -> Any:
     """A ``distributed.Client`` on the scheduler at ``address`` within dask's connect timeout,
     handshake included (:func:`qpinfer.dask_connect.connect_client`); else
-    :class:`BuildInputError` naming ``--scheduler``."""
+    :class:`~qptables.BuildInputError` naming ``--scheduler``."""
     from qpinfer.dask_connect import SchedulerUnreachable, connect_client
 
     try:
@@ -71,7 +71,8 @@ def open_client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
     """A dask.distributed client: on ``scheduler`` or on a new LocalCluster of ``workers``
     (:func:`qpinfer.dask_connect.local_cluster_client`: single-threaded worker processes with
     :data:`SINGLE_THREAD_ENV`, and logs silenced -- task errors reach the user once, summarised by
-    the build (:class:`BuildError`), not as the workers' and scheduler's logged tracebacks)."""
+    the build (:class:`~qptables.BuildError`), not as the workers' and scheduler's logged
+    tracebacks)."""
     from qpinfer.dask_connect import local_cluster_client
 
     if scheduler is not None:
@@ -148,7 +149,7 @@ _POLL_SECONDS = 5.0
 
 
 class _ClusterWatch:
-    """Raises :class:`BuildError` once the cluster has had no worker for
+    """Raises :class:`~qptables.BuildError` once the cluster has had no worker for
     :data:`WORKER_WAIT_SECONDS`, or its scheduler has not answered for that long."""
 
     def __init__(self, client: Any) -> None:
@@ -181,7 +182,7 @@ class _ClusterWatch:
 def completed(client: Any, futures: list) -> Iterator[tuple[Any, Any]]:
     """``(future, result)`` of the tile futures as they finish (``result`` None for a failed
     task: ``future.status == "error"``). A build may run for hours, but never waits on nothing:
-    :class:`BuildError` once the cluster has had no worker for :data:`WORKER_WAIT_SECONDS`
+    :class:`~qptables.BuildError` once the cluster has had no worker for :data:`WORKER_WAIT_SECONDS`
     (every worker died or was removed: dask would wait for one forever; a finished tile's result
     held by a dead worker is lost and recomputed too) or its scheduler stops answering."""
     from distributed import as_completed

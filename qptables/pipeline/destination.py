@@ -97,8 +97,9 @@ def publish_build(
     (:func:`qptables.store.consolidate_store`, on ``client``'s workers), put it at ``out``
     (:func:`publish_store`) and delete ``partial``. A failed or interrupted copy is deleted
     (nothing that looks finished is left; ``partial`` is kept to re-run from) and a failed
-    write is a :class:`BuildError` naming the copy's path. Once the copy is complete, a SIGTERM
-    waits until it is in place and ``partial`` is deleted (:func:`deferred_sigterm`)."""
+    write is a :class:`~qptables.BuildError` naming the copy's path. Once the copy is complete, a
+    SIGTERM waits until it is in place and ``partial`` is deleted
+    (:func:`~qptables.pipeline.interrupt.deferred_sigterm`)."""
     publishing = publishing_path(out)
     published = False
     try:

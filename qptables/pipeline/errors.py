@@ -1,5 +1,6 @@
 """The build's errors: refused before any work, refused by the lock, failed while running, or
-stopped by a signal; and :func:`writing`, which names the phase and path of a failed write."""
+stopped by a signal; and :func:`~qptables.pipeline.errors.writing`, which names the phase and path
+of a failed write."""
 
 from __future__ import annotations
 

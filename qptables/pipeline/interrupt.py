@@ -66,9 +66,9 @@ def interrupted_message(signame: str, partial: Path) -> str:
 
 @contextlib.contextmanager
 def stop_on_signals(partial: Path) -> Iterator[None]:
-    """Within the block SIGTERM raises :class:`BuildInterrupted` (see the module doc); a
-    SIGTERM or Ctrl-C leaving the block is re-raised as one whose message says where the
-    finished tiles are kept (:func:`interrupted_message`)."""
+    """Within the block SIGTERM raises :class:`~qptables.pipeline.errors.BuildInterrupted` (see the
+    module doc); a SIGTERM or Ctrl-C leaving the block is re-raised as one whose message says where
+    the finished tiles are kept (:func:`interrupted_message`)."""
     install = (
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -77,6 +77,7 @@ from qptables.pipeline.destination import (
     clean_stale,
     publish_build,
 )
+from qptables.pipeline.dry_run import check_unlocked_readonly
 from qptables.pipeline.errors import BuildError, BuildInputError, LockError, writing
 from qptables.pipeline.estimate import CONCURRENCY_FACTOR, calibrate_workers, estimate_build
 from qptables.pipeline.plan import (
@@ -250,7 +251,7 @@ def build(
         likelihood, out, grid, y_max, workers=workers, samples=samples, tolerance=tolerance,
         verify_dps=verify_dps,
     )  # fmt: skip
-    check_writable(out.parent, out)
+    (check_unlocked_readonly if dry_run else check_writable)(out.parent, out)  # dry: no writes
     check_destinations(out, force)
     # cheap disk check before anything allocates or computes (the precise one, which counts
     # the reusable chunks of an unfinished build, follows once the partial store is scanned)
@@ -260,7 +261,7 @@ def build(
         likelihood, out, grid, scheduler, workers, force, checks, progress, say, client, dry_run,
         t_start,
     )  # fmt: skip
-    with locked(out):  # SIGTERM: unwind as for Ctrl-C (qptables.pipeline.interrupt)
+    with contextlib.nullcontext() if dry_run else locked(out):  # SIGTERM: unwinds as Ctrl-C
         return _build_locked(job)
 
 

@@ -74,7 +74,7 @@ def check_inputs(
 ) -> tuple[str, Path, GridSpec]:
     """Step 1 of a paper-grid build (:mod:`qptables.pipeline.paper`): the canonical likelihood
     name (``"step_noise"`` -> ``"step_noise(eps=0.2)"``), the absolute ``OUT`` and the grid
-    (:func:`resolve_grid`), or :class:`BuildInputError` naming the argument."""
+    (:func:`resolve_grid`), or :class:`~qptables.BuildInputError` naming the argument."""
     import qpinfer
 
     if not isinstance(likelihood, str):

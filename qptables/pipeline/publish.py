@@ -15,7 +15,7 @@ mtime the store's ``created`` time, gzip header without name or time -- so publi
 store twice gives the same sha256. Tar + gzip (stdlib on both sides) rather than a zarr zip
 store because the reader memory-maps chunk files, so the table is installed unpacked anyway.
 
-Manifest (format :data:`qpinfer.tables.remote.install.MANIFEST_FORMAT`)::
+Manifest (format :data:`qpinfer.tables.remote.transfer.MANIFEST_FORMAT`)::
 
     {"format": 1, "tables": {NAME: {
         "name", "file", "size", "sha256",            # the archive

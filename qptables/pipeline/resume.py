@@ -1,7 +1,8 @@
 """Locking and resuming a build, of every grid kind (the paper grid, :mod:`qptables.pipeline.paper`,
 and the v2 tables, :mod:`qptables.pipeline.v2`): the siblings of ``OUT``, the lock ``OUT.lock``
-(:func:`locked`), the one decision whether an unfinished ``OUT.partial`` can be resumed
-(:func:`resumable`) and its atomic creation (:func:`create_partial`).
+(:func:`~qptables.pipeline.resume.locked`), the one decision whether an unfinished ``OUT.partial``
+can be resumed (:func:`~qptables.pipeline.resume.resumable`) and its atomic creation
+(:func:`~qptables.pipeline.resume.create_partial`).
 
 Resuming requires the store's record to match the build's -- paper grid: the same likelihood,
 grid, tiling and kernel output (a fingerprint of a probe tile,
@@ -87,7 +88,7 @@ class BuildLock:
     Holds ``{"pid", "host", "started"}``. A lock whose pid is dead on this host -- or is this
     process's own pid (a re-run container with a pinned hostname, as in ``cluster/``) -- is
     stale and taken over with a warning; any other existing lock refuses the build
-    (:class:`LockError`).
+    (:class:`~qptables.LockError`).
     """
 
     def __init__(self, out: str | os.PathLike) -> None:
@@ -107,7 +108,7 @@ class BuildLock:
             return None
 
     def acquire(self) -> None:
-        """Take the lock or raise :class:`LockError`."""
+        """Take the lock or raise :class:`~qptables.LockError`."""
         for _attempt in range(3):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -229,7 +230,8 @@ def resumable(
 ) -> bool:
     """Whether the unfinished build ``partial`` exists and can be resumed: ``refusal(its root
     attributes)`` is None. An incompatible (or unreadable) one is refused
-    (:class:`BuildInputError`) or, with ``force``, deleted (a dry run only says it would be)."""
+    (:class:`~qptables.BuildInputError`) or, with ``force``, deleted (a dry run only says it would
+    be)."""
     if not partial.exists():
         return False
     try:
@@ -260,7 +262,7 @@ def resumable_tiles(
     say: Callable[[str], None],
 ) -> set[tuple[int, int]]:
     """The finished tiles of the paper-grid build ``partial`` if it can be resumed as the build
-    ``record`` (:func:`resumable`), else none."""
+    ``record`` (:func:`~qptables.pipeline.resume.resumable`), else none."""
     if resumable(
         partial, lambda attrs: resume_refusal(attrs.get("build", {}), record), force, dry_run, say
     ):

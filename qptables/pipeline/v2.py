@@ -25,6 +25,7 @@ publishes it at ``OUT`` with one atomic swap (:func:`qpinfer.tables.replace.repl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -44,13 +45,33 @@ from qptables.pipeline.destination import check_destinations, check_writable, cl
 from qptables.pipeline.errors import BuildError
 from qptables.pipeline.interrupt import deferred_sigterm
 from qptables.pipeline.resume import create_partial, locked, partial_path, resumable, resume_refusal
+from qptables.pipeline.v2_check import (
+    DEFAULT_KERNEL_POINTS,
+    DEFAULT_SAMPLES,
+    TOLERANCE,
+    check_points,
+)
 from qptables.store import finished_chunks, write_chunk
 
-__all__ = ["TILE_CELLS", "TILE_LABELS", "build_v2", "chunk_shape", "tile_rho"]
+__all__ = ["TILE_CELLS", "TILE_LABELS", "V2BuildResult", "build_v2", "chunk_shape", "tile_rho"]
+
+
+@dataclasses.dataclass
+class V2BuildResult:
+    """What :func:`build_v2` did: the published store, its tiles (all, and computed by this run:
+    the others were resumed), the seconds from the cluster's start to publishing, and the
+    verification report recorded in the store (:func:`qptables.pipeline.v2_check.check_points`)."""
+
+    path: Path
+    likelihood: str
+    tiles_total: int
+    tiles_computed: int
+    seconds: float
+    verification: dict[str, Any]
+
 
 TILE_CELLS = 4  # 2-D boxes: cells of the first axis per tile, one label (one zarr chunk)
 TILE_LABELS = 100  # 1-D boxes: labels per tile, the whole axis (one zarr chunk)
-TOLERANCE = 1e-12
 
 
 def tile_layout(box: Box) -> tuple[int, int]:
@@ -173,57 +194,6 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
     )
 
 
-def _verify(path: Path, likelihood: str, client: Any, kernel_points: int, samples: int, seed: int):
-    """Interpolant vs exact kernel at random box points; vs mpmath at a stratified sample."""
-    table = open_reduced(path, finished=False)
-    rng = np.random.default_rng(seed)
-    worst_kernel, n_kernel = 0.0, 0
-    strata = []
-    for box in table._boxes:
-        n = max(kernel_points // len(table._boxes), 1)
-        coords = [rng.uniform(ax.start, ax.stop, n) for ax in box.axes]
-        labels = rng.integers(0, len(box.labels), n)
-        mu, sigma = box.cavity(np.asarray(box.labels)[labels], *coords)
-        y = np.asarray(box.labels)[labels]
-        got = table.sigma_qp(mu, sigma, y)
-        exact = qpinfer.sigma_qp(likelihood, mu, sigma, y)
-        worst_kernel = max(worst_kernel, float(np.max(np.abs(got / exact - 1.0))))
-        n_kernel += n
-        per = max(samples // len(table._boxes), 1)
-        strata += [(box.name, float(mu[i]), float(sigma[i]), float(y[i])) for i in range(per)]
-    refs = client.gather(
-        client.map(lambda p: _reference_sigma(likelihood, *p[1:]), strata, pure=False)
-    )
-    mu = np.array([p[1] for p in strata])
-    got = table.sigma_qp(mu, np.array([p[2] for p in strata]), np.array([p[3] for p in strata]))
-    err = np.abs(got / np.array(refs) - 1.0)
-    return {
-        "passed": bool(worst_kernel <= TOLERANCE and err.max() <= TOLERANCE),
-        "tolerance": TOLERANCE,
-        "kernel_points": n_kernel,
-        "kernel_max_rel_err": worst_kernel,
-        "mpmath_points": len(strata),
-        "mpmath_max_rel_err": float(err.max()),
-        "mpmath_boxes": sorted({p[0] for p in strata}),
-        "seed": seed,
-    }
-
-
-def _reference_sigma(likelihood: str, mu: float, sigma: float, y: float) -> float:
-    """sigma* by the likelihood's mpmath reference (Student-t: :mod:`qptables.reference.student_t`,
-    y real; the others: :func:`qptables.reference.sigma.sigma_qp_reference`, y an integer label)."""
-    from qpinfer.likelihoods.student_t import parse_name
-
-    student_t = parse_name(likelihood)
-    if student_t is not None:
-        from qptables.reference.student_t import student_t_reference
-
-        return float(student_t_reference(*student_t, mu, sigma, y).sigma_qp)
-    from qptables.reference.sigma import sigma_qp_reference
-
-    return float(sigma_qp_reference(likelihood, mu, sigma, int(y)))
-
-
 def build_v2(
     likelihood: str,
     out: str | os.PathLike,
@@ -231,12 +201,20 @@ def build_v2(
     scheduler: str | None = None,
     workers: int | None = None,
     force: bool = False,
-    samples: int = 24,
-    kernel_points: int = 20_000,
+    samples: int = DEFAULT_SAMPLES,
+    kernel_points: int = DEFAULT_KERNEL_POINTS,
     seed: int = 0,
+    tolerance: float = TOLERANCE,
+    dps: int | None = None,
     progress: bool = True,
-) -> Path:
-    """Build, verify and publish the v2 table of ``likelihood`` at ``out`` (see module doc)."""
+) -> V2BuildResult:
+    """Build, verify and publish the v2 table of ``likelihood`` at ``out`` (see module doc).
+
+    ``samples``, ``kernel_points``, ``seed``, ``tolerance`` and ``dps`` (mpmath digits; ``None``:
+    each reference's default) are those of the check,
+    :func:`qptables.pipeline.v2_check.check_points`; a store built with the defaults is the
+    shipped one bit for bit. A plan without any build: :func:`qptables.pipeline.dry_run.plan_v2`.
+    """
     import zarr
 
     lik = qpinfer.get_likelihood(likelihood)
@@ -283,7 +261,10 @@ def build_v2(
         missing = len(sizes) - len(finished_chunks(partial, sizes))
         if missing:
             raise BuildError(f"{missing} tiles still missing after the run; re-run to resume")
-        report = _verify(partial, lik.name, client, kernel_points, samples, seed)
+        report = check_points(
+            open_reduced(partial, finished=False), lik.name, kernel_points=kernel_points,
+            samples=samples, seed=seed, tolerance=tolerance, dps=dps, client=client,
+        )  # fmt: skip
         seconds = time.perf_counter() - t0
         if not report["passed"]:
             raise BuildError(f"verification failed, nothing published: {report}")
@@ -302,4 +283,4 @@ def build_v2(
             f"{report['kernel_max_rel_err']:.1e} on {report['kernel_points']} points, mpmath "
             f"{report['mpmath_max_rel_err']:.1e} on {report['mpmath_points']}"
         )
-    return out
+    return V2BuildResult(out, lik.name, len(sizes), len(todo), seconds, report)

@@ -1,0 +1,165 @@
+"""The check of a v2 (reduced-coordinate) table against the exact kernel and mpmath: run by the
+build before it publishes (:func:`qptables.pipeline.v2.build_v2`) and again by
+``qptables verify`` on any v2 store, shipped ones included (:func:`~qptables.pipeline.v2_check.verify_v2`).
+
+:func:`check_points` draws ``kernel_points`` random points spread over the boxes (seeded), compares
+the interpolant with the exact kernel (:func:`qpinfer.sigma_qp`) there, and compares it with the
+mpmath reference (:func:`reference_sigma`) at the first ``samples`` of them (a stratified sample:
+the same number per box), fanned out over a dask client or a local process pool
+(:func:`qptables.reference.fanout.fan_out`). The draws and the report's keys are the build's, so a
+rebuilt store records the same report bit for bit. :func:`~qptables.pipeline.v2_check.verify_v2` adds the store's integrity
+record (every file and signed attribute re-hashed, :mod:`qpinfer.tables.reduced_store`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import qpinfer
+from qpinfer.tables.reduced import ReducedTable, open_reduced
+from qpinfer.tables.reduced_store import integrity_changes, store_files
+from qptables.reference.fanout import fan_out
+
+__all__ = [
+    "DEFAULT_KERNEL_POINTS",
+    "DEFAULT_SAMPLES",
+    "TOLERANCE",
+    "check_points",
+    "reference_sigma",
+    "verify_v2",
+]
+
+#: Largest accepted relative error of a v2 table, against the kernel and against mpmath.
+TOLERANCE = 1e-12
+#: Random points of the check against the exact kernel (spread evenly over the boxes).
+DEFAULT_KERNEL_POINTS = 20_000
+#: Points of the check against mpmath (a stratified sample of the kernel check's points).
+DEFAULT_SAMPLES = 24
+
+
+def reference_sigma(likelihood: str, mu: float, sigma: float, y: float, dps: int | None) -> float:
+    """sigma* by the likelihood's mpmath reference (Student-t: :mod:`qptables.reference.student_t`,
+    y real; the others: :func:`qptables.reference.sigma.sigma_qp_reference`, y an integer label),
+    at ``dps`` decimal digits (``None``: the reference's own default, 30 for Student-t, 40 else)."""
+    from qpinfer.likelihoods.student_t import parse_name
+
+    extra = {} if dps is None else {"dps": int(dps)}
+    student_t = parse_name(likelihood)
+    if student_t is not None:
+        from qptables.reference.student_t import student_t_reference
+
+        return float(student_t_reference(*student_t, mu, sigma, y, **extra).sigma_qp)
+    from qptables.reference.sigma import sigma_qp_reference
+
+    return float(sigma_qp_reference(likelihood, mu, sigma, int(y), **extra))
+
+
+def check_points(
+    table: ReducedTable,
+    likelihood: str,
+    *,
+    kernel_points: int = DEFAULT_KERNEL_POINTS,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    tolerance: float = TOLERANCE,
+    dps: int | None = None,
+    client: Any | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """The interpolant of ``table`` against the exact kernel at ``kernel_points`` random box points
+    and against mpmath at ``samples`` of them (at least one per box); returns the report
+    (``passed``, ``tolerance``, ``kernel_points``, ``kernel_max_rel_err``, ``mpmath_points``,
+    ``mpmath_max_rel_err``, ``mpmath_boxes``, ``seed``, and ``dps`` when one was given).
+
+    ``client``: a dask client whose workers compute the mpmath points; else ``workers`` local
+    processes (``None``: one per CPU, ``1``: inline).
+    """
+    rng = np.random.default_rng(seed)
+    worst_kernel, n_kernel = 0.0, 0
+    strata = []
+    boxes = table._boxes
+    for box in boxes:
+        n = max(kernel_points // len(boxes), 1)
+        coords = [rng.uniform(ax.start, ax.stop, n) for ax in box.axes]
+        labels = rng.integers(0, len(box.labels), n)
+        mu, sigma = box.cavity(np.asarray(box.labels)[labels], *coords)
+        y = np.asarray(box.labels)[labels]
+        got = table.sigma_qp(mu, sigma, y)
+        exact = qpinfer.sigma_qp(likelihood, mu, sigma, y)
+        worst_kernel = max(worst_kernel, float(np.max(np.abs(got / exact - 1.0))))
+        n_kernel += n
+        per = max(samples // len(boxes), 1)
+        strata += [(box.name, float(mu[i]), float(sigma[i]), float(y[i])) for i in range(per)]
+    columns = [[p[i] for p in strata] for i in (1, 2, 3)]  # mu, sigma, y
+    refs, _ = fan_out(
+        reference_sigma,
+        [[likelihood] * len(strata), *columns, [dps] * len(strata)],
+        client=client,
+        workers=workers,
+    )
+    got = table.sigma_qp(*(np.array(c) for c in columns))
+    err = np.abs(got / np.array(refs) - 1.0)
+    report = {
+        "passed": bool(worst_kernel <= tolerance and err.max() <= tolerance),
+        "tolerance": tolerance,
+        "kernel_points": n_kernel,
+        "kernel_max_rel_err": worst_kernel,
+        "mpmath_points": len(strata),
+        "mpmath_max_rel_err": float(err.max()),
+        "mpmath_boxes": sorted({p[0] for p in strata}),
+        "seed": seed,
+    }
+    if dps is not None:  # absent: each reference's default (what the shipped stores record)
+        report["dps"] = int(dps)
+    return report
+
+
+def verify_v2(
+    path: str | Path,
+    *,
+    kernel_points: int = DEFAULT_KERNEL_POINTS,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    tolerance: float | None = None,
+    dps: int | None = None,
+    client: Any | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Re-check the v2 store at ``path`` (``qptables verify``): its integrity record (every file
+    and signed attribute re-hashed), then :func:`check_points` (``tolerance`` ``None``: the one the
+    build recorded, else :data:`TOLERANCE`). Nothing is written. The report adds ``integrity``
+    (the changes found, ``[]`` if none), ``complete``, ``build_verification`` (the build's
+    record) and ``seconds``; ``passed`` needs all of them to hold.
+
+    Raises
+    ------
+    qpinfer.tables.TableError
+        The store cannot be read as a v2 store at all (schema, boxes, arrays).
+    """
+    t0 = time.perf_counter()
+    path = Path(path)
+    table = open_reduced(path, finished=False)  # arrays decoded; the finished-store checks below
+    attrs = table.attrs
+    changes = integrity_changes(attrs, store_files(path))
+    recorded = attrs.get("verification") or {}
+    if tolerance is None:
+        tolerance = float(recorded.get("tolerance", TOLERANCE))
+    report = check_points(
+        table, attrs["likelihood"], kernel_points=kernel_points, samples=samples, seed=seed,
+        tolerance=tolerance, dps=dps, client=client, workers=workers,
+    )  # fmt: skip
+    complete = attrs.get("complete") is True
+    report["passed"] = bool(
+        report["passed"] and not changes and complete and recorded.get("passed") is True
+    )
+    report.update(
+        integrity=changes,
+        complete=complete,
+        build_verification=recorded,
+        seconds=time.perf_counter() - t0,
+    )
+    return report
