@@ -139,6 +139,44 @@ def update_manifest(manifest: Path, entry: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def checked_name(store: Path, name: str | None) -> str:
+    """The table name to publish ``store`` under: ``name``, by default the store's folder name
+    without ``.zarr``; :class:`PublishError` naming ``--name`` if it is not a valid one."""
+    if name is None:
+        name = store.name.removesuffix(".zarr")
+    try:
+        validate_name(name)
+    except ValueError as exc:
+        raise PublishError(f"--name: {exc}".replace("NAME: ", "")) from None
+    return name
+
+
+def pack_into(
+    store: Path, to: str | os.PathLike, name: str, manifest: str | os.PathLike | None, epoch: int
+) -> tuple[dict[str, Any], int, Path]:
+    """Write ``to/<name>.tar.gz`` (:func:`pack_store`, mtimes ``epoch``) atomically, creating
+    ``to``; return the manifest entry's archive fields (``name``, ``file``, ``size``,
+    ``sha256``), the store's size in bytes and the manifest's path (default
+    ``to/manifest.json``)."""
+    to = Path(to)
+    try:
+        to.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PublishError(f"--to: cannot create {to} ({exc.strerror})") from None
+    manifest = Path(manifest) if manifest is not None else to / MANIFEST_NAME
+    file = f"{name}.tar.gz"
+    archive = to / file
+    tmp = to / f".{file}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    try:
+        pack_store(store, tmp, name, epoch)
+        os.replace(tmp, archive)
+    finally:
+        tmp.unlink(missing_ok=True)
+    store_bytes = sum((Path(d) / f).stat().st_size for d, _, files in os.walk(store) for f in files)
+    packed = {"name": name, "file": file, "size": archive.stat().st_size}
+    return {**packed, "sha256": sha256_file(archive)}, store_bytes, manifest
+
+
 def publish(
     store: str | os.PathLike,
     to: str | os.PathLike,
@@ -153,12 +191,7 @@ def publish(
     the reader refuses (incomplete, unverified, failing checksums) or a bad name.
     """
     store = Path(store)
-    if name is None:
-        name = store.name.removesuffix(".zarr")
-    try:
-        validate_name(name)
-    except ValueError as exc:
-        raise PublishError(f"--name: {exc}".replace("NAME: ", "")) from None
+    name = checked_name(store, name)
     try:
         table = open_table(store, verify_checksums=True)
     except TableError as exc:
@@ -173,21 +206,7 @@ def publish(
             f"STORE: {store} has no mpmath-checked points in its verification report; run "
             f"`qptables verify {store}` first"
         )
-    to = Path(to)
-    try:
-        to.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PublishError(f"--to: cannot create {to} ({exc.strerror})") from None
-    manifest = Path(manifest) if manifest is not None else to / MANIFEST_NAME
-    file = f"{name}.tar.gz"
-    archive = to / file
-    tmp = to / f".{file}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    try:
-        pack_store(store, tmp, name, _created_epoch(attrs))
-        os.replace(tmp, archive)
-    finally:
-        tmp.unlink(missing_ok=True)
-    store_bytes = sum((Path(d) / f).stat().st_size for d, _, files in os.walk(store) for f in files)
+    packed, store_bytes, manifest = pack_into(store, to, name, manifest, _created_epoch(attrs))
     keep = (
         "passed",
         "points",
@@ -198,10 +217,7 @@ def publish(
         "checked",
     )
     entry = {
-        "name": name,
-        "file": file,
-        "size": archive.stat().st_size,
-        "sha256": sha256_file(archive),
+        **packed,
         "likelihood": attrs["likelihood"],
         "grid": attrs["grid"],
         "shape": [len(attrs["grid"]["y"]), int(table.shape[1]), int(table.shape[2])],

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
-from qpinfer.tables import TableError, sha256_file
+from qpinfer.tables import TableError
 from qpinfer.tables.reduced import open_reduced
-from qpinfer.tables.remote.install import MANIFEST_NAME, validate_name
-from qptables.pipeline.publish import PublishError, pack_store, update_manifest
+from qptables.pipeline.publish import PublishError, checked_name, pack_into, update_manifest
 
 __all__ = ["publish_v2"]
 
@@ -59,12 +57,7 @@ def publish_v2(
         ``name`` is invalid; nothing is written then.
     """
     store = Path(store)
-    if name is None:
-        name = store.name.removesuffix(".zarr")
-    try:
-        validate_name(name)
-    except ValueError as exc:
-        raise PublishError(f"--name: {exc}".replace("NAME: ", "")) from None
+    name = checked_name(store, name)
     try:
         table = open_reduced(store)
     except TableError as exc:
@@ -73,30 +66,14 @@ def publish_v2(
         ) from None
     attrs = table.attrs
     ver = attrs["verification"]
-    to = Path(to)
-    try:
-        to.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PublishError(f"--to: cannot create {to} ({exc.strerror})") from None
-    manifest = Path(manifest) if manifest is not None else to / MANIFEST_NAME
-    file = f"{name}.tar.gz"
-    archive = to / file
-    tmp = to / f".{file}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    try:
-        pack_store(store, tmp, name, 0)  # v2 stores record no time: reproducible as they are
-        os.replace(tmp, archive)
-    finally:
-        tmp.unlink(missing_ok=True)
-    store_bytes = sum((Path(d) / f).stat().st_size for d, _, files in os.walk(store) for f in files)
+    # v2 stores record no time: the archive's mtimes are 0, reproducible as they are
+    packed, store_bytes, manifest = pack_into(store, to, name, manifest, 0)
     boxes = {
         b["name"]: [len(b["labels"]), *(a["n_cells"] * a["nodes_per_cell"] for a in b["axes"])]
         for b in attrs["boxes"]
     }
     entry = {
-        "name": name,
-        "file": file,
-        "size": archive.stat().st_size,
-        "sha256": sha256_file(archive),
+        **packed,
         "likelihood": attrs["likelihood"],
         "grid": attrs["grid"],
         "boxes": boxes,
