@@ -36,9 +36,9 @@ from qptables.pipeline.estimate import (
     MPMATH_SECONDS,
     TILE_OVERHEAD_S,
 )
-from qptables.pipeline.resume import lock_path, partial_path, pid_alive, resume_refusal
-from qptables.pipeline.v2 import _chunk_key, _chunk_sizes, _tiles
-from qptables.store import StoreError, finished_chunks, read_attrs
+from qptables.pipeline.resume import lock_path, partial_path, pid_alive, resumable
+from qptables.pipeline.v2 import _chunk_key, _chunk_sizes, _tiles, resume_check
+from qptables.store import finished_chunks
 from qptables.units import human_bytes, human_seconds
 
 __all__ = ["check_lock_readonly", "check_unlocked_readonly", "estimate_v2", "plan_v2"]
@@ -161,21 +161,8 @@ def plan_v2(
     partial = partial_path(out)
     sizes = _chunk_sizes(boxes)
     done: set[str] = set()
-    if partial.exists():
-        record = {"likelihood": lik.name, "boxes": [b.to_attrs() for b in boxes]}
-        try:
-            reason = resume_refusal(read_attrs(partial), record, keys=tuple(record))
-        except StoreError as exc:
-            reason = str(exc)
-        if reason is None:
-            done = finished_chunks(partial, sizes, clean=False)
-        elif not force:
-            raise BuildInputError(
-                f"{partial} holds an unfinished build that cannot be resumed by this one "
-                f"({reason}); re-run with the original options, or pass --force to discard it"
-            )
-        else:
-            say(f"  (a real run would discard the incompatible {partial}: {reason})")
+    if resumable(partial, resume_check(lik.name, boxes), force, True, say):
+        done = finished_chunks(partial, sizes, clean=False)
     tiles = _tiles(boxes)
     todo_per_box = [0] * len(boxes)
     for k, label, cell in tiles:

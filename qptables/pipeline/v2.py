@@ -29,6 +29,7 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,14 @@ def _chunk_file(path: Path, box: Box, first_label: int, first_cell: int) -> Path
     return path / _chunk_key(box, first_label, first_cell)
 
 
+def resume_check(likelihood: str, boxes: tuple[Box, ...]) -> Callable[[dict], str | None]:
+    """The refusal test :func:`~qptables.pipeline.resume.resumable` applies to an unfinished v2
+    build: resumable only by a build of the same likelihood and boxes (the build and its dry run,
+    :func:`qptables.pipeline.dry_run.plan_v2`)."""
+    record = {"likelihood": likelihood, "boxes": [b.to_attrs() for b in boxes]}
+    return lambda attrs: resume_refusal(attrs, record, keys=tuple(record))
+
+
 def _chunk_sizes(boxes: tuple[Box, ...]) -> dict[str, int]:
     """Every tile's chunk key -> the size of its (uncompressed, full-size) file."""
     return {
@@ -231,12 +240,8 @@ def build_v2(
     # scheduler that cannot be reached leaves nothing
     with locked(out), open_client(scheduler, workers) as client:
         layout = [b.to_attrs() for b in boxes]
-        record = {"likelihood": lik.name, "boxes": layout}
         clean_stale(out, say)
-        if not resumable(
-            partial, lambda attrs: resume_refusal(attrs, record, keys=tuple(record)), force,
-            False, say,
-        ):  # fmt: skip
+        if not resumable(partial, resume_check(lik.name, boxes), force, False, say):
             create_partial(partial, lambda path: _create(path, lik.name, boxes))
         sizes = _chunk_sizes(boxes)
         done = finished_chunks(partial, sizes)
