@@ -4,4 +4,5 @@ import sys
 
 from qptables.cli.commands import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (the docs' autosummary does) runs nothing
+    sys.exit(main())
