@@ -1,56 +1,19 @@
-"""Covariance functions for the GP prior, with hyperparameters in log space.
+"""The squared-exponential covariance with automatic relevance determination (ARD), paper 000
+Sec. 3.1:
 
-The paper (000, Sec. 3.1) uses the squared exponential covariance with automatic relevance
-determination (ARD)
+    k(x, x') = gamma * exp(-sum_d (x_d - x'_d)^2 / (2 alpha_d^2)),   theta = log{gamma, alpha_1..D}.
 
-    k(x, x') = gamma * exp(-sum_d (x_d - x'_d)^2 / (2 alpha_d^2)),   theta = {gamma, alpha_1..D}.
-
-Kernel protocol
----------------
-Inference (:mod:`qpinfer.inference.ep`) only needs what :class:`Kernel` lists, so other covariance
-functions plug in by implementing the same few members:
-
-* ``theta`` -- the hyperparameters as a 1-d array **in log space** (what L-BFGS-B sees);
-* ``bounds`` -- ``(n_params, 2)`` array of log-space bounds;
-* ``hyperparameter_names`` -- one name per entry of ``theta``;
-* ``with_theta(theta)`` -- a new kernel of the same kind with those hyperparameters;
-* ``__call__(X, Z=None)`` -- the covariance matrix ``K(X, Z)``;
-* ``diag(X)`` -- ``diag(K(X, X))`` without forming ``K``;
-* ``gradient_contract(X, W)`` -- the vector ``g_j = sum_ab W_ab dK_ab/dtheta_j`` for a symmetric
-  ``W``. This is all the evidence gradient (R&W eq. 5.27, ``1/2 tr(R dK/dtheta_j)``) needs, and
-  it avoids materialising ``n_params`` matrices of size N x N.
+It implements :class:`qpinfer.kernels.protocol.Kernel` with the contraction of its gradient
+written out (O(N^2 D), no N x N x P array); the sparse estimators also use its derivatives in
+the inducing inputs (:mod:`qpinfer.inference.sparse.pseudo_points`).
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 import numpy as np
 from scipy.spatial.distance import cdist
 
-__all__ = ["ARDSquaredExponential", "Kernel"]
-
-
-@runtime_checkable
-class Kernel(Protocol):
-    """What EP/QP inference needs from a covariance function (see the module docstring)."""
-
-    @property
-    def theta(self) -> np.ndarray: ...
-
-    @property
-    def bounds(self) -> np.ndarray: ...
-
-    @property
-    def hyperparameter_names(self) -> list[str]: ...
-
-    def with_theta(self, theta: np.ndarray) -> Kernel: ...
-
-    def __call__(self, X: np.ndarray, Z: np.ndarray | None = None) -> np.ndarray: ...
-
-    def diag(self, X: np.ndarray) -> np.ndarray: ...
-
-    def gradient_contract(self, X: np.ndarray, W: np.ndarray) -> np.ndarray: ...
+__all__ = ["ARDSquaredExponential"]
 
 
 class ARDSquaredExponential:
