@@ -114,11 +114,13 @@ def fit(method: str, X: np.ndarray, y: np.ndarray, nu: float, maxiter: int):
 def _predict(est, method: str, X: np.ndarray, y: np.ndarray):
     """``(mean, latent std, log p(y))`` at ``X`` (scaled units)."""
     if method == "gauss":
-        mean, std = est.predict(X, return_std=True)  # latent std (WhiteKernel excluded)
-        var = std * std + est.kernel_.k2.noise_level
-        return mean, std, -0.5 * np.log(2 * np.pi * var) - 0.5 * (y - mean) ** 2 / var
-    mean, std = est.predict(X, return_std=True)
-    return mean, std, est.log_predictive_density(X, y)
+        # scikit-learn's std is y*'s: kernel_.diag includes the WhiteKernel's noise
+        mean, std = est.predict(X, return_std=True)
+        var = std * std
+        latent = np.sqrt(np.maximum(var - est.kernel_.k2.noise_level, 0.0))
+        return mean, latent, -0.5 * np.log(2 * np.pi * var) - 0.5 * (y - mean) ** 2 / var
+    mean, var = est.predict_latent(X)
+    return mean, np.sqrt(var), est.log_predictive_density(X, y)
 
 
 def _describe(est, method: str, y_sd: float) -> dict:
