@@ -1,7 +1,8 @@
 """qpinfer: Quantile Propagation (L2-Wasserstein projected EP) for Gaussian processes.
 
-Lightweight: depends on numpy, scipy, zarr and threadpoolctl only (never dask, distributed or
-mpmath). The public API is ``qpinfer.__all__`` (what ``dir(qpinfer)`` lists).
+Lightweight: depends on numpy, scipy, zarr, threadpoolctl and joblib only (joblib imported only
+by multi-class fits; never dask, distributed or mpmath). The public API is ``qpinfer.__all__``
+(what ``dir(qpinfer)`` lists).
 
 The rooms, lowest first (each subpackage's docstring says what it holds and may import; the
 arrows are checked by import-linter in CI, contracts in ``.importlinter``, and drawn in

@@ -222,7 +222,6 @@ def test_fitted_classifier_with_a_table_pickles(probit_table_path):
         (np.eye(3), [0.0, np.nan, 1.0], "y contains NaN"),
         (np.eye(3), [0.0, np.inf, 1.0], "y contains NaN or infinity"),
         (np.eye(3), [1, 1, 1], "only one class"),
-        (np.eye(3), [0, 1, 2], "Only binary classification"),
         (np.eye(3), [0, 1], "inconsistent numbers of samples"),
         (np.eye(3), [0.5, 1.2, 0.1], "Unknown label type: continuous"),
         (np.zeros(3), [0, 1, 0], "Expected 2D array"),
@@ -316,8 +315,9 @@ def test_breast_cancer_ep_and_qp_fit_predict_well():
 # --------------------------------------------------------------------------------------------
 sklearn_checks = pytest.importorskip("sklearn.utils.estimator_checks")
 
-#: checks that cannot apply, with the reason. None so far: every check yielded for a binary-only
-#: classifier (tag ``classifier_tags.multi_class=False``) passes. scikit-learn itself skips its two
+#: checks that cannot apply, with the reason. None so far: every check yielded for a multi-class
+#: classifier (tag ``classifier_tags.multi_class=True``: one-vs-rest by default, one-vs-one in
+#: the third instance) passes. scikit-learn itself skips its two
 #: array-API checks unless SCIPY_ARRAY_API is set (GPClassifier is numpy-only).
 EXPECTED_FAILED_CHECKS: dict[str, str] = {}
 
@@ -329,6 +329,7 @@ with warnings.catch_warnings():
         [
             GPClassifier("ep"),
             GPClassifier("qp", table="exact", optimizer=None),
+            GPClassifier("ep", optimizer=None, multi_class="one_vs_one"),
         ],
         expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS,
     )

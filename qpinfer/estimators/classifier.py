@@ -1,4 +1,7 @@
-"""Binary GP classification with EP, QP and baselines, in scikit-learn style (without sklearn).
+"""GP classification with EP, QP and baselines, in scikit-learn style (without sklearn).
+
+Two classes here; more by one-vs-rest or one-vs-one binary problems
+(:mod:`qpinfer.estimators.multiclass`).
 
 :class:`GPClassifier` follows scikit-learn's conventions (``fit``/``predict``/``predict_proba``/
 ``score``; constructor arguments stored verbatim; learned state in attributes ending in ``_``;
@@ -36,6 +39,7 @@ from qpinfer.estimators.base import (
     NotFittedError,
 )
 from qpinfer.estimators.blas import limits_blas
+from qpinfer.estimators.multiclass import MultiClassMixin, check_multi_class
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.inference.power_ep import PowerMomentMatching, StepNoisePowerMatching, check_power
@@ -86,9 +90,9 @@ def binary_labels(y: np.ndarray, estimator: str) -> tuple[np.ndarray, np.ndarray
 
 
 @estimator
-class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
+class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     """Gaussian process classifier (probit or label-noise likelihood) with EP, QP, Power EP,
-    relaxed EP, VB or Laplace.
+    relaxed EP, VB or Laplace; two classes, or more by one-vs-rest or one-vs-one.
 
     Parameters
     ----------
@@ -126,9 +130,12 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
         for another likelihood is a ``ValueError``. Ignored by EP.
     %(kernel)s
     %(variance)s
-    optimizer : {"lbfgs", None}
+    optimizer : {"lbfgs", "fmin_l_bfgs_b"}, callable or None
         Fit the hyperparameters by maximising the evidence (eq. (4); Laplace: R&W eq. (3.32);
-        VB: the ELBO at its optimal variational parameters) with L-BFGS-B, or keep them fixed.
+        VB: the ELBO at its optimal variational parameters) with L-BFGS-B, or keep them fixed
+        (``None``). QP's two stages (EP's evidence, then QP's polished) both use a callable.
+        %(optimizer_callable)s
+    %(n_restarts_optimizer)s
     %(optimizer_maxiter)s
     %(blas_threads)s
     %(schedule)s
@@ -136,19 +143,46 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
     alpha : float in (0, 1]
         The Power EP power (``method="pep"`` only): ``alpha = 1`` is EP exactly, ``alpha -> 0``
         approaches the variational solution.
+    multi_class : {"one_vs_rest", "one_vs_one"}, default "one_vs_rest"
+        For more than two classes (scikit-learn's names): one binary classifier per class
+        against the rest, or per pair of classes, each a copy of this one (method,
+        likelihood, kernel, table, ...) with its own fitted hyperparameters
+        (:mod:`qpinfer.estimators.multiclass`). ``predict_proba``: OvR normalises the binary
+        probabilities by their row sum (as scikit-learn's GPC); OvO couples the pairwise ones
+        (Wu, Lin and Weng 2004, method 2; scikit-learn's GPC refuses OvO probabilities) and
+        ``predict`` votes. Ignored for two classes.
+    n_jobs : int or None, default None
+        Workers fitting the binary problems of a multi-class fit, through joblib's active
+        backend (``None``: one, unless in a ``joblib.parallel_backend`` context; ``-1``: all
+        cores; ``with joblib.parallel_backend("dask"):`` uses a dask cluster).
 
     With ``likelihood="step_noise"`` the probabilities are ``eps + (1 - 2 eps) Phi(mean /
     sqrt(var))`` and the decision function is ``mean / sqrt(var)``.
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
-        The two labels; ``classes_[1]`` is the positive class (y = +1 of the probit).
+    classes_ : ndarray of shape (n_classes,)
+        The labels, sorted; with two, ``classes_[1]`` is the positive class (y = +1 of the
+        probit).
+    n_classes_ : int
     n_features_in_ : int
+    estimators_ : list of GPClassifier
+        Multi-class only: the fitted binary classifiers, in scikit-learn's order (OvR: one per
+        class of ``classes_``, that class labelled 1 and the rest 0; OvO: one per pair
+        ``i < j``, class ``j`` labelled 1). The attributes below from ``X_train_`` on are
+        theirs only (``estimators_[i].result_`` ...), except ``kernel_``, ``n_iter_`` (the
+        array of theirs) and the evidence.
     X_train_ : ndarray
     kernel_ : kernel object with the fitted hyperparameters.
-    log_marginal_likelihood_ : float
-        Eq. (4) at the fitted hyperparameters and sites (Laplace: R&W eq. (3.32); VB: the ELBO).
+        Multi-class: the tuple of the binary classifiers' (scikit-learn has a
+        ``CompoundKernel`` there).
+    log_marginal_likelihood_, log_marginal_likelihood_value_ : float
+        Eq. (4) at the fitted hyperparameters and sites (Laplace: R&W eq. (3.32); VB: the ELBO);
+        the second name is scikit-learn's. Multi-class: the mean over the binary problems (as
+        scikit-learn).
+    restart_evidence_ : ndarray (n_restarts_optimizer + 1,)
+        The evidence at each start's optimum, the initial hyperparameters' first (QP: EP's
+        evidence, the first stage's); ``-inf`` where inference failed throughout.
     result_ : EPResult, LaplaceResult or VBResult
         Posterior and convergence information of the final inner fit.
     ep_result_ : qpinfer.inference.ep.EPResult
@@ -176,6 +210,8 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
     likelihood: str = "probit"
     eps: float = 0.2
     rep_c: float = 10.0
+    multi_class: str = "one_vs_rest"
+    n_jobs: int | None = None
 
     _METHODS = ("qp", "ep", "pep", "rep", "vb", "laplace")
     _SPARSE_ALTERNATIVE = "qpinfer.SparseGPClassifier"
@@ -191,6 +227,7 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
             )
         check_eps(self.eps)
         check_penalty(self.rep_c)
+        check_multi_class(self.multi_class, self.n_jobs)
         if self.likelihood == "step_noise":
             if self.method not in ("qp", "ep", "pep", "rep"):
                 raise ValueError(
@@ -234,11 +271,16 @@ class GPClassifier(ProbitPredictionsMixin, GPEstimatorBase):
     # -- fitting ------------------------------------------------------------------------------
     @limits_blas
     def fit(self, X: Any, y: Any) -> GPClassifier:
-        """Fit sites (and, with ``optimizer="lbfgs"``, kernel hyperparameters) to ``(X, y)``."""
+        """Fit sites (and, with ``optimizer="lbfgs"``, kernel hyperparameters) to ``(X, y)``;
+        more than two classes: the binary problems of ``multi_class``."""
         self._validate_params()
         X = _check_X(X)
         y = _check_y(y, X.shape[0])
+        if np.unique(y).size > 2:
+            return self._fit_multiclass(X, y, np.unique(y))
+        self._forget_multiclass()
         classes, y_pm = binary_labels(y, "GPClassifier")
         self._fit_latent(X, y_pm, self._make_likelihood())
         self.classes_ = classes
+        self.n_classes_ = 2
         return self

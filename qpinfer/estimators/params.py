@@ -5,11 +5,12 @@ verbatim and validated at ``fit`` -- holds for all five estimators. The paramete
 them take are fields of the dataclasses below, which the estimators inherit:
 
 * :class:`SharedParams` (all five): ``kernel``, ``variance``, ``length_scale``, ``ard``,
-  ``optimizer``, ``optimizer_maxiter``, ``blas_threads``;
+  ``optimizer``, ``n_restarts_optimizer``, ``optimizer_maxiter``, ``random_state``,
+  ``blas_threads``;
 * :class:`SiteLoopParams` (the dense estimators and :class:`qpinfer.SparseGPClassifier`):
   ``schedule``, ``max_iter``, ``tol``, ``damping``;
 * :class:`PseudoPointParams` (the sparse estimators): ``n_inducing`` (positional, first),
-  ``inducing_points``, ``optimize_inducing``, ``jitter``, ``random_state``, and
+  ``inducing_points``, ``optimize_inducing``, ``jitter``, and
   ``max_optimizer_iter``, the old name of ``optimizer_maxiter`` (until 0.3: accepted, and its
   value used, with a ``FutureWarning`` at ``fit``).
 
@@ -34,7 +35,8 @@ import numpy as np
 from qpinfer.checks import check_positive_int
 from qpinfer.estimators.blas import check_blas_threads
 from qpinfer.estimators.protocol import ParamsMixin
-from qpinfer.kernels import ARDSquaredExponential
+from qpinfer.inference.restarts import check_n_restarts, check_optimizer, check_random_state
+from qpinfer.kernels import ARDSquaredExponential, as_kernel
 from qpinfer.tables import open_table
 from qpinfer.tables.choice import open_default
 from qpinfer.tables.reader import SigmaTableReader
@@ -64,10 +66,19 @@ def _renamed(value: Any) -> bool:
 PARAMETER_DOCS = {
     "kernel": """\
 kernel : kernel object or None
-    A covariance function implementing :class:`qpinfer.kernels.Kernel` (the sparse estimators
-    need :class:`~qpinfer.kernels.ARDSquaredExponential`, for the derivatives in the inducing
-    inputs); it is not modified (the fitted one is ``kernel_``). ``None``: the SE kernel
-    built from ``variance``, ``length_scale`` and ``ard``.""",
+    Any scikit-learn kernel (``sklearn.gaussian_process.kernels``: RBF, Matern,
+    RationalQuadratic, ExpSineSquared, DotProduct, ConstantKernel, WhiteKernel, sums, products,
+    exponentiation), fitted in its ``theta`` within its ``bounds`` (``"fixed"`` ones stay put)
+    with the evidence gradient from ``eval_gradient=True``; or a covariance function
+    implementing :class:`qpinfer.kernels.protocol.Kernel`. The sparse estimators take
+    :class:`~qpinfer.kernels.se.ARDSquaredExponential` and the scikit-learn kernels whose
+    derivatives in the inducing inputs :mod:`qpinfer.kernels.cross` has (no ``WhiteKernel``).
+    It is not modified: the fitted one is ``kernel_``, for a scikit-learn kernel a
+    :class:`~qpinfer.kernels.sklearn_kernel.SklearnKernel` that behaves like the fitted
+    scikit-learn kernel (``repr``, ``get_params``, ``theta``, ``kernel_.k1``; the object
+    itself is ``kernel_.wrapped``). Nested parameters such as ``kernel__length_scale`` work in
+    ``set_params`` and grid searches. ``None``: the SE kernel built from ``variance``,
+    ``length_scale`` and ``ard`` (those three are ignored when ``kernel`` is given).""",
     "variance": """\
 variance, length_scale : float, float or array (n_features,)
     Initial (or, with ``optimizer=None``, fixed) SE kernel hyperparameters: signal variance
@@ -79,6 +90,24 @@ ard : bool, default False
     slower and on small data sets over-fits (breast cancer, 398 training rows, 30
     standardised features, EP: with ARD 12 of the 30 length scales end at their bound and
     the test NTLL is 0.088, isotropic 0.078; issue #28 timed 36 s against 2.9 s).""",
+    "optimizer_callable": """\
+``"fmin_l_bfgs_b"`` is scikit-learn's name for ``"lbfgs"``. A callable is used as in
+scikit-learn's Gaussian process estimators: ``optimizer(obj_func, initial_theta, bounds) ->
+(theta_opt, func_min)``, where ``obj_func(theta, eval_gradient=True)`` returns minus the
+evidence and minus its gradient (minus the evidence alone with ``eval_gradient=False``) at the
+log hyperparameters ``theta`` (each call runs the inner loop, warm-started from the previous
+one) and ``bounds`` is their ``(n, 2)`` array of log bounds; the model is fitted at
+``theta_opt``. ``optimizer_maxiter`` applies to ``"lbfgs"`` only.""",
+    "n_restarts_optimizer": """\
+n_restarts_optimizer : int, default 0
+    After the search from the initial hyperparameters, this many more from starts drawn
+    log-uniformly within the bounds (the kernel's, and the noise's where the estimator fits
+    one; inducing inputs start where the first search did), as scikit-learn's; the highest
+    evidence wins (``restart_evidence_`` has each start's). The drawn bounds must be finite
+    (``ValueError`` otherwise). Ignored with ``optimizer=None``.
+random_state : int, numpy Generator or RandomState, or None, default None
+    Seeds the restarts' draws (and the sparse estimators' k-means of the inducing inputs): an
+    integer makes the fit reproducible; ``None`` draws fresh entropy.""",
     "optimizer_maxiter": """\
 optimizer_maxiter : int, default 1000
     At most this many L-BFGS-B iterations for the hyperparameters (paper Sec. 6: 1000, relative
@@ -114,9 +143,7 @@ optimize_inducing : bool
     Whether L-BFGS-B also moves the inducing inputs.""",
     "jitter": """\
 jitter : float
-    Added to ``Kuu``'s diagonal, relative to the kernel variance.
-random_state : int, Generator or None
-    Seeds k-means.""",
+    Added to ``Kuu``'s diagonal, relative to the kernel variance.""",
     "max_optimizer_iter": """\
 max_optimizer_iter : int, deprecated
     The old name of ``optimizer_maxiter`` (renamed in 0.2, removed in 0.3): still accepted,
@@ -161,14 +188,18 @@ class SharedParams(ParamsMixin):
     variance: float = 1.0
     length_scale: float | np.ndarray = 1.0
     ard: bool = False
-    optimizer: str | None = "lbfgs"
+    optimizer: Any = "lbfgs"
+    n_restarts_optimizer: int = 0
     optimizer_maxiter: int = OPTIMIZER_MAXITER
+    random_state: Any = None
     blas_threads: int | None = None
 
     def _check_search_params(self) -> None:
-        """Validate ``optimizer``, ``optimizer_maxiter``, ``ard`` and ``blas_threads``."""
-        if self.optimizer not in ("lbfgs", None):
-            raise ValueError(f"optimizer must be 'lbfgs' or None, got {self.optimizer!r}")
+        """Validate ``optimizer``, ``n_restarts_optimizer``, ``optimizer_maxiter``,
+        ``random_state``, ``ard`` and ``blas_threads``."""
+        check_optimizer(self.optimizer)
+        check_n_restarts(self.n_restarts_optimizer)
+        check_random_state(self.random_state)
         check_positive_int(self.optimizer_maxiter, "optimizer_maxiter")
         if not isinstance(self.ard, bool | np.bool_):
             raise ValueError(f"ard must be True or False, got {self.ard!r}")
@@ -178,23 +209,33 @@ class SharedParams(ParamsMixin):
         """The L-BFGS-B iteration cap."""
         return int(self.optimizer_maxiter)
 
+    def _search_options(self, n_drawn: int | None = None) -> dict[str, Any]:
+        """The keyword arguments of :func:`qpinfer.inference.optimize.search_evidence` these
+        parameters set (``n_drawn``: the leading coordinates a restart draws)."""
+        return {
+            "optimizer": self.optimizer,
+            "n_restarts": int(self.n_restarts_optimizer),
+            "random_state": self.random_state,
+            "n_drawn": n_drawn,
+        }
+
     def _check_kernel(self, kernel: Any) -> None:
-        """``ValueError`` unless ``kernel`` implements the :class:`qpinfer.kernels.Kernel`
-        protocol."""
-        for attr in ("theta", "bounds", "with_theta", "gradient_contract", "diag"):
-            if not hasattr(kernel, attr):
-                raise ValueError(
-                    f"kernel must implement the qpinfer.kernels.Kernel protocol; "
-                    f"{type(kernel).__name__} lacks {attr!r}"
-                )
+        """``ValueError`` unless ``kernel`` (the parameter as passed) is a scikit-learn kernel or
+        implements the :class:`qpinfer.kernels.protocol.Kernel` protocol
+        (:func:`~qpinfer.kernels.sklearn_kernel.as_kernel`); subclasses narrow it (the sparse
+        estimators: the kernels whose inducing-input derivatives they have)."""
+        as_kernel(kernel)
 
     def _initial_kernel(self, n_features: int) -> Any:
-        """A copy of ``kernel`` (checked; the parameter is kept), else the SE kernel of
-        ``variance`` and ``length_scale`` (a scalar becomes one per feature when ``ard``; an
-        array is one per feature)."""
+        """A copy of ``kernel`` (a scikit-learn kernel wrapped in
+        :class:`~qpinfer.kernels.sklearn_kernel.SklearnKernel`; checked by
+        :meth:`_check_kernel` first, so that an estimator's own message lists what it takes;
+        the parameter is kept), else the SE kernel of ``variance`` and ``length_scale`` (a
+        scalar becomes one per feature when ``ard``; an array is one per feature)."""
         if self.kernel is not None:
             self._check_kernel(self.kernel)
-            return self.kernel.with_theta(self.kernel.theta)
+            kernel = as_kernel(self.kernel)
+            return kernel.with_theta(kernel.theta)
         ls = np.asarray(self.length_scale, dtype=np.float64)
         if ls.ndim == 0 and self.ard:
             ls = np.full(n_features, float(ls))
@@ -241,7 +282,6 @@ class PseudoPointParams(SharedParams):
     inducing_points: Any = None
     optimize_inducing: bool = True
     jitter: float = 1e-6
-    random_state: Any = None
     max_optimizer_iter: Any = RENAMED
 
     def _check_pseudo_point_params(self) -> None:

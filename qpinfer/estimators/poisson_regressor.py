@@ -43,6 +43,7 @@ __all__ = [
     "negative_binomial_log_pmf",
     "negative_binomial_mode",
     "negative_binomial_parameters",
+    "predictive_count_std",
 ]
 
 #: Above this shape the negative binomial is evaluated as its Poisson limit (``sigma* -> 0``).
@@ -103,6 +104,26 @@ def negative_binomial_mode(k: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where(k > 1.0, np.floor(c * (k - 1.0)), 0.0).astype(np.int64)
 
 
+def predictive_count_std(mean: np.ndarray, var: np.ndarray, link: str = "square") -> np.ndarray:
+    """Standard deviation of a count ``y* ~ Poisson(g*)`` whose rate ``g*`` is ``f*^2`` (square
+    link) or ``exp(f*)`` (log link) with ``f* ~ N(mean, var)``: by the law of total variance
+    ``Var[y*] = E[g*] + Var[g*]``, with, in closed form,
+
+    * square: ``E[g*] = m^2 + v``, ``Var[g*] = 2 v (2 m^2 + v)`` (the negative binomial of
+      eq. (120)-(122) has the same variance, ``k* c* (1 + c*)``);
+    * log: ``E[g*] = exp(m + v/2)``, ``Var[g*] = (exp(v) - 1) exp(2 m + v)`` (lognormal).
+    """
+    m = np.asarray(mean, dtype=np.float64)
+    v = np.maximum(np.asarray(var, dtype=np.float64), 0.0)
+    if link == "log":
+        rate = np.exp(m + 0.5 * v)
+        return np.sqrt(rate + np.expm1(v) * rate * rate)
+    if link != "square":
+        raise ValueError(f"link must be 'square' or 'log', got {link!r}")
+    m2 = m * m
+    return np.sqrt(m2 + v + 2.0 * v * (2.0 * m2 + v))
+
+
 def _check_counts(counts: Any, n_samples: int | None, name: str = "counts") -> np.ndarray:
     """Counts as float64: finite, non-negative integers up to ``MAX_COUNT`` (1e8, see
     :mod:`qpinfer.likelihoods.poisson_moments`); ``ValueError`` naming the problem."""
@@ -153,9 +174,11 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
         it. Points outside a table are computed exactly. Ignored by the other methods.
     %(kernel)s
     %(variance)s
-    optimizer : {"lbfgs", None}
+    optimizer : {"lbfgs", "fmin_l_bfgs_b"}, callable or None
         Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO at its
-        optimal variational parameters) with L-BFGS-B, or keep them fixed.
+        optimal variational parameters) with L-BFGS-B, or keep them fixed (``None``).
+        %(optimizer_callable)s
+    %(n_restarts_optimizer)s
     %(optimizer_maxiter)s
     %(blas_threads)s
     %(schedule)s
@@ -169,8 +192,12 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
     ----------
     n_features_in_, X_train_, y_train_ (the counts), kernel_ :
         Training inputs, counts and the fitted kernel.
-    log_marginal_likelihood_ : float
-        EP/QP: eq. (4) at the fitted sites; Laplace: R&W eq. (3.32); VB: the ELBO.
+    log_marginal_likelihood_, log_marginal_likelihood_value_ : float
+        EP/QP: eq. (4) at the fitted sites; Laplace: R&W eq. (3.32); VB: the ELBO (the second
+        name is scikit-learn's).
+    restart_evidence_ : ndarray (n_restarts_optimizer + 1,)
+        The evidence at each start's optimum, the initial hyperparameters' first (QP: EP's
+        evidence, see ``n_restarts_optimizer``); ``-inf`` where inference failed throughout.
     result_ :
         The inference result (:class:`~qpinfer.inference.ep.EPResult`,
         :class:`~qpinfer.inference.laplace.LaplaceResult` or
@@ -224,15 +251,26 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
             raise ValueError("predict_negative_binomial is for link='square' (App. H) only")
         return negative_binomial_parameters(mean, var)
 
-    def predict(self, X: Any) -> np.ndarray:
+    def predict(self, X: Any, return_std: bool = False) -> Any:
         """The predictive mode of the count (App. H): ``floor(c* (k* - 1))`` if ``k* > 1`` else 0;
-        with ``link="log"`` the mode of the exact Poisson-lognormal predictive."""
+        with ``link="log"`` the mode of the exact Poisson-lognormal predictive.
+
+        With ``return_std``, also the count's predictive standard deviation (about its mean,
+        :meth:`predict_mean`), :func:`~qpinfer.estimators.poisson_regressor.predictive_count_std`: the exact one of the Poisson
+        mixture over the Gaussian latent predictive (the square link's negative binomial has the
+        same, its gamma matching the rate's first two moments). The latent's:
+        ``predict_latent``."""
         self._check_is_fitted()
+        mean, var = self.predict_latent(X)
         if self._log_link():
             from qpinfer.likelihoods.poisson_log import predictive_mode
 
-            return predictive_mode(*self.predict_latent(X))
-        return negative_binomial_mode(*self.predict_negative_binomial(X))
+            mode = predictive_mode(mean, var)
+        else:
+            mode = negative_binomial_mode(*negative_binomial_parameters(mean, var))
+        if not return_std:
+            return mode
+        return mode, predictive_count_std(mean, var, "log" if self._log_link() else "square")
 
     def predict_mean(self, X: Any) -> np.ndarray:
         """The predictive mean of the count, ``E[f*^2] = mu*^2 + sigma*^2`` (= ``k* c*``);

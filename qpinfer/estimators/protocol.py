@@ -85,25 +85,48 @@ class ParamsMixin:
         return f"{type(self).__name__}(method={method!r}{tail})"
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Constructor arguments (scikit-learn's ``get_params``)."""
-        return {name: getattr(self, name) for name in self._get_param_names()}
+        """Constructor arguments (scikit-learn's ``get_params``); with ``deep``, also the
+        parameters of those that have ``get_params`` (a scikit-learn ``kernel``), as
+        ``kernel__length_scale`` etc."""
+        out: dict[str, Any] = {}
+        for name in self._get_param_names():
+            value = getattr(self, name)
+            if deep and hasattr(value, "get_params") and not isinstance(value, type):
+                out.update((f"{name}__{k}", v) for k, v in value.get_params().items())
+            out[name] = value
+        return out
 
     def set_params(self, **params: Any):
-        """Set constructor arguments (scikit-learn's ``set_params``)."""
+        """Set constructor arguments (scikit-learn's ``set_params``): ``name=value``, and
+        ``name__sub=value`` for a parameter of a parameter (``kernel__length_scale=2.0``, set on
+        the ``kernel`` object with its own ``set_params``, after the plain ones)."""
         names = self._get_param_names()
+        nested: dict[str, dict[str, Any]] = {}
         for key, value in params.items():
-            if key not in names:
+            name, delim, sub = key.partition("__")
+            if name not in names:
                 raise ValueError(
-                    f"Invalid parameter {key!r} for {type(self).__name__}; valid parameters are "
+                    f"Invalid parameter {name!r} for {type(self).__name__}; valid parameters are "
                     f"{sorted(names)}"
                 )
-            setattr(self, key, value)
+            if delim:
+                nested.setdefault(name, {})[sub] = value
+            else:
+                setattr(self, name, value)
+        for name, sub_params in nested.items():
+            inner = getattr(self, name)
+            if not hasattr(inner, "set_params"):
+                raise ValueError(
+                    f"Invalid parameter {next(iter(sub_params))!r} of {name!r} for "
+                    f"{type(self).__name__}: {name}={inner!r} has no parameters of its own"
+                )
+            inner.set_params(**sub_params)
         return self
 
     def __repr__(self) -> str:
-        defaults = type(self)().get_params()
+        defaults = type(self)().get_params(deep=False)
         changed = []
-        for k, v in self.get_params().items():
+        for k, v in self.get_params(deep=False).items():
             d = defaults[k]
             same = v is d or (type(v) is type(d) and not isinstance(v, np.ndarray) and bool(v == d))
             if not same:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from qpinfer.estimators.params import PseudoPointParams
-from qpinfer.inference.sparse.pseudo_points import _check_kernel as check_ard_se_kernel
+from qpinfer.inference.sparse.pseudo_points import _check_kernel as check_sparse_kernel
 from qpinfer.inference.sparse.pseudo_points import kmeans_inducing_points
 
 __all__ = ["DEFAULT_N_INDUCING", "SparseEstimatorBase"]
@@ -18,12 +18,14 @@ DEFAULT_N_INDUCING = 50
 
 class SparseEstimatorBase(PseudoPointParams):
     """The pseudo-points of the two sparse estimators: how many, where they start, and the
-    kernel they need (the ARD SE kernel, for the derivatives in the inducing inputs)."""
+    kernels they take (those with derivatives in the inducing inputs: the ARD SE kernel and the
+    scikit-learn kernels of :mod:`qpinfer.kernels.cross`)."""
 
     _FITTED_ATTR = "inducing_points_"
 
-    #: ``ValueError`` for a kernel other than the ARD SE kernel
-    _check_kernel = staticmethod(check_ard_se_kernel)
+    #: ``ValueError`` (one line, listing the kernels taken) for any other kernel, e.g.
+    #: ``WhiteKernel``
+    _check_kernel = staticmethod(check_sparse_kernel)
 
     def _n_inducing_for(self, n_samples: int) -> int:
         """The number of pseudo-points M for ``n_samples`` training rows, resolved at fit time:

@@ -78,9 +78,13 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         Where QP gets sigma* from, as :class:`qpinfer.GPClassifier`'s ``table``.
     %(kernel)s
     %(variance)s
-    optimizer : {"lbfgs", None}
+    optimizer : {"lbfgs", "fmin_l_bfgs_b"}, callable or None
         Maximise eq. (110) over the kernel hyperparameters (and the inducing inputs), or keep
-        them fixed.
+        them fixed (``None``). The search runs over the kernel's log hyperparameters and
+        (``optimize_inducing``) the inducing inputs, in that order; restarts draw the first.
+        ``search_tol`` applies to a callable too, ``optimizer_rtol`` to L-BFGS-B only.
+        %(optimizer_callable)s
+    %(n_restarts_optimizer)s
     %(optimizer_maxiter)s
     %(blas_threads)s
     %(schedule)s
@@ -102,8 +106,11 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
     Attributes
     ----------
     classes_, n_features_in_, kernel_, inducing_points_ :
-    log_marginal_likelihood_ : float
-        Eq. (110) at the fitted values.
+    log_marginal_likelihood_, log_marginal_likelihood_value_ : float
+        Eq. (110) at the fitted values (the second name is scikit-learn's).
+    restart_evidence_ : ndarray (n_restarts_optimizer + 1,)
+        Eq. (110) (sparse EP's, alpha = 1 for QP) at each start's optimum, the initial values'
+        first; ``-inf`` where inference failed throughout.
     pep_result_ : SparsePEPResult
     n_iter_, n_evaluations_ : int
     """
@@ -166,7 +173,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         Z = self._initial_inducing(X)
         d = X.shape[1]
         n_theta = kernel.theta.size
-        n_evals = 1
+        n_evals, starts = 1, []
         tol = float(self.tol)
         loose = tol if self.search_tol is None else max(tol, float(self.search_tol))
         if self.scheduler is not None:  # fixed hyperparameters, the sweeps on dask
@@ -175,7 +182,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
             )
 
             result, Lu = fit_on_scheduler(self, kernel, X, y_pm, Z, final)
-        elif self.optimizer == "lbfgs":
+        elif self.optimizer is not None:
             opt_Z = bool(self.optimize_inducing)
             budget, trail = InnerLoopBudget(int(self.max_iter)), SearchTrail()
 
@@ -201,8 +208,10 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
                 budget=budget,
                 trail=trail,
                 stall_rtol=self.optimizer_rtol,
+                **self._search_options(n_drawn=n_theta),
             )
             kernel, Z, result = search.best
+            starts = search.start_values
             prior = pseudo_point_prior(kernel, X, Z, self.jitter)
             n_evals = search.n_evaluations
             if loose > tol and final is projection:  # the search's sites, converged to tol
@@ -233,6 +242,9 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         self.pep_result_ = result
         self._Lu = prior.Lu if self.scheduler is None else Lu
         self.log_marginal_likelihood_ = result.log_marginal_likelihood
+        self.log_marginal_likelihood_value_ = result.log_marginal_likelihood  # scikit-learn's
+        values = starts or [-result.log_marginal_likelihood]
+        self.restart_evidence_ = -np.asarray(values, dtype=np.float64)
         self.n_iter_ = result.n_iter
         self.n_evaluations_ = n_evals
         return self
@@ -244,3 +256,42 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         return predict_latent_low_rank(
             self.kernel_, self.inducing_points_, self._Lu, self.pep_result_.posterior, X
         )
+
+    def latent_mean_and_variance(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """scikit-learn's (>= 1.7) name for :meth:`predict_latent`."""
+        return self.predict_latent(X)
+
+    def log_marginal_likelihood(
+        self,
+        theta: np.ndarray | None = None,
+        eval_gradient: bool = False,
+        clone_kernel: bool = True,
+    ) -> float | tuple[float, np.ndarray]:
+        """Eq. (110) at the kernel's log hyperparameters ``theta`` (default: the fitted ones),
+        inducing inputs fixed at the fitted ones, with scikit-learn's signature.
+
+        Another ``theta`` re-runs the site updates of the fitted method (Power EP, or QP),
+        warm-started from the fitted sites. The gradient is
+        :func:`~qpinfer.inference.sparse.sites.sparse_pep_gradient` at those sites (Power EP's
+        total derivative at its fixed point; QP's with its sites held fixed, as for
+        :class:`qpinfer.GPClassifier`). ``clone_kernel`` is accepted (checked) and changes
+        nothing: the fitted model is never modified.
+        """
+        self._check_is_fitted()
+        if not isinstance(clone_kernel, bool | np.bool_):
+            raise ValueError(f"clone_kernel must be True or False, got {clone_kernel!r}")
+        n = self.kernel_.theta.size
+        theta = self.kernel_.theta if theta is None else np.asarray(theta, dtype=np.float64)
+        if theta.shape != (n,) or not np.all(np.isfinite(theta)):
+            raise ValueError(f"theta must be a finite vector of {n} kernel log hyperparameters")
+        X, Z, y = self.X_train_, self.inducing_points_, self.y_train_
+        fitted = np.array_equal(theta, self.kernel_.theta)
+        kernel = self.kernel_ if fitted else self.kernel_.with_theta(theta)
+        result = self.pep_result_
+        prior = pseudo_point_prior(kernel, X, Z, self.jitter)
+        if not fitted:
+            result = self._run(prior, y, self.projection_, (result.tau, result.nu))
+        if not eval_gradient:
+            return result.log_marginal_likelihood
+        g_theta, _ = sparse_pep_gradient(kernel, X, Z, prior, result, y, self.projection_)
+        return result.log_marginal_likelihood, g_theta

@@ -51,8 +51,12 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         Initial Gaussian noise variance (in units of the normalised targets if ``normalize_y``).
     normalize_y : bool
         Fit to ``(y - mean) / std`` and undo it in predictions (the prior mean is zero).
-    optimizer : {"lbfgs", None}
-        Maximise eq. (128) or keep everything fixed.
+    optimizer : {"lbfgs", "fmin_l_bfgs_b"}, callable or None
+        Maximise eq. (128) or keep everything fixed (``None``). The search runs over the kernel's
+        log hyperparameters, ``log(noise_variance)`` and (``optimize_inducing``) the inducing
+        inputs, in that order; restarts draw the first two.
+        %(optimizer_callable)s
+    %(n_restarts_optimizer)s
     %(optimizer_maxiter)s
     %(blas_threads)s
     %(inducing_points)s
@@ -63,8 +67,12 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
     ----------
     kernel_, noise_variance_, inducing_points_ :
         Fitted kernel, noise variance (normalised units) and inducing inputs.
-    log_marginal_likelihood_ : float
-        Eq. (128) at the fitted values, for the original (un-normalised) targets.
+    log_marginal_likelihood_, log_marginal_likelihood_value_ : float
+        Eq. (128) at the fitted values, for the original (un-normalised) targets (the second
+        name is scikit-learn's).
+    restart_evidence_ : ndarray (n_restarts_optimizer + 1,)
+        Eq. (128) at each start's optimum (original targets, as ``log_marginal_likelihood_``),
+        the initial values' first; ``-inf`` where it failed throughout.
     n_features_in_, n_evaluations_ : int
     """
 
@@ -123,8 +131,8 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         Z_fixed = None if self.optimize_inducing else Z
         blocks = [kernel_block(kernel), scalar_block(log_s2, NOISE_BOUNDS, "log noise_variance")]
         space = search_space(*blocks, *([free_block(Z, "Z")] if Z_fixed is None else []))
-        params, n_evals = space.x0, 1
-        if self.optimizer == "lbfgs":
+        params, n_evals, starts = space.x0, 1, []
+        if self.optimizer is not None:
 
             def objective(p):
                 value, grad = self._energy(p, X, yn, kernel, Z_fixed, alpha)
@@ -136,8 +144,9 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
                 self._what(),
                 maxiter=self._optimizer_maxiter(),
                 quiet=(),
+                **self._search_options(n_drawn=kernel.theta.size + 1),  # kernel, noise
             )
-            params, n_evals = search.x, search.n_evaluations
+            params, n_evals, starts = search.x, search.n_evaluations, search.start_values
         n_theta = kernel.theta.size
         self.kernel_ = kernel.with_theta(params[:n_theta])
         self.noise_variance_ = float(np.exp(params[n_theta]))
@@ -154,6 +163,9 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         self.y_train_ = y
         self._y_mean, self._y_std = y_mean, y_std
         self.log_marginal_likelihood_ = float(value - X.shape[0] * np.log(y_std))
+        self.log_marginal_likelihood_value_ = self.log_marginal_likelihood_  # scikit-learn's
+        values = -np.asarray(starts or [-value], dtype=np.float64)
+        self.restart_evidence_ = values - X.shape[0] * np.log(y_std)
         self.n_evaluations_ = n_evals
         return self
 
@@ -166,9 +178,14 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         )
         return mean * self._y_std + self._y_mean, var * self._y_std**2
 
+    def latent_mean_and_variance(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """scikit-learn's (>= 1.7) name for :meth:`predict_latent`."""
+        return self.predict_latent(X)
+
     def predict(self, X: Any, return_std: bool = False) -> Any:
         """Predictive mean; with ``return_std`` also the standard deviation of a new observation
-        ``y*`` (latent variance plus the noise variance)."""
+        ``y*`` (latent variance plus the noise variance; the latent's alone:
+        :meth:`predict_latent`)."""
         mean, var = self.predict_latent(X)
         if not return_std:
             return mean
@@ -192,17 +209,31 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         return float(1.0 - np.sum(w * (y - pred) ** 2) / np.sum(w * (y - ybar) ** 2))
 
     def log_marginal_likelihood(
-        self, theta: np.ndarray | None = None, eval_gradient: bool = False
+        self,
+        theta: np.ndarray | None = None,
+        eval_gradient: bool = False,
+        clone_kernel: bool = True,
     ) -> float | tuple[float, np.ndarray]:
         """Eq. (128) for the normalised targets at ``theta = [kernel log hyperparameters,
         log noise_variance]`` (default: the fitted ones), inducing inputs fixed at the fitted
-        ones; with ``eval_gradient`` also its gradient in ``theta``."""
+        ones; with ``eval_gradient`` also its gradient in ``theta``. scikit-learn's signature:
+        ``clone_kernel`` is accepted (checked) and changes nothing, the fitted model is never
+        modified."""
         self._check_is_fitted()
+        if not isinstance(clone_kernel, bool | np.bool_):
+            raise ValueError(f"clone_kernel must be True or False, got {clone_kernel!r}")
         if theta is None:
             theta = np.concatenate([self.kernel_.theta, [np.log(self.noise_variance_)]])
+        theta = np.asarray(theta, dtype=np.float64)
+        n = self.kernel_.theta.size + 1
+        if theta.shape != (n,) or not np.all(np.isfinite(theta)):
+            raise ValueError(
+                f"theta must be a finite vector of {n - 1} kernel log hyperparameters and "
+                f"log noise_variance, got {theta!r}"
+            )
         yn = (self.y_train_ - self._y_mean) / self._y_std
         value, grad = self._energy(
-            np.asarray(theta, dtype=np.float64),
+            theta,
             self.X_train_,
             yn,
             self.kernel_,

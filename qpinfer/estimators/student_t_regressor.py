@@ -81,9 +81,12 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         ``scale_bounds`` (``(low, high)``, ``0 < low <= scale <= high``).
     %(kernel)s
     %(variance)s
-    optimizer : {"lbfgs", None}
+    optimizer : {"lbfgs", "fmin_l_bfgs_b"}, callable or None
         Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO) with
-        L-BFGS-B, or keep them fixed.
+        L-BFGS-B, or keep them fixed (``None``). With ``optimize_scale`` the search runs over
+        the kernel's log hyperparameters and ``log(scale)`` (in that order).
+        %(optimizer_callable)s
+    %(n_restarts_optimizer)s
     %(optimizer_maxiter)s
     %(blas_threads)s
     %(schedule)s
@@ -185,21 +188,19 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         self._use(lik)
         return kern, result, search.n_evaluations
 
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
+    def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
         """The evidence (EP/QP eq. (4), Laplace R&W eq. (3.32), VB the ELBO) at log
         hyperparameters ``theta``; with ``optimize_scale`` ``theta`` ends with ``log(scale)``
-        (and so does the gradient), otherwise it is the kernel's alone (the base class's)."""
+        (and so does the gradient), otherwise it is the kernel's alone (the base class's, where
+        ``eval_gradient`` and ``clone_kernel`` are described)."""
         if not self.optimize_scale:
-            return super().log_marginal_likelihood(theta, eval_gradient)
+            return super().log_marginal_likelihood(theta, eval_gradient, clone_kernel)
         self._check_is_fitted()
         X, y = self.X_train_, self.y_train_
         if theta is None:
             theta = np.append(self.kernel_.theta, np.log(self.likelihood_.scale))
-        theta = np.asarray(theta, dtype=np.float64)
-        nk = self.kernel_.theta.size
-        if theta.shape != (nk + 1,):
-            raise ValueError(f"theta must have {nk + 1} entries (kernel, log scale)")
-        kern, lik = self.kernel_.with_theta(theta[:nk]), StudentT(self.nu, np.exp(theta[nk]))
+        kern, theta = self._kernel_at(theta, clone_kernel, n_extra=1)
+        lik = StudentT(self.nu, np.exp(theta[-1]))
         saved = self.likelihood_, self.projection_
         try:
             res, grad = self._evaluate(
@@ -238,9 +239,15 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
 
     def predict(self, X: Any, return_std: bool = False):
         """Predictive mean of y (the latent mean: the noise is symmetric); with ``return_std``
-        also the latent standard deviation."""
+        also the standard deviation of a new observation ``y* = f* + e``: ``sqrt(v* + scale^2
+        nu / (nu - 2))`` (latent variance plus the Student-t noise's), ``inf`` for ``nu <= 2``
+        (infinite noise variance). The latent's alone: ``predict_latent``."""
         mean, var = self.predict_latent(X)
-        return (mean, np.sqrt(var)) if return_std else mean
+        if not return_std:
+            return mean
+        nu, scale = self.likelihood_.nu, self.likelihood_.scale
+        noise = scale * scale * nu / (nu - 2.0) if nu > 2 else np.inf
+        return mean, np.sqrt(var + noise)
 
     def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
         """log p(y* | data) = log of int t(y* - f) N(f | m*, v*) df, per point."""

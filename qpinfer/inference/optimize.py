@@ -1,3 +1,4 @@
+# Over 400 lines: L-BFGS-B and a callable optimizer share one evaluation loop (_Evaluations) and one search (search_evidence); split, they would import each other.
 """One L-BFGS-B helper for every hyperparameter search: failures backtrack, exits are checked.
 
 Every estimator (and :func:`qpinfer.inference.vb.fit_vb`) maximises an evidence (eq. (4), R&W
@@ -8,6 +9,8 @@ the best evaluation's comes back as :attr:`qpinfer.inference.search_result.Searc
 latest successful one's in a :class:`SearchTrail` (where a nested search warm-starts its next inner
 loop). The inner loops' warnings are ignored during the search (only the result counts); an
 energy-stall rule (``stall_rtol``) may end it early and a box trust region (``trust``) re-centre it.
+scikit-learn's callable ``optimizer`` and ``n_restarts_optimizer`` run through the same
+:func:`search_evidence` (:mod:`qpinfer.inference.restarts`).
 
 An evaluation can fail -- the inner loop raises ``LinAlgError``/``ValueError`` or returns a
 non-finite evidence -- typically at the optimiser's first trial step, which follows the raw
@@ -37,6 +40,14 @@ from typing import Any
 import numpy as np
 from scipy.optimize import OptimizeResult, minimize
 
+from qpinfer.inference.restarts import (
+    LBFGS_NAMES,
+    best_of,
+    check_n_restarts,
+    check_random_state,
+    draw_starts,
+    run_callable,
+)
 from qpinfer.inference.search_result import (
     BOUND_ATOL,
     BoundWarning,
@@ -62,6 +73,7 @@ __all__ = [
     "SearchTrail",
     "check_search",
     "combine",
+    "minimize_callable",
     "minimize_lbfgsb",
     "search_evidence",
     "theta_names",
@@ -99,6 +111,11 @@ class InnerLoopBudget:
         if not getattr(result, "converged", True):
             self.n_unconverged += 1
 
+    def restart(self) -> None:
+        """A new search (a restart) starts: its unconverged inner loops are counted afresh (the
+        total iterations ``n_inner`` go on)."""
+        self.n_unconverged = 0
+
     @property
     def exhausted(self) -> bool:
         return self.n_unconverged >= self.limit
@@ -134,6 +151,74 @@ def _describe(exc_or_text: Any) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+class _Evaluations:
+    """The evaluations of one search: the best and the latest successful one, the failures (each
+    answered by the wall of the module docstring) and the objective's history."""
+
+    def __init__(self, objective: Callable, budget: Any = None, trail: Any = None) -> None:
+        self.objective, self.budget, self.trail = objective, budget, trail
+        self.best_x: np.ndarray | None = None
+        self.best_f, self.max_f = np.inf, -np.inf
+        self.n = self.failed = 0
+        self.first: str | None = None
+        self.last: str | None = None
+        self.best: Any = None
+        self.latest: tuple[np.ndarray, float, Any] | None = None  # (x, value, keep)
+        #: the objective at the start (if it succeeded), then per iteration
+        self.history: list[float] = []
+
+    def fail(self, x: np.ndarray, cause: Any) -> tuple[float, np.ndarray]:
+        self.failed += 1
+        self.last = _describe(cause)
+        if self.first is None:
+            self.first = self.last
+        if self.best_x is None:
+            return np.inf, np.zeros_like(x)
+        d = x - self.best_x
+        height = 1.0 + abs(self.best_f)
+        return self.max_f + height * (1.0 + d @ d), 2.0 * height * d
+
+    def evaluate(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        try:
+            out = self.objective(x)
+        except EVALUATION_ERRORS as exc:
+            return self.fail(x, exc)
+        value = float(out[0])
+        grad = np.asarray(out[1], dtype=np.float64)
+        if not np.isfinite(value):
+            return self.fail(x, f"objective {value} at x={np.array2string(x, precision=3)}")
+        if not np.all(np.isfinite(grad)):
+            return self.fail(x, f"non-finite gradient at x={np.array2string(x, precision=3)}")
+        keep = out[2] if len(out) > 2 else None
+        if self.trail is not None:
+            self.trail.latest = keep
+        self.latest = (x.copy(), value, keep)
+        if self.n == 1:
+            self.history.append(value)
+        self.max_f = max(self.max_f, value)
+        if value < self.best_f:
+            self.best_f, self.best_x, self.best = value, x.copy(), keep
+        return value, grad
+
+    def __call__(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        self.n += 1
+        out = self.evaluate(np.array(x, dtype=np.float64))
+        if self.budget is not None and self.budget.exhausted:
+            raise _BudgetExhausted
+        return out
+
+    def budget_result(self, nit: int) -> OptimizeResult:
+        """scipy's result of a search its budget ended."""
+        return OptimizeResult(
+            x=self.best_x, fun=self.best_f, success=False, status=BUDGET_STATUS,
+            message=self.budget.message(), nit=nit, nfev=self.n,
+        )  # fmt: skip
+
+    def result(self, res: OptimizeResult, x0: np.ndarray) -> SearchResult:
+        best = (self.best_x, float(self.best_f), res, x0, self.n, self.failed)
+        return SearchResult(*best, self.first, self.last, self.best, self.history)
+
+
 def minimize_lbfgsb(
     objective: Callable[[np.ndarray], tuple[Any, ...]],
     x0: np.ndarray,
@@ -163,53 +248,12 @@ def minimize_lbfgsb(
     :func:`~qpinfer.inference.search_result.check_search`.
     """
     x0 = np.asarray(x0, dtype=np.float64).copy()
-    st: dict[str, Any] = {"best_x": None, "best_f": np.inf, "max_f": -np.inf, "n": 0, "failed": 0}
-    st["first"] = st["last"] = st["best"] = None
-    history: list[float] = []  # the objective at the start (if it succeeded), then per iteration
+    ev = _Evaluations(objective, budget, trail)
     iterates: list[float] = []  # the objective after each iteration (the stall rule's window)
-
-    def fail(x: np.ndarray, cause: Any) -> tuple[float, np.ndarray]:
-        st["failed"] += 1
-        st["last"] = _describe(cause)
-        if st["first"] is None:
-            st["first"] = st["last"]
-        if st["best_x"] is None:
-            return np.inf, np.zeros_like(x)
-        d = x - st["best_x"]
-        height = 1.0 + abs(st["best_f"])
-        return st["max_f"] + height * (1.0 + d @ d), 2.0 * height * d
-
-    def evaluate(x: np.ndarray) -> tuple[float, np.ndarray]:
-        try:
-            out = objective(x)
-        except EVALUATION_ERRORS as exc:
-            return fail(x, exc)
-        value = float(out[0])
-        grad = np.asarray(out[1], dtype=np.float64)
-        if not np.isfinite(value):
-            return fail(x, f"objective {value} at x={np.array2string(x, precision=3)}")
-        if not np.all(np.isfinite(grad)):
-            return fail(x, f"non-finite gradient at x={np.array2string(x, precision=3)}")
-        keep = out[2] if len(out) > 2 else None
-        if trail is not None:
-            trail.latest = keep
-        if st["n"] == 1:
-            history.append(value)
-        st["max_f"] = max(st["max_f"], value)
-        if value < st["best_f"]:
-            st["best_f"], st["best_x"], st["best"] = value, x.copy(), keep
-        return value, grad
-
-    def wrapped(x: np.ndarray) -> tuple[float, np.ndarray]:
-        st["n"] += 1
-        out = evaluate(x)
-        if budget is not None and budget.exhausted:
-            raise _BudgetExhausted
-        return out
 
     def counted(intermediate_result: Any) -> None:
         iterates.append(float(intermediate_result.fun))
-        history.append(iterates[-1])
+        ev.history.append(iterates[-1])
         if stall_rtol is not None and len(iterates) > STALL_WINDOW:
             old, new = iterates[-1 - STALL_WINDOW], iterates[-1]
             if old - new <= stall_rtol * max(abs(new), 1.0):
@@ -220,33 +264,24 @@ def minimize_lbfgsb(
         options["gtol"] = gtol
     try:
         res = minimize(
-            wrapped,
-            x0,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-            options=options,
-            callback=counted,
+            ev, x0, jac=True, method="L-BFGS-B", bounds=bounds, options=options, callback=counted
         )
     except _BudgetExhausted:
-        res = OptimizeResult(
-            x=st["best_x"], fun=st["best_f"], success=False, status=BUDGET_STATUS,
-            message=budget.message(), nit=len(iterates), nfev=st["n"],
-        )  # fmt: skip
-    best = (st["best_x"], float(st["best_f"]), res, x0, st["n"], st["failed"])
-    return SearchResult(*best, st["first"], st["last"], st["best"], history)
+        res = ev.budget_result(len(iterates))
+    return ev.result(res, x0)
 
 
 # -- the search every estimator runs ----------------------------------------------------------
 def _trust_region(
-    objective: Callable, space: SearchSpace, trust: float, *, maxiter: int, **options: Any
-) -> SearchResult:
-    """L-BFGS-B in a box of ``+-trust`` about its start, re-centred on the best point until
-    that lies inside the box (or a round did not move it), ``maxiter`` iterations in all; the
-    rounds :func:`combine`\\ d."""
+    objective: Callable, space: SearchSpace, x0: np.ndarray, trust: float, *, maxiter: int,
+    **options: Any,
+) -> SearchResult:  # fmt: skip
+    """L-BFGS-B in a box of ``+-trust`` about its start ``x0``, re-centred on the best point
+    until that lies inside the box (or a round did not move it), ``maxiter`` iterations in all;
+    the rounds :func:`combine`\\ d."""
     low, high = space.bounds[:, 0], space.bounds[:, 1]
     budget = options.get("budget")
-    x, iterations, searches = space.x0, int(maxiter), []
+    x, iterations, searches = x0, int(maxiter), []
     while iterations > 0:
         box = np.column_stack([np.maximum(low, x - trust), np.minimum(high, x + trust)])
         searches.append(minimize_lbfgsb(objective, x, box, maxiter=iterations, **options))
@@ -271,6 +306,10 @@ def search_evidence(
     trust: float | None = None,
     quiet: tuple[type[Warning], ...] = QUIET,
     stacklevel: int = 2,
+    optimizer: Any = "lbfgs",
+    n_restarts: int = 0,
+    random_state: Any = None,
+    n_drawn: int | None = None,
     **options: Any,
 ) -> SearchResult:
     """Minimise ``objective`` (minus an evidence, :func:`minimize_lbfgsb`'s protocol) over
@@ -285,13 +324,95 @@ def search_evidence(
     a box trust region of ``+-trust`` about the current point, re-centred on the best point
     until it lies inside the box (L-BFGS-B's first step follows the raw gradient, which can
     reach a bound where the inner loop fails); the budget and the iterations span the rounds.
+
+    scikit-learn's optimizer API (:mod:`qpinfer.inference.restarts`): ``optimizer`` is
+    ``"lbfgs"``/``"fmin_l_bfgs_b"`` (the above) or a callable
+    (:func:`minimize_callable`; then
+    ``maxiter``, ``trust``, ``ftol``, ``gtol`` and ``stall_rtol`` do not apply). ``n_restarts``
+    more searches start from :func:`~qpinfer.inference.restarts.draw_starts` of
+    ``random_state`` (the first ``n_drawn`` coordinates drawn within their bounds, ``None``:
+    all), each with a fresh ``trail`` (its first inner loop starts as the first search's did)
+    and a fresh count of the ``budget``'s unconverged loops; the lowest objective wins
+    (:func:`~qpinfer.inference.restarts.best_of`), and only its search is checked.
     """
+    n_restarts = check_n_restarts(n_restarts)
+    starts = [space.x0] + draw_starts(
+        space.x0, space.bounds, space.names, n_restarts, check_random_state(random_state), n_drawn
+    )
+    trail, budget = options.get("trail"), options.get("budget")
+    searches = []
     with warnings.catch_warnings():
         for category in quiet:
             warnings.simplefilter("ignore", category)
-        if trust is None:
-            search = minimize_lbfgsb(objective, space.x0, space.bounds, maxiter=maxiter, **options)
-        else:
-            search = _trust_region(objective, space, trust, maxiter=maxiter, **options)
+        for i, x0 in enumerate(starts):
+            if i > 0:
+                if trail is not None:
+                    trail.latest = None
+                if budget is not None:
+                    budget.restart()
+            if callable(optimizer):
+                search = minimize_callable(
+                    optimizer, objective, x0, space.bounds, budget=budget, trail=trail
+                )
+            elif optimizer not in LBFGS_NAMES:
+                raise ValueError(f"optimizer must be 'lbfgs' or a callable, got {optimizer!r}")
+            elif trust is None:
+                search = minimize_lbfgsb(objective, x0, space.bounds, maxiter=maxiter, **options)
+            else:
+                search = _trust_region(objective, space, x0, trust, maxiter=maxiter, **options)
+            searches.append(search)
+    if len(searches) > 1:
+        search = best_of(searches)
+        if trail is not None and search.x is not None:
+            trail.latest = search.best
     check_search(search, what, space.bounds, space.names, stacklevel=stacklevel + 1)
     return search
+
+
+def minimize_callable(
+    optimizer: Callable,
+    objective: Callable[[np.ndarray], tuple[Any, ...]],
+    x0: np.ndarray,
+    bounds: Any,
+    *,
+    budget: Any = None,
+    trail: Any = None,
+) -> SearchResult:
+    """A scikit-learn-style callable ``optimizer``
+    (:func:`~qpinfer.inference.restarts.run_callable`) on ``objective`` (:func:`minimize_lbfgsb`'s
+    protocol; failures answered by the same wall).
+
+    The result is the optimizer's ``theta_opt`` -- what the model is fitted at -- with the
+    objective there (re-evaluated unless ``theta_opt`` is a point it evaluated), not the best
+    point it visited. A budget that runs out ends the optimizer's run (the best point so far,
+    with the scipy-like status :data:`BUDGET_STATUS`). A ``theta_opt``
+    where inference fails raises :class:`~qpinfer.inference.search_result.SearchFailedError`.
+    """
+    x0 = np.asarray(x0, dtype=np.float64).copy()
+    ev = _Evaluations(objective, budget, trail)
+    try:
+        theta = run_callable(optimizer, ev, x0, np.asarray(bounds, dtype=np.float64))
+    except _BudgetExhausted:
+        return ev.result(ev.budget_result(0), x0)
+    if ev.best_x is not None and np.array_equal(theta, ev.best_x):
+        value, keep = ev.best_f, ev.best
+    elif ev.latest is not None and np.array_equal(theta, ev.latest[0]):
+        _, value, keep = ev.latest
+    else:
+        ev.n += 1
+        try:
+            out = objective(theta)
+            value, cause = float(out[0]), f"objective {float(out[0])}"
+        except EVALUATION_ERRORS as exc:
+            value, cause = np.nan, _describe(exc)
+        if not np.isfinite(value):
+            where = np.array2string(theta, precision=4)
+            raise SearchFailedError(f"inference failed at theta_opt {where} ({cause})")
+        keep = out[2] if len(out) > 2 else None
+        if trail is not None:
+            trail.latest = keep
+    res = OptimizeResult(
+        x=theta, fun=value, success=True, status=0, message="the callable optimizer returned",
+        nit=0, nfev=ev.n,
+    )  # fmt: skip
+    return SearchResult(theta, value, res, x0, ev.n, ev.failed, ev.first, ev.last, keep, ev.history)

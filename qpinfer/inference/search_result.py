@@ -3,15 +3,17 @@
 :class:`SearchResult` is the best successful evaluation of a search by
 :func:`qpinfer.inference.optimize.minimize_lbfgsb` (its point, value and what the objective kept
 there), scipy's result and the failures on the way; :func:`combine` joins consecutive searches
-(restarts). :func:`check_search` raises :class:`SearchFailedError` when no evaluation succeeded
-and warns with :class:`OptimizerWarning` (a
-:class:`~qpinfer.inference.site_loop.ConvergenceWarning`) when scipy reports a failure or the search
-never left its start while evaluations failed, and with :class:`BoundWarning` when the best point
-lies on a bound of the box.
+(a trust region's rounds). :func:`check_search` raises :class:`SearchFailedError` when no
+evaluation succeeded and warns with :class:`OptimizerWarning` (a
+:class:`~qpinfer.inference.site_loop.ConvergenceWarning`) when scipy reports a failure or the
+search never left its start while evaluations failed, and with :class:`BoundWarning` when the
+best point lies on a bound of the box -- once scikit-learn is loaded, as subclasses that are
+also its ``ConvergenceWarning`` (:func:`sklearn_compatible`).
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ __all__ = [
     "bound_hit",
     "check_search",
     "combine",
+    "sklearn_compatible",
 ]
 
 #: scipy's status when the callback raised ``StopIteration`` (a deliberate stop, not a failure)
@@ -55,6 +58,25 @@ class BoundWarning(OptimizerWarning):
     the message names it and the bound, as scikit-learn's ``ConvergenceWarning`` does."""
 
 
+_sklearn_subclasses: dict[type, type] = {}
+
+
+def sklearn_compatible(category: type[Warning]) -> type[Warning]:
+    """``category``, or, once scikit-learn is loaded, its subclass that is also scikit-learn's
+    ``ConvergenceWarning``, so that code filtering scikit-learn's warnings (written for its
+    Gaussian process estimators) sees qpinfer's search warnings too; qpinfer never imports
+    scikit-learn for it."""
+    sk = sys.modules.get("sklearn.exceptions")
+    if sk is None:
+        return category
+    sub = _sklearn_subclasses.get(category)
+    if sub is None:
+        namespace = {"__module__": category.__module__, "__doc__": category.__doc__}
+        sub = type(category.__name__, (category, sk.ConvergenceWarning), namespace)
+        _sklearn_subclasses[category] = sub
+    return sub
+
+
 class SearchFailedError(ValueError):
     """No evaluation of a hyperparameter search succeeded (the message names the cause)."""
 
@@ -75,6 +97,9 @@ class SearchResult:
     best: Any = None
     #: the objective at the start (if that evaluation succeeded), then after each iteration
     history: list[float] = field(default_factory=list)
+    #: with restarts (:func:`qpinfer.inference.restarts.best_of`), each start's best objective
+    #: value (``inf``: none succeeded), the given start first; otherwise empty
+    start_values: list[float] = field(default_factory=list)
 
     @property
     def best_is_start(self) -> bool:
@@ -142,14 +167,14 @@ def check_search(
             parts.append("the result is the starting point")
         warnings.warn(
             f"{what}: L-BFGS-B did not converge ({why}); " + "; ".join(p for p in parts if p),
-            OptimizerWarning,
+            sklearn_compatible(OptimizerWarning),
             stacklevel=stacklevel + 1,
         )
     elif search.best_is_start and search.n_failed:
         warnings.warn(
             f"{what}: L-BFGS-B found nothing better than its starting point ({res.message}); "
             f"{failures}; the result is the starting point",
-            OptimizerWarning,
+            sklearn_compatible(OptimizerWarning),
             stacklevel=stacklevel + 1,
         )
     if bounds is None:
@@ -162,13 +187,17 @@ def check_search(
         elif abs(xi - hi) <= BOUND_ATOL:
             hits.append(bound_hit(name, xi, "upper", hi))
     if hits:
+        upper = ["its upper bound" in h for h in hits]  # scikit-learn's advice, per side
+        advice = "Increasing the bound" if all(upper) else "Decreasing the bound"
+        advice = "Widening the bounds" if any(upper) and not all(upper) else advice
         warnings.warn(
-            f"{what}: the optimal value found for {'; '.join(hits)}. Increasing the bound and "
-            "calling fit again may find a better value (the evidence still rises towards it). "
-            "A length scale at its upper bound marks a feature the fit ignores; at its lower "
-            "bound, a fit that follows every point (outliers?). The SE kernel's bounds: "
-            "kernel=qpinfer.ARDSquaredExponential(..., bounds=(low, high)).",
-            BoundWarning,
+            f"{what}: the optimal value found for {'; '.join(hits)}. "
+            f"{advice} and calling fit again may find "
+            "a better value (the evidence still rises towards it). A length scale at its upper "
+            "bound marks a feature the fit ignores; at its lower bound, a fit that follows every "
+            "point (outliers?). The kernel's bounds: e.g. RBF(length_scale_bounds=(low, high)) "
+            "for a scikit-learn kernel, qpinfer.ARDSquaredExponential(..., bounds=(low, high)).",
+            sklearn_compatible(BoundWarning),
             stacklevel=stacklevel + 1,
         )
 

@@ -84,7 +84,10 @@ def search_space(*blocks: Block) -> SearchSpace:
 
 def theta_names(kernel: Any) -> list[str]:
     """Names of a kernel's log hyperparameters for messages: the ARD SE kernel's
-    ``log variance``, ``log length_scale[j]``; ``theta[i]`` for other kernels."""
+    ``log variance``, ``log length_scale[j]``; for another kernel ``"log "`` and its
+    ``hyperparameter_names`` (a scikit-learn kernel's are scikit-learn's, e.g.
+    ``log k1__constant_value``, ``log k2__length_scale[1]``), so a warning names the parameter
+    as the user set it; ``theta[i]`` without usable names."""
     n = int(np.asarray(kernel.theta).size)
     if (
         hasattr(kernel, "length_scale")
@@ -92,4 +95,7 @@ def theta_names(kernel: Any) -> list[str]:
         and n == 1 + np.size(kernel.length_scale)
     ):
         return ["log variance"] + [f"log length_scale[{j}]" for j in range(n - 1)]
+    names = getattr(kernel, "hyperparameter_names", None)
+    if names is not None and len(names) == n:
+        return [f"log {name}" for name in names]
     return [f"theta[{i}]" for i in range(n)]

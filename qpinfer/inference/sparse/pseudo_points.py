@@ -29,7 +29,7 @@ diag(Kff)`` with ``W = b b^T - (S^-1 + Qff)^-1 - 2 diag(eps)``, ``S = diag(tau)`
 ``R_nn = b_n^2 - [(D + Qff)^-1]_nn``. Through ``Qff = Kfu Kuu^-1 Kuf`` the weights on ``dKfu``
 and ``dKuu`` are ``W Kfu Kuu^-1`` and ``-1/2 Kuu^-1 Kuf W Kfu Kuu^-1``, formed in O(N M^2) via
 Woodbury (``(S^-1 + Qff)^-1 A^T = S A^T B^-1``, ``_q_weights()``); the kernel contracts them
-(``_se_cross_contract()``).
+(``_se_cross_contract()``; a scikit-learn kernel: :mod:`qpinfer.kernels.cross`).
 
 Inducing inputs are initialised by k-means (:func:`kmeans_inducing_points`); predictions of the
 latent function are eq. (18) (:func:`predict_latent_low_rank`).
@@ -46,6 +46,7 @@ from scipy.cluster.vq import kmeans2
 from scipy.linalg import blas, cho_solve, lapack, solve_triangular
 
 from qpinfer.kernels import ARDSquaredExponential
+from qpinfer.kernels.cross import check_cross_kernel, cross_contract, diag_contract
 
 __all__ = [
     "LowRankPosterior",
@@ -61,14 +62,18 @@ __all__ = [
 _LOG_2PI = np.log(2.0 * np.pi)
 
 
+def _sklearn_kernel(kernel: Any) -> Any:
+    """The scikit-learn kernel behind ``kernel``: the one a
+    ``qpinfer.kernels.sklearn_kernel.SklearnKernel`` wraps (``.wrapped``), or ``kernel``."""
+    return getattr(kernel, "wrapped", kernel)
+
+
 def _check_kernel(kernel: Any) -> None:
-    if not isinstance(
-        kernel, ARDSquaredExponential
-    ):  # scikit-learn style: bad params -> ValueError
-        raise ValueError(  # noqa: TRY004
-            "sparse approximations need the derivatives of K(X, Z) in Z, implemented for "
-            f"qpinfer.kernels.ARDSquaredExponential; got {type(kernel).__name__}"
-        )
+    """``ValueError`` (one line) unless the derivatives of ``K(X, Z)`` in ``Z`` are available:
+    the ARD SE kernel, or a scikit-learn kernel (wrapped or not) of those
+    :func:`qpinfer.kernels.cross.check_cross_kernel` takes."""
+    if not isinstance(kernel, ARDSquaredExponential):
+        check_cross_kernel(_sklearn_kernel(kernel))
 
 
 def _chol(A: np.ndarray, what: str) -> np.ndarray:
@@ -163,13 +168,41 @@ def _contract_prior_gradient(
     g_kdiag: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``dF = sum G_fu * dKfu + sum G_uu * dKuu + g_kdiag . d diag(Kff)`` in (theta, Z);
-    ``G_fu`` (N x M, a temporary of the callers) is overwritten."""
+    ``G_fu`` (N x M, a temporary of the callers) is overwritten. A scikit-learn kernel goes to
+    ``_cross_prior_gradient()``; the SE kernel's contraction is written out here."""
+    if not isinstance(kernel, ARDSquaredExponential):
+        return _cross_prior_gradient(kernel, X, Z, prior, G_fu, G_uu, g_kdiag)
     g1, gz1 = _se_cross_contract(kernel, X, Z, G_fu, prior.Kuf.T, overwrite_W=True)
     g2, gz2 = _se_cross_contract(kernel, Z, Z, G_uu, prior.Kuu)  # G_uu symmetric: Z twice
     g_theta = g1 + g2
     # jitter * variance and diag(Kff) = variance both scale with the variance
     g_theta[0] += prior.jitter * np.trace(G_uu) + g_kdiag @ prior.kdiag
     return g_theta, gz1 + 2.0 * gz2
+
+
+def _cross_prior_gradient(
+    kernel: Any,
+    X: np.ndarray,
+    Z: np.ndarray,
+    prior: PseudoPointPrior,
+    G_fu: np.ndarray,
+    G_uu: np.ndarray,
+    g_kdiag: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_contract_prior_gradient()`` for a scikit-learn kernel (theta: its ``theta``), by
+    :func:`qpinfer.kernels.cross.cross_contract` and :func:`~qpinfer.kernels.cross.diag_contract`.
+
+    The jitter ``jit = jitter * mean diag Kuu`` moves with the kernel's diagonal:
+    ``d jit = jit * d(sum_m k(z_m, z_m)) / sum_m k(z_m, z_m)``, weighted by ``tr(G_uu)``, in theta
+    and (``DotProduct``: ``k(z, z) = sigma_0^2 + |z|^2``) in ``Z``."""
+    sk = _sklearn_kernel(kernel)
+    g1, gz1 = cross_contract(sk, X, Z, G_fu, prior.Kuf.T)
+    g2, gz2 = cross_contract(sk, Z, Z, G_uu, prior.Kuu)  # G_uu symmetric: Z twice
+    total = float(np.sum(np.diag(prior.Kuu)))
+    w_jit = prior.jitter * float(np.trace(G_uu)) / total if total > 0 else 0.0
+    g3, gz3 = diag_contract(sk, Z, np.full(Z.shape[0], w_jit), eval_input_gradient=True)
+    g4 = diag_contract(sk, X, g_kdiag)
+    return g1 + g2 + g3 + g4, gz1 + 2.0 * gz2 + gz3
 
 
 @dataclass
