@@ -339,7 +339,7 @@ def test_tags_and_clone():
     from sklearn.utils import get_tags
 
     assert get_tags(GPClassifier()).classifier_tags.multi_class is True
-    assert get_tags(SparseGPClassifier()).classifier_tags.multi_class is False
+    assert get_tags(SparseGPClassifier()).classifier_tags.multi_class is True
     clf = GPClassifier("qp", multi_class="one_vs_one", n_jobs=-1)
     assert sklearn_base.clone(clf).get_params()["multi_class"] == "one_vs_one"
     assert "multi_class='one_vs_one'" in repr(clf) and "n_jobs=-1" in repr(clf)
@@ -361,12 +361,6 @@ def test_bad_multi_class_and_n_jobs_are_value_errors(iris, params, match):
         GPClassifier("ep", optimizer=None, **params).fit(Xtr, ytr)
 
 
-def test_the_sparse_classifier_stays_binary(iris):
-    Xtr, ytr, _, _ = iris
-    with pytest.raises(ValueError, match="Only binary classification"):
-        SparseGPClassifier(5, optimizer=None).fit(Xtr, ytr)
-
-
 def test_the_benchmark_runs_quick(capsys):
     """``benchmarks/multiclass.py --quick`` (iris, two splits) prints its table."""
     pytest.importorskip("sklearn.gaussian_process")
@@ -382,3 +376,34 @@ def test_the_benchmark_runs_quick(capsys):
     for method in bench.METHODS:
         assert f"| iris (75/75, 4, 3) | {method} |" in out
     assert "splits better than sk-laplace" in out
+
+
+@pytest.mark.parametrize("method", ["pep", "qp"])
+@pytest.mark.parametrize("multi_class", ["one_vs_rest", "one_vs_one"])
+def test_sparse_classifier_is_multi_class_too(iris, method, multi_class):
+    """SparseGPClassifier gets the same one-vs-rest / one-vs-one layer: binary sparse fits of
+    the same parameters, whose probabilities it normalises (OvR) or couples (OvO)."""
+    Xtr, ytr, Xte, yte = iris
+    params = {"method": method, "multi_class": multi_class, "random_state": 0}
+    clf = _quiet_fit(SparseGPClassifier(10, **params), Xtr, ytr)
+    k = 3
+    assert clf.n_classes_ == k and list(clf.classes_) == [0, 1, 2]
+    assert len(clf.estimators_) == (k if multi_class == "one_vs_rest" else 3)
+    assert all(isinstance(e, SparseGPClassifier) for e in clf.estimators_)
+    P = clf.predict_proba(Xte)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=0, atol=8 * np.finfo(float).eps)
+    pos = np.column_stack([e.predict_proba(Xte)[:, 1] for e in clf.estimators_])
+    if multi_class == "one_vs_rest":  # each binary problem refitted alone gives the same
+        c = 1
+        alone = _quiet_fit(SparseGPClassifier(10, method=method, random_state=0), Xtr, ytr == c)
+        np.testing.assert_allclose(alone.predict_proba(Xte)[:, 1], pos[:, c], rtol=1e-12)
+        np.testing.assert_allclose(P, pos / pos.sum(axis=1, keepdims=True), rtol=1e-12)
+    else:
+        np.testing.assert_allclose(P, couple_pairwise(pos, k), rtol=1e-12)
+    assert clf.score(Xte, yte) > 0.85  # a held-out accuracy any reasonable GPC reaches
+    lmls = [e.log_marginal_likelihood_ for e in clf.estimators_]
+    assert clf.log_marginal_likelihood() == pytest.approx(np.mean(lmls), rel=1e-15)
+    with pytest.raises(ValueError, match="only supported for binary"):
+        clf.predict_latent(Xte)
+    with pytest.raises(ValueError, match="multi_class must be"):
+        SparseGPClassifier(10, multi_class="ovr").fit(Xtr, ytr)

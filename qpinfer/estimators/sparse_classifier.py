@@ -1,4 +1,5 @@
-"""Sparse GP classification (probit) with M pseudo-points by Power EP or QP (paper 004)."""
+"""Sparse GP classification (probit) with M pseudo-points by Power EP or QP (paper 004); more than
+two classes by one-vs-rest or one-vs-one (:mod:`qpinfer.estimators.multiclass`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X, _check_y, binary_labels
+from qpinfer.estimators.multiclass import MultiClassMixin, check_multi_class
 from qpinfer.estimators.params import SiteLoopParams, estimator, resolve_table
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.estimators.sparse_base import SparseEstimatorBase
@@ -26,7 +28,9 @@ __all__ = ["SparseGPClassifier"]
 
 
 @estimator
-class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopParams):
+class SparseGPClassifier(
+    MultiClassMixin, ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopParams
+):
     """Sparse GP classification (probit) with M pseudo-points by Power EP (paper 004).
 
     Iterative pseudo-point Power EP (:func:`~qpinfer.inference.sparse.sites.run_sparse_pep`, eqs.
@@ -97,6 +101,12 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
     search_tol : float or None, default 1e-3
         Site tolerance during the search (``max(tol, search_tol)``); ``None``: ``tol``
         throughout. The fitted sites are always converged to ``tol``.
+    multi_class, n_jobs :
+        More than two classes, as :class:`qpinfer.GPClassifier`: one binary sparse classifier
+        per class (``"one_vs_rest"``, the default) or per pair of classes (``"one_vs_one"``),
+        each a copy of this one with its own inducing inputs and hyperparameters, fitted through
+        joblib's active backend with ``n_jobs`` workers (:mod:`qpinfer.estimators.multiclass`).
+        Ignored for two classes.
     scheduler : None, "local", address or distributed.Client, default None
         Where the site sweeps run: ``None`` in this process; otherwise on dask, one map-reduce
         over data partitions per parallel sweep (:mod:`qpinfer.inference.sparse.dask_sweep`;
@@ -105,7 +115,9 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
 
     Attributes
     ----------
-    classes_, n_features_in_, kernel_, inducing_points_ :
+    classes_, n_classes_, n_features_in_, kernel_, inducing_points_ :
+        Multi-class: ``kernel_`` is the tuple of the binary classifiers', ``estimators_`` the
+        fitted binary classifiers (as :class:`qpinfer.GPClassifier`), the rest theirs only.
     log_marginal_likelihood_, log_marginal_likelihood_value_ : float
         Eq. (110) at the fitted values (the second name is scikit-learn's).
     restart_evidence_ : ndarray (n_restarts_optimizer + 1,)
@@ -122,6 +134,8 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
     method: str = "pep"
     table: Any = None
     scheduler: Any = None
+    multi_class: str = "one_vs_rest"
+    n_jobs: int | None = None
 
     def _validate(self) -> float:
         """Check the parameters besides the shared ones; returns the Power EP power."""
@@ -134,6 +148,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
             raise ValueError(f"method must be 'pep' or 'qp', got {self.method!r}")
         alpha = check_power(self.alpha)
         self._check_site_loop()
+        check_multi_class(self.multi_class, self.n_jobs)
         return alpha
 
     def _run(self, prior, y, projection, init=None, tol=None) -> SparsePEPResult:
@@ -160,6 +175,9 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         alpha = self._validate()
         X = _check_X(X, estimator=type(self).__name__)
         y = _check_y(y, X.shape[0], type(self).__name__)
+        if np.unique(y).size > 2:
+            return self._fit_multiclass(X, y, np.unique(y))
+        self._forget_multiclass()
         classes, y_pm = binary_labels(y, type(self).__name__)
         if self.method == "qp":
             lik = Probit()
@@ -233,6 +251,7 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
             result = self._run(prior, y_pm, final, init)
         self.table_ = table
         self.classes_ = classes
+        self.n_classes_ = 2
         self.n_features_in_ = d
         self.X_train_ = X
         self.y_train_ = y_pm
@@ -251,7 +270,10 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
 
     @limits_blas
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of the latent ``f*`` (eq. (18))."""
+        """Mean and variance of the latent ``f*`` (eq. (18)); binary only (multi-class:
+        ``estimators_[i]``'s)."""
+        if self._is_multiclass():
+            return super().predict_latent(X)  # MultiClassMixin's refusal
         X = self._check_predict_X(X)
         return predict_latent_low_rank(
             self.kernel_, self.inducing_points_, self._Lu, self.pep_result_.posterior, X
@@ -275,8 +297,11 @@ class SparseGPClassifier(ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopPa
         :func:`~qpinfer.inference.sparse.sites.sparse_pep_gradient` at those sites (Power EP's
         total derivative at its fixed point; QP's with its sites held fixed, as for
         :class:`qpinfer.GPClassifier`). ``clone_kernel`` is accepted (checked) and changes
-        nothing: the fitted model is never modified.
+        nothing: the fitted model is never modified. Multi-class: the mean over the binary
+        problems (:meth:`qpinfer.estimators.multiclass.MultiClassMixin.log_marginal_likelihood`).
         """
+        if self._is_multiclass():
+            return super().log_marginal_likelihood(theta, eval_gradient, clone_kernel=clone_kernel)
         self._check_is_fitted()
         if not isinstance(clone_kernel, bool | np.bool_):
             raise ValueError(f"clone_kernel must be True or False, got {clone_kernel!r}")
