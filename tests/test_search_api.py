@@ -356,3 +356,35 @@ def test_search_warnings_are_scikit_learns_convergence_warning_too():
         qpinfer.GPClassifier("ep", kernel=kernel).fit(X, y)
     with pytest.warns(SklearnConvergenceWarning, match="close to its"):
         qpinfer.GPClassifier("ep", kernel=kernel).fit(X, y)
+
+
+def test_the_scikit_learn_compatible_warnings_pickle_into_a_fresh_process():
+    """A search warning raised in a worker process comes back pickled (plain pickle, not only
+    cloudpickle): its class is found by name, in a process that has not made it yet too."""
+    import pickle
+    import subprocess
+    import sys
+
+    from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
+
+    from qpinfer.inference.search_result import sklearn_compatible
+
+    category = sklearn_compatible(BoundWarning)
+    warning = pickle.loads(pickle.dumps(category("k1__constant_value is close to its bound")))
+    assert type(warning) is category and isinstance(warning, SklearnConvergenceWarning)
+    code = (
+        "import pickle, sys\n"
+        "from qpinfer.inference.search_result import BoundWarning\n"
+        "w = pickle.loads(sys.stdin.buffer.read())\n"
+        "assert isinstance(w, BoundWarning), type(w).__mro__\n"
+        "print(type(w).__name__, w)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=pickle.dumps(warning),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split()[0] == "SklearnCompatibleBoundWarning"

@@ -71,10 +71,33 @@ def sklearn_compatible(category: type[Warning]) -> type[Warning]:
         return category
     sub = _sklearn_subclasses.get(category)
     if sub is None:
-        namespace = {"__module__": category.__module__, "__doc__": category.__doc__}
-        sub = type(category.__name__, (category, sk.ConvergenceWarning), namespace)
+        # named as a module attribute of its own, so that pickle finds it (a warning sent back
+        # from a worker process); a process that has not made it yet makes it on first access
+        # (the module's __getattr__)
+        name = f"{_SKLEARN_PREFIX}{category.__name__}"
+        namespace = {"__module__": __name__, "__qualname__": name, "__doc__": category.__doc__}
+        sub = type(name, (category, sk.ConvergenceWarning), namespace)
         _sklearn_subclasses[category] = sub
+        globals()[name] = sub
     return sub
+
+
+_SKLEARN_PREFIX = "SklearnCompatible"
+
+
+def __getattr__(name: str) -> Any:
+    """The scikit-learn-compatible warning classes of :func:`sklearn_compatible`, made on first
+    access (unpickling one in a process that has not raised it yet imports scikit-learn)."""
+    base = (
+        globals().get(name.removeprefix(_SKLEARN_PREFIX))
+        if name.startswith(_SKLEARN_PREFIX)
+        else None
+    )
+    if isinstance(base, type) and issubclass(base, Warning):
+        import sklearn.exceptions  # noqa: F401  -- such a warning exists only where it was loaded
+
+        return sklearn_compatible(base)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SearchFailedError(ValueError):
