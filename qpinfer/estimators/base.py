@@ -316,22 +316,15 @@ class GPEstimatorBase(SiteLoopParams):
         K_star = self.kernel_(self.X_train_, X)
         return predict_latent(self.result_.posterior, K_star, self.kernel_.diag(X))
 
-    def latent_mean_and_variance(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """scikit-learn's (>= 1.7) name for :meth:`predict_latent`: the latent f's mean and
-        variance at ``X``."""
-        return self.predict_latent(X)
-
-    def _kernel_at(self, theta: Any, clone_kernel: Any, n_extra: int = 0) -> tuple[Any, Any]:
-        """``(kernel, theta)`` for :meth:`log_marginal_likelihood`: ``theta`` checked (the
-        kernel's entries and ``n_extra`` more) and the fitted kernel at its first entries --
-        ``kernel_`` itself where they are its own and ``clone_kernel`` is false."""
-        if not isinstance(clone_kernel, bool | np.bool_):
-            raise ValueError(f"clone_kernel must be True or False, got {clone_kernel!r}")
+    def _kernel_at(
+        self, theta: Any, clone_kernel: Any, extra: tuple[str, ...] = ()
+    ) -> tuple[Any, Any]:
+        """``(kernel, theta)`` for :meth:`log_marginal_likelihood`: ``theta`` checked
+        (``_checked_theta()``: the kernel's entries, then ``extra``) and the fitted kernel at
+        its first entries -- ``kernel_`` itself where they are its own and ``clone_kernel`` is
+        false."""
+        theta = self._checked_theta(theta, clone_kernel, extra)
         nk = np.asarray(self.kernel_.theta).size
-        theta = np.asarray(theta, dtype=np.float64)
-        if theta.shape != (nk + n_extra,) or not np.all(np.isfinite(theta)):
-            what = f"{nk} kernel log hyperparameters" + (f" and {n_extra} more" if n_extra else "")
-            raise ValueError(f"theta must be a finite vector of {what}, got {theta!r}")
         if not clone_kernel and np.array_equal(theta[:nk], self.kernel_.theta):
             return self.kernel_, theta
         return self.kernel_.with_theta(theta[:nk]), theta
@@ -359,7 +352,7 @@ class GPEstimatorBase(SiteLoopParams):
         self._check_is_fitted()
         X, y = self.X_train_, self.y_train_
         if theta is None:
-            self._kernel_at(self.kernel_.theta, clone_kernel)
+            self._checked_theta(self.kernel_.theta, clone_kernel)  # checks clone_kernel
             kernel, result = self.kernel_, self.result_
         else:
             kernel, _ = self._kernel_at(theta, clone_kernel)

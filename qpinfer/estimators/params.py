@@ -219,6 +219,24 @@ class SharedParams(ParamsMixin):
             "n_drawn": n_drawn,
         }
 
+    def latent_mean_and_variance(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """scikit-learn's (>= 1.7) name for the estimator's ``predict_latent``: the latent f's
+        mean and variance at ``X``."""
+        return self.predict_latent(X)
+
+    def _checked_theta(self, theta: Any, clone_kernel: Any, extra: tuple[str, ...] = ()):
+        """``theta`` of ``log_marginal_likelihood`` as a float array, checked with scikit-learn's
+        ``clone_kernel`` (``True`` or ``False``): a finite vector of the fitted kernel's log
+        hyperparameters followed by one entry per name in ``extra`` (e.g. ``log scale``)."""
+        if not isinstance(clone_kernel, bool | np.bool_):
+            raise ValueError(f"clone_kernel must be True or False, got {clone_kernel!r}")
+        nk = np.asarray(self.kernel_.theta).size
+        theta = np.asarray(theta, dtype=np.float64)
+        if theta.shape != (nk + len(extra),) or not np.all(np.isfinite(theta)):
+            what = " and ".join([f"{nk} kernel log hyperparameters", *extra])
+            raise ValueError(f"theta must be a finite vector of {what}, got {theta!r}")
+        return theta
+
     def _check_kernel(self, kernel: Any) -> None:
         """``ValueError`` unless ``kernel`` (the parameter as passed) is a scikit-learn kernel or
         implements the :class:`qpinfer.kernels.protocol.Kernel` protocol

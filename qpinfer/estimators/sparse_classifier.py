@@ -279,10 +279,6 @@ class SparseGPClassifier(
             self.kernel_, self.inducing_points_, self._Lu, self.pep_result_.posterior, X
         )
 
-    def latent_mean_and_variance(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """scikit-learn's (>= 1.7) name for :meth:`predict_latent`."""
-        return self.predict_latent(X)
-
     def log_marginal_likelihood(
         self,
         theta: np.ndarray | None = None,
@@ -303,12 +299,7 @@ class SparseGPClassifier(
         if self._is_multiclass():
             return super().log_marginal_likelihood(theta, eval_gradient, clone_kernel=clone_kernel)
         self._check_is_fitted()
-        if not isinstance(clone_kernel, bool | np.bool_):
-            raise ValueError(f"clone_kernel must be True or False, got {clone_kernel!r}")
-        n = self.kernel_.theta.size
-        theta = self.kernel_.theta if theta is None else np.asarray(theta, dtype=np.float64)
-        if theta.shape != (n,) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"theta must be a finite vector of {n} kernel log hyperparameters")
+        theta = self._checked_theta(self.kernel_.theta if theta is None else theta, clone_kernel)
         X, Z, y = self.X_train_, self.inducing_points_, self.y_train_
         fitted = np.array_equal(theta, self.kernel_.theta)
         kernel = self.kernel_ if fitted else self.kernel_.with_theta(theta)

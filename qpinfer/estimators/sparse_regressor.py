@@ -178,10 +178,6 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         )
         return mean * self._y_std + self._y_mean, var * self._y_std**2
 
-    def latent_mean_and_variance(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """scikit-learn's (>= 1.7) name for :meth:`predict_latent`."""
-        return self.predict_latent(X)
-
     def predict(self, X: Any, return_std: bool = False) -> Any:
         """Predictive mean; with ``return_std`` also the standard deviation of a new observation
         ``y*`` (latent variance plus the noise variance; the latent's alone:
@@ -220,17 +216,9 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         ``clone_kernel`` is accepted (checked) and changes nothing, the fitted model is never
         modified."""
         self._check_is_fitted()
-        if not isinstance(clone_kernel, bool | np.bool_):
-            raise ValueError(f"clone_kernel must be True or False, got {clone_kernel!r}")
         if theta is None:
             theta = np.concatenate([self.kernel_.theta, [np.log(self.noise_variance_)]])
-        theta = np.asarray(theta, dtype=np.float64)
-        n = self.kernel_.theta.size + 1
-        if theta.shape != (n,) or not np.all(np.isfinite(theta)):
-            raise ValueError(
-                f"theta must be a finite vector of {n - 1} kernel log hyperparameters and "
-                f"log noise_variance, got {theta!r}"
-            )
+        theta = self._checked_theta(theta, clone_kernel, ("log noise_variance",))
         yn = (self.y_train_ - self._y_mean) / self._y_std
         value, grad = self._energy(
             theta,

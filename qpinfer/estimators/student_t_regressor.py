@@ -199,7 +199,7 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         X, y = self.X_train_, self.y_train_
         if theta is None:
             theta = np.append(self.kernel_.theta, np.log(self.likelihood_.scale))
-        kern, theta = self._kernel_at(theta, clone_kernel, n_extra=1)
+        kern, theta = self._kernel_at(theta, clone_kernel, ("log scale",))
         lik = StudentT(self.nu, np.exp(theta[-1]))
         saved = self.likelihood_, self.projection_
         try:

@@ -336,6 +336,8 @@ def search_evidence(
     (:func:`~qpinfer.inference.restarts.best_of`), and only its search is checked.
     """
     n_restarts = check_n_restarts(n_restarts)
+    if not (callable(optimizer) or optimizer in LBFGS_NAMES):
+        raise ValueError(f"optimizer must be 'lbfgs' or a callable, got {optimizer!r}")
     starts = [space.x0] + draw_starts(
         space.x0, space.bounds, space.names, n_restarts, check_random_state(random_state), n_drawn
     )
@@ -354,8 +356,6 @@ def search_evidence(
                 search = minimize_callable(
                     optimizer, objective, x0, space.bounds, budget=budget, trail=trail
                 )
-            elif optimizer not in LBFGS_NAMES:
-                raise ValueError(f"optimizer must be 'lbfgs' or a callable, got {optimizer!r}")
             elif trust is None:
                 search = minimize_lbfgsb(objective, x0, space.bounds, maxiter=maxiter, **options)
             else:
