@@ -77,6 +77,7 @@ from qpinfer.inference.laplace import (
 )
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.search_space import kernel_block, search_space
+from qpinfer.inference.total_gradient import qp_objective_gradient
 from qpinfer.inference.vb import elbo, vb_fixed_point
 
 __all__ = [
@@ -141,6 +142,27 @@ class GPEstimatorBase(SiteLoopParams):
             _, tau, nu = positive_branch_start(K, y, lik)
             init = (tau, nu)
         return self._run(K, y, projection or self.projection_, init)
+
+    def _own_objective(self, projection: Any = None) -> bool:
+        """Whether this search maximises an objective of QP's own (``qp_objective`` "evidence"
+        or "loo": one search, total gradient) rather than EP's evidence or the fixed-site one."""
+        return (
+            self.method == "qp"
+            and self.qp_objective != "ep"
+            and not isinstance(projection, MomentMatching)
+        )
+
+    def _value_and_gradient(
+        self, kern: Any, X: np.ndarray, K: np.ndarray, y: np.ndarray, res: Any, **own: Any
+    ) -> tuple[float, np.ndarray]:
+        """The search objective at the converged ``res`` and its gradient in ``kern.theta``:
+        QP's own (:func:`qpinfer.inference.total_gradient.qp_objective_gradient`, ``own``: its
+        keywords, ``objective`` defaults to ``qp_objective``) or the evidence with
+        :meth:`_gradient`."""
+        if not self._own_objective():
+            return res.log_marginal_likelihood, self._gradient(kern, X, K, y, res)
+        own.setdefault("objective", self.qp_objective)
+        return qp_objective_gradient(kern, X, K, y, res, self.projection_, **own)
 
     def _gradient(self, kern: Any, X: np.ndarray, K: np.ndarray, y: np.ndarray, res: Any):
         if self.method == "laplace":
@@ -238,7 +260,7 @@ class GPEstimatorBase(SiteLoopParams):
         for the hyperparameters anyway; the polish is a local refinement.
         """
         init, n_ep = None, 0
-        if self.method == "qp":
+        if self.method == "qp" and not self._own_objective():
             ep = MomentMatching(self.likelihood_)
             start = time.perf_counter()
             kernel, ep_result, n_ep = self._lbfgs(kernel, X, y, None, ep)
@@ -274,8 +296,11 @@ class GPEstimatorBase(SiteLoopParams):
             warm = init if trail.latest is None else self._warm_start(trail.latest[1])
             res = self._inner(kern, X, K, y, warm, projection)
             budget.record(res)
-            grad = self._gradient(kern, X, K, y, res)
-            return -res.log_marginal_likelihood, -grad, (kern, res)
+            if projection is None:
+                value, grad = self._value_and_gradient(kern, X, K, y, res)
+            else:  # EP's stage of qp_objective="ep"
+                value, grad = res.log_marginal_likelihood, self._gradient(kern, X, K, y, res)
+            return -value, -grad, (kern, res)
 
         space = search_space(kernel_block(kernel))
         search = self._search(objective, space, projection, budget, trail)
@@ -289,7 +314,7 @@ class GPEstimatorBase(SiteLoopParams):
         to ``n_inner_iter_total_``."""
         stage = "ep" if isinstance(projection, MomentMatching) else self.method
         options = self._search_options()
-        polish = self.method == "qp" and stage != "ep"
+        polish = self.method == "qp" and stage != "ep" and not self._own_objective()
         if polish:  # QP's polish from EP's optimum: a local refinement, not restarted
             options["n_restarts"] = 0
         search = search_evidence(
@@ -359,6 +384,4 @@ class GPEstimatorBase(SiteLoopParams):
             result = self._inner(kernel, X, kernel(X), y, self._warm_start(self.result_))
         if not eval_gradient:
             return result.log_marginal_likelihood
-        K = kernel(X)
-        grad = self._gradient(kernel, X, K, y, result)
-        return result.log_marginal_likelihood, grad
+        return self._value_and_gradient(kernel, X, kernel(X), y, result, objective="evidence")

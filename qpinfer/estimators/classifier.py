@@ -140,6 +140,7 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     %(blas_threads)s
     %(schedule)s
     %(max_iter)s
+    %(qp_objective)s
     alpha : float in (0, 1]
         The Power EP power (``method="pep"`` only): ``alpha = 1`` is EP exactly, ``alpha -> 0``
         approaches the variational solution.

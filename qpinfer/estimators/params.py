@@ -51,6 +51,8 @@ __all__ = [
     "warn_exact_once",
 ]
 
+#: what QP's hyperparameter search may maximise (``qp_objective``)
+QP_OBJECTIVES = ("evidence", "loo", "ep")
 #: the default cap on L-BFGS-B iterations (paper 000 Sec. 6)
 OPTIMIZER_MAXITER = 1000
 #: ``max_optimizer_iter``'s default: not passed (the cap is then ``optimizer_maxiter``)
@@ -129,6 +131,13 @@ max_iter, tol, damping :
     ``damping=None``: 1.0 for the sequential, 0.5 for the parallel schedule. ``max_iter`` also
     bounds the dense estimators' Newton iterations (Laplace, at least 100) and VB's
     fixed-point steps.""",
+    "qp_objective": """\
+qp_objective : {"evidence", "loo", "ep"}, default "evidence"
+    What QP's hyperparameters maximise (``method="qp"`` only; issue #30): ``"evidence"``,
+    eq. (4) at QP's sites, and ``"loo"``, QP's leave-one-out predictive
+    ``sum_i log p(y_i | cavity_i)``, each in one search with its total gradient
+    (:mod:`qpinfer.inference.total_gradient`); ``"ep"``, EP's evidence first and then eq. (4)
+    at QP's sites polished with the sites held fixed (the paper's and 0.2's fit).""",
     "n_inducing": """\
 n_inducing : int or None, default None
     Number of pseudo-points M, in [1, n_samples]; ``None`` means ``min(50, n_samples)``,
@@ -270,9 +279,13 @@ class SiteLoopParams(SharedParams):
     max_iter: int = 1000
     tol: float = 1e-6
     damping: float | None = None
+    qp_objective: str = "evidence"
 
     def _check_site_loop(self) -> None:
-        """Validate ``schedule``, ``max_iter``, ``tol`` and ``damping``."""
+        """Validate ``schedule``, ``max_iter``, ``tol``, ``damping`` and ``qp_objective``."""
+        if self.qp_objective not in QP_OBJECTIVES:
+            names = ", ".join(repr(o) for o in QP_OBJECTIVES)
+            raise ValueError(f"qp_objective must be one of {names}; got {self.qp_objective!r}")
         if self.schedule not in ("parallel", "sequential"):
             raise ValueError(f"schedule must be 'parallel' or 'sequential', got {self.schedule!r}")
         check_positive_int(self.max_iter, "max_iter")

@@ -183,6 +183,7 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
     %(blas_threads)s
     %(schedule)s
     %(max_iter)s
+    %(qp_objective)s
     link : {"square", "log"}
         The rate: ``f^2`` (the paper's square link, App. C.2) or ``exp(f)`` (issue #15,
         :mod:`qpinfer.likelihoods.poisson_log`: log-concave, so every method starts from zero sites

@@ -93,6 +93,7 @@ class SparseGPClassifier(
     %(blas_threads)s
     %(schedule)s
     %(max_iter)s
+    %(qp_objective)s
     %(inducing_points)s
     %(jitter)s
     %(max_optimizer_iter)s

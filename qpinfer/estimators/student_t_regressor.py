@@ -91,6 +91,7 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
     %(blas_threads)s
     %(schedule)s
     %(max_iter)s
+    %(qp_objective)s
     """
 
     _METHODS = ("qp", "ep", "laplace", "vb")
@@ -147,8 +148,10 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         self.table_ = for_likelihood(self.table_, likelihood)  # the table serves this scale
         self.projection_ = self._projection(likelihood, self.table_)
 
-    def _evaluate(self, kern, X, K, y, likelihood, init, ep_phase):
-        """Inner fit at ``(kernel, scale)`` and the gradient in ``(theta, log scale)``."""
+    def _evaluate(self, kern, X, K, y, likelihood, init, ep_phase, **own):
+        """Inner fit at ``(kernel, scale)``, the search objective and its gradient in ``(theta,
+        log scale)`` (``own``: keywords of QP's own objective, as in
+        :meth:`_value_and_gradient`)."""
         self._use(likelihood)
         projection = MomentMatching(likelihood) if ep_phase else None
         try:
@@ -157,9 +160,12 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
             if init is None:
                 raise
             res = self._inner(kern, X, K, y, None, projection)  # the warm start was the problem
+        if not ep_phase and self._own_objective():
+            value, grad = self._value_and_gradient(kern, X, K, y, res, scale_parameter=True, **own)
+            return res, value, grad
         g_k = self._gradient(kern, X, K, y, res)
         g_s = scale_gradient("ep" if ep_phase else self.method, K, res, y, likelihood)
-        return res, np.append(g_k, g_s)
+        return res, res.log_marginal_likelihood, np.append(g_k, g_s)
 
     def _lbfgs(self, kernel, X, y, init, projection):
         """As the base class, over ``(kernel theta, log scale)`` with ``optimize_scale``, in a
@@ -176,9 +182,9 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray, tuple[Any, Any, Any]]:
             kern, lik = kernel.with_theta(theta[:nk]), StudentT(self.nu, np.exp(theta[nk]))
             warm = init if trail.latest is None else self._warm_start(trail.latest[1])
-            res, grad = self._evaluate(kern, X, kern(X), y, lik, warm, ep_phase)
+            res, value, grad = self._evaluate(kern, X, kern(X), y, lik, warm, ep_phase)
             budget.record(res)
-            return -res.log_marginal_likelihood, -grad, (kern, res, lik)
+            return -value, -grad, (kern, res, lik)
 
         log_scale = np.log(self.likelihood_.scale)
         scale_box = np.log(np.asarray(self.scale_bounds, float))
@@ -203,12 +209,12 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         lik = StudentT(self.nu, np.exp(theta[-1]))
         saved = self.likelihood_, self.projection_
         try:
-            res, grad = self._evaluate(
-                kern, X, kern(X), y, lik, self._warm_start(self.result_), False
+            warm = self._warm_start(self.result_)
+            _, value, grad = self._evaluate(
+                kern, X, kern(X), y, lik, warm, False, objective="evidence"
             )
         finally:
             self.likelihood_, self.projection_ = saved
-        value = res.log_marginal_likelihood
         return (value, grad) if eval_gradient else value
 
     def _gradient(self, kern: Any, X: np.ndarray, K: np.ndarray, y: np.ndarray, res: Any):
