@@ -209,7 +209,7 @@ def test_every_estimator_fits_at_the_callables_theta(name):
         assert est.noise_variance_ == pytest.approx(0.1 * np.exp(0.1), rel=1e-14)
 
 
-def test_qp_runs_the_callable_in_both_stages():
+def test_qp_runs_the_callable_once_per_stage():
     X, y = cancer()
     stages = []
 
@@ -217,9 +217,13 @@ def test_qp_runs_the_callable_in_both_stages():
         stages.append(obj_func(initial_theta, eval_gradient=False))
         return initial_theta, stages[-1]
 
-    est = qpinfer.GPClassifier("qp", optimizer=optimizer).fit(X, y)
+    est = qpinfer.GPClassifier("qp", optimizer=optimizer, qp_objective="ep").fit(X, y)
     assert len(stages) == 2  # EP's evidence, then QP's from EP's optimum
     assert est.log_marginal_likelihood_value_ == pytest.approx(-stages[1], rel=1e-12)
+    stages.clear()
+    est = qpinfer.GPClassifier("qp", optimizer=optimizer).fit(X, y)
+    assert len(stages) == 1  # QP's own evidence: one search, no EP stage
+    assert est.log_marginal_likelihood_value_ == pytest.approx(-stages[0], rel=1e-12)
 
 
 def test_a_callable_that_returns_garbage_is_named():

@@ -167,19 +167,25 @@ def _relative_error(g, ref):
 
 
 @pytest.mark.parametrize("name", list(GRADIENT_KERNELS))
-@pytest.mark.parametrize("method", ["ep", "qp", "laplace", "vb"])
+@pytest.mark.parametrize("method", ["ep", "qp", "qp-fixed-sites", "laplace", "vb"])
 def test_evidence_gradient_matches_finite_differences(method, name):
     X, y = _breast_cancer()
+    own = {"qp_objective": "ep"} if method == "qp-fixed-sites" else {}
     est = GPClassifier(
-        method, kernel=GRADIENT_KERNELS[name](), optimizer=None, tol=1e-10, max_iter=5000
+        method.split("-")[0],
+        kernel=GRADIENT_KERNELS[name](),
+        optimizer=None,
+        tol=1e-10,
+        max_iter=5000,
+        **own,
     ).fit(X, y)
     theta = est.kernel_.theta
     value, grad = est.log_marginal_likelihood(theta, eval_gradient=True)
     assert value == pytest.approx(est.log_marginal_likelihood_, rel=1e-9)
-    if method == "qp":
-        # QP's gradient is R&W eq. (5.27) at QP's sites: the derivative of eq. (4) with the
-        # sites held FIXED at QP's fixed point, not the total derivative of QP's evidence
-        # (QP's sites are not stationary for EP's free energy; issue #30). So it is checked
+    if method == "qp-fixed-sites":
+        # with qp_objective="ep" QP's gradient is R&W eq. (5.27) at QP's sites: the derivative
+        # of eq. (4) with the sites held FIXED at QP's fixed point, not the total derivative of
+        # QP's evidence (QP's sites are not stationary for EP's free energy). So it is checked
         # against what it claims to be: finite differences of the fixed-site evidence.
         res = est.result_
         const = site_constant(res)
@@ -216,8 +222,9 @@ def test_evidence_gradient_matches_finite_differences(method, name):
 
         print(f"vb {name}: estimator's own gradient, relative error {err_estimator:.2e}")
     else:
-        # EP (at its fixed point) and Laplace (R&W Alg. 5.1) claim the total derivative:
-        # finite differences re-run the inner loop at every theta
+        # EP (at its fixed point), QP with its own objective (implicit differentiation of its
+        # fixed point, qpinfer.inference.total_gradient) and Laplace (R&W Alg. 5.1) claim the
+        # total derivative: finite differences re-run the inner loop at every theta
         def f(t):
             return est.log_marginal_likelihood(t)
 

@@ -30,10 +30,11 @@ evidence (VB: the ELBO) with its gradient; the fit keeps the best evidence seen.
 a bound warns (:class:`qpinfer.inference.search_result.OptimizerWarning`); it stops after
 ``MAX_UNCONVERGED_EVALUATIONS`` inner loops that ran to ``max_iter``. Dense fits on more than
 ``qpinfer.checks.DENSE_WARN_N`` rows warn first (:class:`~qpinfer.checks.LargeDenseFitWarning`). QP
-first maximises EP's evidence (whose fixed-site gradient is exact) and then polishes its own from
-there (see ``GPEstimatorBase._optimize()``). See :mod:`qpinfer.estimators.classifier` for why the
-inner loop is nested rather than alternated with whole L-BFGS-B runs, and for QP's gradient (EP's
-expression at QP's sites, sites held fixed).
+maximises its own ``qp_objective`` in one search with the total gradient through its site fixed
+point (:mod:`qpinfer.inference.total_gradient`), or with ``qp_objective="ep"`` first EP's
+evidence and then polishes its own from there (see ``GPEstimatorBase._optimize()``). See
+:mod:`qpinfer.estimators.classifier` for why the inner loop is nested rather than alternated with
+whole L-BFGS-B runs.
 
 Starting points: for the square link the posterior is symmetric under ``f -> -f`` and the
 symmetric state (posterior mean 0) is a saddle that EP's and VB's updates never leave; every
@@ -240,19 +241,22 @@ class GPEstimatorBase(SiteLoopParams):
         to convergence, warm-started from the previous evaluation (:meth:`_warm_start`), and
         returns the evidence and its gradient.
 
-        QP starts from EP's optimum: QP's evidence (eq. (4) at QP's sites) has no cheap exact
-        gradient -- the fixed-site gradient misses the sites' dependence on the hyperparameters,
-        so L-BFGS-B's line search stalls far from the optimum (on Sonar at log signal variance
-        ~4 where the evidence keeps rising to ~10). EP's evidence, whose fixed-site gradient is
-        exact, is the closest surrogate: it is maximised first (from the user's initial
-        hyperparameters, as for every method), then QP's own evidence is polished from there
-        with QP's sites warm-started from EP's. Returns ``(kernel, result, n_evaluations)``;
-        records each stage's wall time in ``stage_seconds_``.
+        QP with its own ``qp_objective`` (``"evidence"``, the default, or ``"loo"``) is one
+        search like every other method's, each evaluation returning the objective's total
+        gradient (:func:`qpinfer.inference.total_gradient.qp_objective_gradient`). With
+        ``qp_objective="ep"`` (the paper's fit) QP starts from EP's optimum: the fixed-site
+        gradient of QP's evidence misses the sites' dependence on the hyperparameters, so
+        L-BFGS-B's line search on it stalls far from the optimum (on Sonar at log signal
+        variance ~4 where the evidence keeps rising to ~10). EP's evidence, whose fixed-site
+        gradient is exact, is maximised first (from the user's initial hyperparameters, as for
+        every method), then QP's own evidence is polished from there with QP's sites
+        warm-started from EP's. Returns ``(kernel, result, n_evaluations)``; records each
+        stage's wall time in ``stage_seconds_``.
 
-        A callable ``optimizer`` replaces L-BFGS-B in both stages. Restarts
-        (``n_restarts_optimizer``) act on the first: for QP, EP's search runs from every start,
-        and QP's evidence is polished once, from the best of EP's optima (``restart_evidence_``
-        then holds EP's evidence at each start's optimum).
+        A callable ``optimizer`` replaces L-BFGS-B in every stage. Restarts
+        (``n_restarts_optimizer``) act on the first: for QP with ``qp_objective="ep"``, EP's
+        search runs from every start, and QP's evidence is polished once, from the best of EP's
+        optima (``restart_evidence_`` then holds EP's evidence at each start's optimum).
         Restarting the whole two-stage fit instead (a QP polish per start) found the same QP
         evidence and cost more (``benchmarks/bench_restarts.py``, 4 restarts, seeds 0-2, the
         same starts): Ionosphere, isotropic, -94.041083 both ways in 34.6 s against 39.3 s;

@@ -15,10 +15,11 @@ Hyperparameters (paper Sec. 6): L-BFGS-B (at most 1000 iterations, relative func
 1e-9) maximises eq. (4) over the log kernel hyperparameters. Every evaluation runs the site
 updates to convergence (warm-started from the previous evaluation) and returns eq. (4) with the
 gradient of R&W eq. (5.27) -- the exact total derivative for EP at convergence. For QP the
-objective is EP's evidence expression evaluated at QP's sites (the paper's choice) and the
-gradient with the sites held fixed is not its total derivative (QP's sites are not a stationary
-point of EP's free energy), which stalls L-BFGS-B; so QP maximises EP's evidence first and
-polishes its own from EP's optimum (``qpinfer.estimators.base.GPEstimatorBase._optimize()``).
+objective is ``qp_objective``: by default EP's evidence expression evaluated at QP's sites, with
+its total derivative through QP's site fixed point (:mod:`qpinfer.inference.total_gradient`; the
+fixed-site gradient is not, as QP's sites are not a stationary point of EP's free energy, and it
+stalls L-BFGS-B); ``"ep"`` is the paper's fit, EP's evidence first and QP's polished from EP's
+optimum (``qpinfer.estimators.base.GPEstimatorBase._optimize()``).
 Nesting the inner loop in every evaluation, rather than alternating whole L-BFGS-B runs at fixed
 sites as in Algorithm 1, converges in far fewer site sweeps (alternating creeps along flat
 directions of eq. (4)). Laplace and VB are nested the same way (Newton mode with R&W Alg. 5.1's
@@ -133,7 +134,8 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     optimizer : {"lbfgs", "fmin_l_bfgs_b"}, callable or None
         Fit the hyperparameters by maximising the evidence (eq. (4); Laplace: R&W eq. (3.32);
         VB: the ELBO at its optimal variational parameters) with L-BFGS-B, or keep them fixed
-        (``None``). QP's two stages (EP's evidence, then QP's polished) both use a callable.
+        (``None``). QP's two stages with ``qp_objective="ep"`` (EP's evidence, then QP's polished) both use
+        a callable.
         %(optimizer_callable)s
     %(n_restarts_optimizer)s
     %(optimizer_maxiter)s
@@ -197,9 +199,9 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
         ``qpinfer.inference.optimize.MAX_UNCONVERGED_EVALUATIONS`` of them ran to ``max_iter``
         unconverged.
     stage_seconds_ : dict
-        Wall seconds of the fit's stages: QP's hyperparameter search ``{"ep": .., "qp": ..}``
-        (EP's evidence maximised first, then QP's own polished from there); every other fit
-        ``{method: ..}``.
+        Wall seconds of the fit's stages: QP's hyperparameter search with
+        ``qp_objective="ep"`` ``{"ep": .., "qp": ..}`` (EP's evidence maximised first, then QP's
+        own polished from there); every other fit ``{method: ..}``.
     table_ : table object or None
         The sigma* table QP used (``None`` for EP or exact QP).
     """

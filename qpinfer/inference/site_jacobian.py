@@ -11,11 +11,13 @@ the heat equation ``dZ/dv = Z_mm / 2``::
     dm^/dm    = s^2 / v
     dm^/dv    = g + v (h_m / 2 + g h),     h_m = d(s^2)/dm / v^2 = kappa_3 / v^3
 
-``kappa_3`` the tilted third central moment. ``d(s^2)/dm`` and the derivatives of sigma* come
-from the sigma* source's own derivatives where it has them (:func:`qpinfer.sigma_qp_gradient`,
-``table.sigma_qp_gradient``) or else from a five-point central difference (relative step
-:data:`FD_STEP` of the cavity std; truncation ``O(FD_STEP^4)``, rounding ``~1e-16 / FD_STEP``,
-so ~1e-12 relative, far below what an L-BFGS search or a 1e-6 gradient check can see).
+``kappa_3`` the tilted third central moment. The derivatives of sigma* come from the sigma*
+source's own: a table's lookup (:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradient`) or
+the exact kernel's quadrature (:func:`qpinfer.sigma.derivatives.sigma_qp_gradient`, which also
+gives ``kappa_3``). Where no source has them -- ``d(s^2)/dm`` under a table, a projection's
+table without derivatives -- a five-point central difference (relative step :data:`FD_STEP` of
+the cavity std; truncation ``O(FD_STEP^4)``, rounding ``~1e-16 / FD_STEP``, so ~1e-12
+relative, far below what an L-BFGS search or a 1e-6 gradient check can see).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from qpinfer.sigma import sigma_qp_gradient
 
 __all__ = ["FD_STEP", "CavityDerivatives", "cavity_derivatives", "scale_derivatives"]
 
@@ -53,22 +57,20 @@ def _five_point(f, x: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 
 def _sigma_star_gradient(projection: Any, m: np.ndarray, sd: np.ndarray, y: np.ndarray):
-    """``(sigma*, dsigma*/dm, dsigma*/dsd)`` from the projection's table or exact kernel."""
+    """``(sigma*, dsigma*/dm, dsigma*/dsd, kappa_3 or None)``: from the projection's table
+    (:meth:`~qpinfer.tables.SigmaTableReader.sigma_qp_gradient`, the lookup's derivatives), else
+    from the exact kernel's quadrature (:func:`qpinfer.sigma.sigma_qp_gradient`, whose panels
+    also give the tilted third cumulant), else five-point differences of ``project``."""
     table = getattr(projection, "table", None)
-    exact = getattr(table, "sigma_qp_gradient", None) if table is not None else None
-    if exact is None and table is None:
-        from qpinfer import sigma as sigma_room  # the kernel's quadrature derivative, if built
-
-        gradient = getattr(sigma_room, "sigma_qp_gradient", None)
-        if gradient is not None:
-            return gradient(projection.likelihood, m, sd, y)
-    elif exact is not None:
-        return exact(m, sd, y)
+    if table is not None and hasattr(table, "sigma_qp_gradient"):
+        return (*table.sigma_qp_gradient(m, sd, y), None)
+    if table is None:
+        return sigma_qp_gradient(projection.likelihood, m, sd, y, third_cumulant=True)
     _, s = projection.project(m, sd, y)
     h = FD_STEP * sd
     ds_dm = _five_point(lambda x: projection.project(x, sd, y)[1], m, h)
     ds_dsd = _five_point(lambda x: projection.project(m, x, y)[1], sd, h)
-    return s, ds_dm, ds_dsd
+    return s, ds_dm, ds_dsd, None
 
 
 def cavity_derivatives(projection: Any, m: np.ndarray, v: np.ndarray, y: np.ndarray):
@@ -81,10 +83,13 @@ def cavity_derivatives(projection: Any, m: np.ndarray, v: np.ndarray, y: np.ndar
     mean, ep_var = np.asarray(mean, np.float64), np.asarray(ep_sd, np.float64) ** 2
     g = (mean - m) / v
     h = (ep_var - v) / (v * v)
-    ep_var_m = _five_point(
-        lambda x: np.asarray(lik.tilted_moments(x, sd, y)[1]) ** 2, m, FD_STEP * sd
-    )
-    s, s_m, s_sd = _sigma_star_gradient(projection, m, sd, y)
+    s, s_m, s_sd, kappa3 = _sigma_star_gradient(projection, m, sd, y)
+    if kappa3 is None:  # d(s^2)/dm = kappa_3 / v, here by differences of EP's moments
+        ep_var_m = _five_point(
+            lambda x: np.asarray(lik.tilted_moments(x, sd, y)[1]) ** 2, m, FD_STEP * sd
+        )
+    else:
+        ep_var_m = np.asarray(kappa3, np.float64) / v
     s = np.asarray(s, np.float64)
     return CavityDerivatives(
         log_z=np.asarray(lik.log_z(m, sd, y), np.float64),

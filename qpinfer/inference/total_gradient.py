@@ -108,7 +108,7 @@ def _adjoint(maps: _LocalMaps, Sigma: np.ndarray, mu: np.ndarray, rhs: np.ndarra
 
     op = LinearOperator((2 * n, 2 * n), matvec=lambda y: y - mt(y), dtype=np.float64)
     scale = max(float(np.max(np.abs(rhs))), np.finfo(np.float64).tiny)
-    lam, info = gmres(op, rhs / scale, rtol=1e-12, atol=0.0, restart=min(2 * n, 200), maxiter=20)
+    lam, info = gmres(op, rhs / scale, rtol=1e-10, atol=0.0, restart=min(2 * n, 200), maxiter=20)
     lam *= scale
     if info != 0 or not np.allclose(op.matvec(lam), rhs, rtol=1e-8, atol=1e-10 * scale):
         dense = np.eye(2 * n) - np.column_stack([mt(e) for e in np.eye(2 * n)])

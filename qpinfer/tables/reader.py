@@ -76,6 +76,15 @@ class SigmaTableReader(ABC):
     def contains(self, mu, sigma, y) -> np.ndarray:
         """Boolean mask of the queries the table answers without the exact kernel."""
 
+    def sigma_qp_gradient(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(sigma*, d sigma*/d mu, d sigma*/d sigma)``: sigma* as :meth:`qp_moments` gives it
+        (bit for bit) and the derivatives of that lookup (:mod:`qpinfer.tables.gradient`: a
+        Richardson central difference of the lookup where the table answers, the exact
+        kernel's derivatives where it falls back; a reader may differentiate its cells)."""
+        from qpinfer.tables.gradient import reader_gradient
+
+        return reader_gradient(self, mu, sigma, y)
+
     def close(self) -> None:  # noqa: B027 - a hook: most readers hold nothing open
         """Release what the table holds open (nothing, unless a reader says otherwise); the
         table stays usable."""

@@ -291,6 +291,18 @@ class ReducedTable(SigmaTableReader):
         sig, ep, shape, _ = self._lookup(mu, sigma, y, moments, need_ep=True)
         return (sig / ep).reshape(shape)
 
+    def sigma_qp_gradient(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(sigma*, d sigma*/d mu, d sigma*/d sigma)``: sigma* as :meth:`qp_moments` gives it
+        (bit for bit); in a box storing sigma*/sigma with a coordinate Jacobian (probit's core)
+        the derivative of its cell polynomial by the chain rule
+        (:func:`qpinfer.tables.gradient.direct_box_gradient`), elsewhere the routes of
+        :func:`qpinfer.tables.gradient.reader_gradient`."""
+        from qpinfer.tables.gradient import direct_box_gradient, reader_gradient
+
+        return reader_gradient(
+            self, mu, sigma, y, exact=lambda m, s, yy: direct_box_gradient(self, m, s, yy)
+        )
+
     def contains(self, mu, sigma, y) -> np.ndarray:
         """True everywhere a lookup needs no exact fallback."""
         before = self.fallback_count

@@ -68,6 +68,12 @@ class Box:
             u[d] = x
         return u
 
+    def coord_jacobian(self, mu, sigma, y):
+        """Derivatives of :meth:`axis_coords` in the canonical cavity, one ``(d/dmu, d/dsigma)``
+        per axis, or ``None`` if the box does not give them (its lookups are then differentiated
+        numerically, :mod:`qpinfer.tables.gradient`)."""
+        return None
+
     def to_attrs(self) -> dict:
         return {
             "name": self.name,

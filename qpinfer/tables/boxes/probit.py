@@ -31,6 +31,14 @@ class ProbitCore(Box):
     def axis_coords(self, mu, sigma, y):
         return mu / np.hypot(1.0, sigma), np.log10(sigma)  # sigma > 0 (validated)
 
+    def coord_jacobian(self, mu, sigma, y):
+        """``((dtau/dmu, dtau/dsigma), (0, d log10(sigma)/dsigma))``, tau = mu / h,
+        h = sqrt(1 + sigma^2)."""
+        h = np.hypot(1.0, sigma)
+        tau = mu / h
+        zero = np.zeros(np.shape(sigma))
+        return (1.0 / h, -tau * (sigma / h) / h), (zero, 1.0 / (sigma * np.log(10.0)))
+
     def axis_array(self, mu, sigma, y, tau=None):
         """(See :meth:`qpinfer.tables.boxes.base.Box.axis_array`.) ``tau``: the first coordinate if
         the caller has it (the probit likelihood's z, :meth:`qpinfer.Probit.tilted_mean_and_z`: the

@@ -1,0 +1,180 @@
+"""Derivatives of a table's sigma* lookup in the cavity mean and standard deviation.
+
+Two routes, per query (:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradient`):
+
+* **The cells' own derivative** (:func:`cell_gradient`): a v2 box that stores sigma*/sigma and
+  knows its coordinates' Jacobian (``Box.coord_jacobian``; probit's core, every cavity of a
+  probit fit) differentiates its Chebyshev (or power-basis) cell polynomial and applies the chain
+  rule through the box's coordinate map: the exact derivative of the interpolant.
+* **A Richardson central difference of the lookup itself** (:func:`lookup_richardson`) for every
+  other query the table answers (v1 grids, the v2 boxes storing sigma*/sigma_EP): steps
+  ``1e-4 min(sigma, sigma*)`` and half that (4 lookups per derivative), truncation ``O(h^4)``
+  and rounding ~1e-12 relative inside a cell; a stencil that straddles a cell edge sees the
+  interpolant's kink there, ~the table's accuracy over the step.
+
+Queries the table does not answer (its exact fallbacks), and those of likelihoods whose EP
+moments are themselves a quadrature (logit, poisson_log, Student-t: a lookup there costs about a
+kernel call), take the exact kernel's derivatives
+(:func:`qpinfer.sigma.derivatives.sigma_qp_gradient`), within the table's error over a cell of
+the lookup's (measured <= 1e-10 of sigma*).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qpinfer.tables.chebyshev import CellAxis, _locate, _matvec, _vecdot
+
+__all__ = ["cell_gradient", "direct_box_gradient", "lookup_richardson", "reader_gradient"]
+
+_STEP = 1e-4  # Richardson step, relative to min(sigma, sigma*)
+
+
+def _basis_and_derivative(t: np.ndarray, n: int, power: bool):
+    """``(B, dB/dt)``, each ``(n_points, n)``, at local coordinates ``t`` in [0, 1]: powers
+    ``t^k``, or Chebyshev ``T_k(2t - 1)`` with ``d/dt = 2 k U_(k-1)``."""
+    b = np.empty((n, t.size))
+    db = np.empty((n, t.size))
+    b[0], db[0] = 1.0, 0.0
+    if power:
+        for k in range(1, n):
+            np.multiply(b[k - 1], t, out=b[k])
+            np.multiply(b[k - 1], float(k), out=db[k])
+        return b.T, db.T
+    x = 2.0 * t - 1.0
+    u_prev, u = np.zeros_like(x), np.ones_like(x)  # U_(-1), U_0
+    if n > 1:
+        b[1] = x
+        db[1] = 2.0
+    for k in range(2, n):
+        b[k] = 2.0 * x * b[k - 1] - b[k - 2]
+        u_prev, u = u, 2.0 * x * u - u_prev  # U_(k-1)
+        db[k] = (2.0 * k) * u
+    return b.T, db.T
+
+
+def cell_gradient(
+    coef: np.ndarray, axes: tuple[CellAxis, CellAxis], points, power: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(value, d/dx_0, d/dx_1)`` of a 2-D cell interpolant (:mod:`qpinfer.tables.chebyshev`:
+    ``coef`` rows as :func:`~qpinfer.tables.chebyshev.coefficients`, or
+    :func:`~qpinfer.tables.chebyshev.power_coefficients` with ``power``) at ``points`` (one 1-D
+    array per axis, inside the axes), derivatives in the axes' own coordinates."""
+    if len(axes) != 2:
+        raise ValueError(f"cell_gradient needs a 2-D box; got {len(axes)} axes")
+    rows, local, _ = _locate(axes, tuple(points), 0)
+    a, b = axes
+    ba, dba = _basis_and_derivative(local[0], a.n, power)
+    bb, dbb = _basis_and_derivative(local[1], b.n, power)
+    block = coef[rows].reshape(-1, a.n, b.n)
+    cb = _matvec(block, bb)
+    value = _vecdot(cb, ba)
+    d0 = _vecdot(cb, dba) / a.width
+    d1 = _vecdot(_matvec(block, dbb), ba) / b.width
+    return value, d0, d1
+
+
+def direct_box_gradient(table, mu, sigma, y):
+    """``(mask, d_mu, d_sigma)`` (derivatives at ``mask``) of flat checked queries to a v2
+    table (:class:`qpinfer.tables.reduced.ReducedTable`) inside a box storing sigma*/sigma whose
+    coordinates have a Jacobian (``Box.coord_jacobian``): sigma* = sigma * p(x(mu, sigma)), p
+    the cell polynomial (:func:`cell_gradient`); ``None`` if no query can be."""
+    from qpinfer.sigma.derivatives import canonical_slope
+
+    lik = table.likelihood_object
+    slope = canonical_slope(lik, mu, y)
+    if slope is None or not table._direct:
+        return None
+    m, yy = lik.canonical(mu, y)
+    mask = np.zeros(m.size, dtype=bool)
+    d_mu, d_sigma = np.empty(m.size), np.empty(m.size)
+    for k in table._direct:
+        box = table._boxes[k]
+        idx = np.flatnonzero(~mask)
+        if idx.size == 0:
+            break
+        sub = (m[idx], sigma[idx], yy[idx])
+        coords, jac = box.axis_coords(*sub), box.coord_jacobian(*sub)
+        if coords is None or jac is None or len(box.axes) != 2:
+            continue
+        inside = box._inside_axes(coords)
+        sel = idx[inside]
+        v, d0, d1 = cell_gradient(
+            table._coefs[k], box.axes, tuple(c[inside] for c in coords), table._power[k]
+        )
+        (a_m, a_s), (b_m, b_s) = (
+            tuple(np.broadcast_to(j, inside.shape)[inside] for j in row) for row in jac
+        )
+        s = sigma[sel]
+        d_mu[sel] = slope[sel] * s * (d0 * a_m + d1 * b_m)
+        d_sigma[sel] = v + s * (d0 * a_s + d1 * b_s)
+        mask[sel] = True
+    return mask, d_mu[mask], d_sigma[mask]
+
+
+def lookup_richardson(lookup, mu, sigma, y, value):
+    """``(d/dmu, d/dsigma)`` of ``lookup(mu, sigma, y)`` (flat arrays) by Richardson-extrapolated
+    central differences with steps ``h = 1e-4 min(sigma, value)`` and ``h/2``."""
+    h = _STEP * np.minimum(sigma, value)
+
+    def pair(fun, x):
+        d1 = (fun(x + h) - fun(x - h)) / (2.0 * h)
+        d2 = (fun(x + 0.5 * h) - fun(x - 0.5 * h)) / h
+        return (4.0 * d2 - d1) / 3.0
+
+    return pair(lambda m: lookup(m, sigma, y), mu), pair(lambda s: lookup(mu, s, y), sigma)
+
+
+def _quadrature_moments(lik) -> bool:
+    """Whether the likelihood's EP moments are a quadrature of their own (logit, poisson_log,
+    Student-t): a lookup outside the sigma*/sigma boxes then costs about one kernel call."""
+    return bool(getattr(lik, "_ep_from_panels", False)) or lik.name.startswith("student_t")
+
+
+def reader_gradient(table, mu, sigma, y, exact=None):
+    """:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradient` of any reader: ``s`` from
+    ``table.qp_moments`` (bit for bit), derivatives from ``exact(m, s, y)`` where it returns
+    ``(mask, d_mu, d_sigma)`` over the flat broadcast queries (a reader's exact route), else by
+    :func:`lookup_richardson` of ``qp_moments``' sigma* where the table answers, else the exact
+    kernel's :func:`~qpinfer.sigma.derivatives.sigma_qp_gradient`: at the table's fallbacks,
+    and at every query of a likelihood whose EP moments are a quadrature (logit, poisson_log,
+    Student-t), where the eight lookups of a Richardson difference would cost ~4x the kernel's
+    derivatives (those differ from the lookup's by the table's error over a cell, measured
+    <= 1e-10 of sigma*)."""
+    from qpinfer.sigma.derivatives import sigma_qp_gradient
+    from qpinfer.sigma.kernel import _prepare
+
+    lik, m, s, yy = _prepare(table.likelihood_object, mu, sigma, y)
+    shape = m.shape
+    value = np.asarray(table.qp_moments(m, s, yy)[1], dtype=np.float64).reshape(shape)
+    counted = table.fallback_count
+    m, s, yy = m.ravel(), s.ravel(), yy.ravel()
+    v = value.ravel()
+    d_mu, d_sigma = np.full(m.size, np.nan), np.full(m.size, np.nan)
+    todo = np.ones(m.size, dtype=bool)
+    if exact is not None:
+        got = exact(m, s, yy)
+        if got is not None:
+            mask, d_mu[mask], d_sigma[mask] = got
+            todo &= ~mask
+    if todo.any():
+        idx = np.flatnonzero(todo)
+        if _quadrature_moments(lik):  # 8 lookups cost more than the kernel's derivatives
+            inside = np.zeros(idx.size, dtype=bool)
+        else:
+            inside = table.contains(m[idx], s[idx], yy[idx])
+        out_idx, in_idx = idx[~inside], idx[inside]
+        if in_idx.size:
+
+            def lookup(mm, ss, y_):
+                return table.qp_moments(mm, ss, y_)[1]
+
+            d_mu[in_idx], d_sigma[in_idx] = lookup_richardson(
+                lookup, m[in_idx], s[in_idx], yy[in_idx], v[in_idx]
+            )
+        if out_idx.size:
+            _, d_mu[out_idx], d_sigma[out_idx] = sigma_qp_gradient(
+                lik, m[out_idx], s[out_idx], yy[out_idx]
+            )
+    table.fallback_count = counted  # the value's fallbacks; not the differences' queries
+    return value, d_mu.reshape(shape), d_sigma.reshape(shape)
