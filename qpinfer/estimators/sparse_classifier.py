@@ -22,6 +22,7 @@ from qpinfer.inference.search_space import free_block, kernel_block, search_spac
 from qpinfer.inference.site_loop import ConvergenceWarning
 from qpinfer.inference.sparse.pseudo_points import predict_latent_low_rank, pseudo_point_prior
 from qpinfer.inference.sparse.sites import SparsePEPResult, run_sparse_pep, sparse_pep_gradient
+from qpinfer.inference.sparse.total_gradient import sparse_qp_objective_gradient
 from qpinfer.likelihoods.probit import Probit
 
 __all__ = ["SparseGPClassifier"]
@@ -64,10 +65,13 @@ class SparseGPClassifier(
     exact sigma*). With ``M = N``, ``Z = X`` (``h = 0``) this is exactly full QP
     (:class:`qpinfer.GPClassifier` ``method="qp"``), and sigma* <= sigma_EP (Theorem 2) gives
     sites at least as precise as sparse EP's. Hyperparameters and inducing inputs
-    (``optimizer="lbfgs"``) are those of sparse EP (alpha = 1; its energy eq. (110) has the exact
-    gradient at its fixed point, QP's does not -- as for the full GPClassifier), after which QP
-    runs at them warm-started from EP's sites; ``log_marginal_likelihood_`` is eq. (110) at QP's
-    sites. Cost: one sigma* per site update on top of EP's O(M^2) (``docs/rep.md`` has timings).
+    (``optimizer="lbfgs"``) maximise QP's own ``qp_objective`` in one search with QP's sites
+    inside: ``"evidence"`` (eq. (110) at QP's sites) or ``"loo"`` (``sum_n log Z^_n`` at QP's
+    cavities), with the total gradient through QP's fixed point
+    (:func:`~qpinfer.inference.sparse.total_gradient.sparse_qp_objective_gradient`, O(N M^2));
+    ``"ep"`` takes sparse EP's (alpha = 1) and then runs QP at them warm-started from EP's sites.
+    ``log_marginal_likelihood_`` is eq. (110) at QP's sites. Cost: one sigma* per site update on
+    top of EP's O(M^2) (``docs/rep.md`` has timings).
 
     Parameters
     ----------
@@ -122,8 +126,9 @@ class SparseGPClassifier(
     log_marginal_likelihood_, log_marginal_likelihood_value_ : float
         Eq. (110) at the fitted values (the second name is scikit-learn's).
     restart_evidence_ : ndarray (n_restarts_optimizer + 1,)
-        Eq. (110) (sparse EP's, alpha = 1 for QP) at each start's optimum, the initial values'
-        first; ``-inf`` where inference failed throughout.
+        Eq. (110) (sparse EP's, alpha = 1 for QP with ``qp_objective="ep"``; else QP's
+        objective) at each start's optimum, the initial values' first; ``-inf`` where inference
+        failed throughout.
     pep_result_ : SparsePEPResult
     n_iter_, n_evaluations_ : int
     """
@@ -184,7 +189,8 @@ class SparseGPClassifier(
             lik = Probit()
             table = resolve_table(self, lik)  # the same rules as GPClassifier's
             final = QuantileMatching(lik, table)
-            projection = MomentMatching(lik)  # hyperparameters/inducing inputs: sparse EP's
+            # "ep": hyperparameters/inducing inputs are sparse EP's; else QP's own, one search
+            projection = MomentMatching(lik) if self.qp_objective == "ep" else final
         else:
             table = None
             projection = final = PowerMomentMatching(Probit(), alpha)
@@ -213,10 +219,15 @@ class SparseGPClassifier(
                 init = None if last is None else (last[2].tau, last[2].nu)
                 res = self._run(prior, y_pm, projection, init, loose)
                 budget.record(res)
-                g_theta, g_Z = sparse_pep_gradient(kern, X, Zp, prior, res, y_pm, projection)
+                if isinstance(projection, QuantileMatching):  # QP's own objective, total grad
+                    args = (kern, X, Zp, prior, res, y_pm, projection, self.qp_objective)
+                    value, g_theta, g_Z = sparse_qp_objective_gradient(*args)
+                else:
+                    value = res.log_marginal_likelihood
+                    g_theta, g_Z = sparse_pep_gradient(kern, X, Zp, prior, res, y_pm, projection)
                 grad = np.concatenate([g_theta, g_Z.ravel()]) if opt_Z else g_theta
                 # no prior kept: its two M x N arrays are recomputed once at the end
-                return -res.log_marginal_likelihood, -grad, (kern, Zp.copy(), res)
+                return -value, -grad, (kern, Zp.copy(), res)
 
             blocks = [kernel_block(kernel)] + ([free_block(Z, "Z")] if opt_Z else [])
             search = search_evidence(
