@@ -73,8 +73,10 @@ def corrected_t_test(d: np.ndarray, n_train: int, n_test: int) -> tuple[float, f
 
 
 def report(records: list[dict[str, Any]]) -> str:
-    """The markdown table: mean NTLL and error per variant, and the paired tests against
-    ``qp-ep`` (QP with EP's objective, today's default)."""
+    """The markdown tables: mean NTLL and error per variant, and the paired tests against
+    ``qp-ep`` (QP with EP's objective, the paper's fit); then each variant's whole-fit time
+    summed over the folds (fitted in turn in one process, one BLAS thread) and its ratio to
+    EP's."""
     lines = [
         "| data | folds | "
         + " | ".join(f"NTLL {v}" for v in VARIANTS)
@@ -98,6 +100,21 @@ def report(records: list[dict[str, Any]]) -> str:
             t, p = corrected_t_test(d, n_train, n_test)
             tests.append(f"{d.mean():+.4f} ({t:+.2f}, {p:.3f})")
         lines.append(f"| {dataset} | {len(rs)} | " + " | ".join(cells + tests) + " |")
+    lines += [
+        "",
+        "| data | "
+        + " | ".join(f"{v} s" for v in VARIANTS)
+        + " | "
+        + " | ".join(f"{v} / ep" for v in VARIANTS if v != "ep")
+        + " |",
+        "|---" * (1 + 2 * len(VARIANTS) - 1) + "|",
+    ]
+    for dataset in sorted({r["task"]["dataset"] for r in records}):
+        rs = [r for r in records if r["task"]["dataset"] == dataset]
+        sec = {v: sum(r["results"][v]["seconds"] for r in rs) for v in VARIANTS}
+        ratios = [f"{sec[v] / sec['ep']:.3f}" for v in VARIANTS if v != "ep"]
+        cells = [f"{sec[v]:.1f}" for v in VARIANTS]
+        lines.append(f"| {dataset} | " + " | ".join(cells + ratios) + " |")
     return "\n".join(lines) + "\n"
 
 

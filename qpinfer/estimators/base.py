@@ -78,7 +78,9 @@ from qpinfer.inference.laplace import (
 )
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.search_space import kernel_block, search_space
-from qpinfer.inference.total_gradient import qp_objective_gradient
+from qpinfer.inference.site_chord import chord_start
+from qpinfer.inference.site_update import resolve_floor
+from qpinfer.inference.total_gradient import qp_objective_gradient, site_update_jacobian
 from qpinfer.inference.vb import elbo, vb_fixed_point
 
 __all__ = [
@@ -293,14 +295,29 @@ class GPEstimatorBase(SiteLoopParams):
             self.n_inner_iter_total_ = getattr(self, "n_inner_iter_total_", 0) + int(res.n_iter)
             return kernel, res, 1
         budget, trail = InnerLoopBudget(int(self.max_iter)), SearchTrail()
+        own = projection is None and self._own_objective()
+        chord: dict[str, Any] = {}  # QP's own: the latest fixed point's site Jacobian
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray, tuple[Any, Any]]:
             kern = kernel.with_theta(theta)
             K = kern(X)
             warm = init if trail.latest is None else self._warm_start(trail.latest[1])
+            n_chord = 0
+            if own and warm is not None and chord.get("res") is trail.latest[1]:
+                floor = resolve_floor("auto", self.projection_)
+                warm, n_chord = chord_start(
+                    K, y, self.projection_, warm, chord["jacobian"], floor, float(self.tol),
+                    refresh=lambda t, v: site_update_jacobian(K, y, self.projection_, t, v),
+                )  # fmt: skip
             res = self._inner(kern, X, K, y, warm, projection)
+            res.n_iter += n_chord  # the chord's site updates count as sweeps
             budget.record(res)
-            if projection is None:
+            if own:
+                value, grad, chord["jacobian"] = self._value_and_gradient(
+                    kern, X, K, y, res, return_jacobian=True
+                )
+                chord["res"] = res
+            elif projection is None:
                 value, grad = self._value_and_gradient(kern, X, K, y, res)
             else:  # EP's stage of qp_objective="ep"
                 value, grad = res.log_marginal_likelihood, self._gradient(kern, X, K, y, res)

@@ -23,7 +23,7 @@ Both depend on the sites through the posterior marginals ``a = diag Sigma``, ``b
 cavity (local); so does ``G``. The local parts are per-site coefficients
 (:mod:`qpinfer.inference.site_jacobian`), the global ones products with ``Sigma`` and ``Sigma o
 Sigma``; the adjoint system (2N unknowns) is solved by GMRES with these O(N^2) products (a dense
-LU if GMRES stalls). The kernel hyperparameters enter through ``a`` and ``b`` only:
+LU if GMRES stalls; :class:`~qpinfer.inference.site_chord.SiteJacobian`). The kernel hyperparameters enter through ``a`` and ``b`` only:
 ``d Sigma = A^T dK A``, ``d mu = A^T dK alpha`` (``A = K^-1 Sigma = I - (K + S~^-1)^-1 K``,
 ``alpha = K^-1 mu``), so with ``omega = dL/d(a, b) + lam^T dG/d(a, b)`` the gradient is one
 contraction ``tr(dK W)``, ``W = [R&W 5.27's matrix] + A diag(omega_a) A^T + sym(alpha (A
@@ -38,13 +38,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.sparse.linalg import LinearOperator, gmres
 
-from qpinfer.inference.dense_posterior import scaled_B_inverse
+from qpinfer.inference.dense_posterior import posterior_from_sites, scaled_B_inverse
+from qpinfer.inference.site_chord import SiteJacobian
 from qpinfer.inference.site_jacobian import cavity_derivatives, scale_derivatives
-from qpinfer.inference.site_update import MIN_SITE_PRECISION, site_proposal
+from qpinfer.inference.site_update import MIN_SITE_PRECISION
 
-__all__ = ["OBJECTIVES", "qp_objective_gradient"]
+__all__ = ["OBJECTIVES", "qp_objective_gradient", "site_update_jacobian"]
 
 #: QP's own hyperparameter objectives
 OBJECTIVES: tuple[str, ...] = ("evidence", "loo")
@@ -55,12 +55,14 @@ class _LocalMaps:
     differentials ``(da, db, dtau~, dnu~)`` (rows), plus the explicit derivatives in a
     likelihood parameter (``extra``: Student-t's log scale)."""
 
-    def __init__(self, projection, a, b, tau, nu, y, objective: str, fixed: np.ndarray) -> None:
+    def __init__(self, projection, a, b, tau, nu, y, objective: str, fixed, floor) -> None:
         tau_c = 1.0 / a - tau
         nu_c = b / a - nu
         v = 1.0 / tau_c
         m = nu_c * v
         d = cavity_derivatives(projection, m, v, y)
+        if fixed is None:  # eq. (6)'s precision below the floor, from the same sigma*
+            fixed = np.zeros(a.shape, bool) if floor is None else (1.0 / d.var - tau_c < floor)
         self.derivatives, self.cavity = d, (m, v)
         zero = np.zeros_like(a)
         one = np.ones_like(a)
@@ -92,28 +94,30 @@ class _LocalMaps:
         return g_tau, g_nu, d_log_z
 
 
-def _adjoint(maps: _LocalMaps, Sigma: np.ndarray, mu: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Solve ``(I - M^T) lam = rhs`` with ``M = dG/ds`` (sites through ``a, b`` and locally)."""
-    n = mu.size
-    P = Sigma * Sigma
-    Gt, Gn = maps.G_tau, maps.G_nu
+def _covariances(post: Any, K: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``C = (K + S~^-1)^-1``, ``A = K^-1 Sigma = I - C K`` and the posterior covariance
+    ``Sigma = K A`` of a dense posterior."""
+    s = post.sqrt_tau
+    if post.L is not None:
+        C = scaled_B_inverse(post.L, s)  # (K + S~^-1)^-1
+    else:
+        C = s[:, None] * post.solve_B(np.diag(s))  # S M^-1 S
+    A = -(C @ K)
+    A[np.diag_indices_from(A)] += 1.0  # K^-1 Sigma
+    Sigma = K @ A
+    return C, A, 0.5 * (Sigma + Sigma.T)
 
-    def mt(y: np.ndarray) -> np.ndarray:
-        yt, yn = y[:n], y[n:]
-        pa = Gt[0] * yt + Gn[0] * yn
-        sb = Sigma @ (Gt[1] * yt + Gn[1] * yn)
-        xt = Gt[2] * yt + Gn[2] * yn - P @ pa - mu * sb
-        xn = Gt[3] * yt + Gn[3] * yn + sb
-        return np.concatenate([xt, xn])
 
-    op = LinearOperator((2 * n, 2 * n), matvec=lambda y: y - mt(y), dtype=np.float64)
-    scale = max(float(np.max(np.abs(rhs))), np.finfo(np.float64).tiny)
-    lam, info = gmres(op, rhs / scale, rtol=1e-10, atol=0.0, restart=min(2 * n, 200), maxiter=20)
-    lam *= scale
-    if info != 0 or not np.allclose(op.matvec(lam), rhs, rtol=1e-8, atol=1e-10 * scale):
-        dense = np.eye(2 * n) - np.column_stack([mt(e) for e in np.eye(2 * n)])
-        lam = np.linalg.solve(dense, rhs)
-    return lam
+def site_update_jacobian(
+    K: np.ndarray, y: np.ndarray, projection: Any, tau: np.ndarray, nu: np.ndarray
+) -> SiteJacobian:
+    """The :class:`~qpinfer.inference.site_chord.SiteJacobian` of QP's site update at sites
+    ``(tau~, nu~)`` on prior ``K`` (a fixed point or not): the Newton step of
+    :func:`~qpinfer.inference.site_chord.chord_start`."""
+    post = posterior_from_sites(K, tau, nu)
+    floor = MIN_SITE_PRECISION if getattr(projection.likelihood, "log_concave", True) else None
+    maps = _LocalMaps(projection, post.var, post.mean, tau, nu, y, "loo", None, floor)
+    return SiteJacobian(_covariances(post, K)[2], post.mean, maps.G_tau, maps.G_nu)
 
 
 def qp_objective_gradient(
@@ -126,7 +130,8 @@ def qp_objective_gradient(
     objective: str = "evidence",
     clipped: np.ndarray | None = None,
     scale_parameter: bool = False,
-) -> tuple[float, np.ndarray]:
+    return_jacobian: bool = False,
+) -> tuple[float, np.ndarray] | tuple[float, np.ndarray, SiteJacobian]:
     """QP's ``objective`` (``"evidence"`` or ``"loo"``, see above) at the converged sites of
     ``result`` (from :func:`qpinfer.inference.ep.run_ep` with ``projection`` on ``K = kernel(X)``)
     and its total gradient in ``kernel.theta`` -- with ``scale_parameter`` followed by the
@@ -134,28 +139,22 @@ def qp_objective_gradient(
 
     ``clipped`` marks sites held at the precision floor (default: those whose update eq. (6)
     would take below :data:`~qpinfer.inference.site_update.MIN_SITE_PRECISION`, for a
-    log-concave likelihood).
+    log-concave likelihood; decided from the same sigma* as the derivatives, the value
+    :func:`~qpinfer.inference.site_update.site_proposal` clips with). ``return_jacobian``
+    appends the site update's :class:`~qpinfer.inference.site_chord.SiteJacobian` (the
+    adjoint's), for :func:`~qpinfer.inference.site_chord.chord_start` at the next
+    hyperparameters.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}; got {objective!r}")
     post = result.posterior
     tau, nu = np.asarray(result.tau, np.float64), np.asarray(result.nu, np.float64)
     a, b = post.var, post.mean
-    if clipped is None:  # the sites whose update the floor holds (eq. (6) would go below it)
-        floor = (
-            None if not getattr(projection.likelihood, "log_concave", True) else MIN_SITE_PRECISION
-        )
-        clipped = site_proposal(projection, b, a, tau, nu, y, floor)[3]
-    maps = _LocalMaps(projection, a, b, tau, nu, y, objective, np.asarray(clipped, bool))
-    s = post.sqrt_tau
-    if post.L is not None:
-        C = scaled_B_inverse(post.L, s)  # (K + S~^-1)^-1
-    else:
-        C = s[:, None] * post.solve_B(np.diag(s))  # S M^-1 S
-    A = -(C @ K)
-    A[np.diag_indices_from(A)] += 1.0  # K^-1 Sigma
-    Sigma = K @ A
-    Sigma = 0.5 * (Sigma + Sigma.T)
+    floor = MIN_SITE_PRECISION if getattr(projection.likelihood, "log_concave", True) else None
+    if clipped is not None:
+        clipped = np.asarray(clipped, bool)
+    maps = _LocalMaps(projection, a, b, tau, nu, y, objective, clipped, floor)
+    C, A, Sigma = _covariances(post, K)
     h = maps.h
     # dL/ds in total (through a, b and locally), plus Phi's own for the evidence
     hb_sigma = Sigma @ h[1]
@@ -164,7 +163,8 @@ def qp_objective_gradient(
     if objective == "evidence":
         rhs_t = rhs_t - 0.5 * (a + b * b)
         rhs_n = rhs_n + b
-    lam = _adjoint(maps, Sigma, b, np.concatenate([rhs_t, rhs_n]))
+    jacobian = SiteJacobian(Sigma, b, maps.G_tau, maps.G_nu)
+    lam = jacobian.solve(np.concatenate([rhs_t, rhs_n]), transpose=True)
     n = b.size
     lt, ln = lam[:n], lam[n:]
     omega_a = h[0] + maps.G_tau[0] * lt + maps.G_nu[0] * ln
@@ -182,4 +182,4 @@ def qp_objective_gradient(
     if scale_parameter:
         g_tau, g_nu, d_log_z = maps.extra(y)
         grad = np.append(grad, np.sum(d_log_z) + lt @ g_tau + ln @ g_nu)
-    return value, grad
+    return (value, grad, jacobian) if return_jacobian else (value, grad)
