@@ -47,7 +47,7 @@ GMRES_MAX_ITER: int = 200
 #: a chord step must multiply the RMS residual by less than this, or the Jacobian is refreshed
 CHORD_FACTOR: float = 0.5
 #: Jacobians recomputed at the current sites (Newton steps) per chord start
-MAX_REFRESHES: int = int(__import__("os").environ.get("MR", "2"))
+MAX_REFRESHES: int = 2
 
 
 class SiteJacobian:
