@@ -10,6 +10,7 @@ too.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.polynomial import legendre
@@ -17,7 +18,15 @@ from scipy.special import ndtri
 
 from qpinfer.quadrature.level_sets import level_edges
 
-__all__ = ["N_LEVELS", "N_LEVELS_FINE", "panel_moments_of", "panel_rule", "sigma_qp_quadrature"]
+__all__ = [
+    "N_LEVELS",
+    "N_LEVELS_FINE",
+    "PanelSums",
+    "panel_moments_of",
+    "panel_rule",
+    "panel_sums",
+    "sigma_qp_quadrature",
+]
 
 N_LEVELS = 4  # panels on each side of a lobe's mode
 N_LEVELS_FINE = 7  # ... for points whose likelihood asks for finer levels (very wide cavities)
@@ -55,9 +64,30 @@ def panel_moments_of(q, x, half, weights) -> tuple[np.ndarray, np.ndarray, np.nd
     return total, m1, np.sqrt(var)
 
 
-def sigma_qp_quadrature(lik, mu, sigma, y, lobes, extra=None, n_levels=N_LEVELS, with_std=False):
-    """sigma* for 1-D arrays of canonical (mu, sigma, y) by lobe-adapted panel quadrature;
-    ``with_std``: ``(sigma*, std)``, std the tilted std on the same panels (one lobe only)."""
+@dataclass
+class PanelSums:
+    """The lobe-adapted panels of one batch and the tilted density's integrals on them
+    (:func:`panel_sums`): ``edges`` per lobe, nodes ``f`` (points x panels x nodes), half
+    widths ``half``, the density ``q`` (scaled to max 1) at the nodes, ``sums`` (per panel: its
+    mass, then the partial integrals from its start and to its end at each node), the panel
+    masses ``mass``, the masses ``before`` and ``after`` each panel, and the ``total``."""
+
+    edges: list
+    f: np.ndarray
+    half: np.ndarray
+    q: np.ndarray
+    sums: np.ndarray
+    mass: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+    total: np.ndarray
+    weights: np.ndarray
+    panel_ops: np.ndarray
+
+
+def panel_sums(lik, mu, sigma, y, lobes, extra=None, n_levels=N_LEVELS) -> PanelSums:
+    """The panels of :func:`sigma_qp_quadrature` and the density's integrals on them (one
+    GEMM), shared with sigma*'s derivatives (:mod:`qpinfer.sigma.derivatives`)."""
     edges = [level_edges(lik, *lobe, mu, sigma, y, n_levels) for lobe in lobes]
     if extra is not None:
         # features of the likelihood itself (a sharp step after a flat stretch of the cavity)
@@ -86,6 +116,16 @@ def sigma_qp_quadrature(lik, mu, sigma, y, lobes, extra=None, n_levels=N_LEVELS,
     before = np.cumsum(mass, axis=1) - mass
     after = np.cumsum(mass[:, ::-1], axis=1)[:, ::-1] - mass
     total = mass.sum(axis=1)
+    return PanelSums(edges, f, half, q, sums, mass, before, after, total, weights, panel_ops)
+
+
+def sigma_qp_quadrature(lik, mu, sigma, y, lobes, extra=None, n_levels=N_LEVELS, with_std=False):
+    """sigma* for 1-D arrays of canonical (mu, sigma, y) by lobe-adapted panel quadrature;
+    ``with_std``: ``(sigma*, std)``, std the tilted std on the same panels (one lobe only)."""
+    p = panel_sums(lik, mu, sigma, y, lobes, extra, n_levels)
+    edges, f, half, q, sums, mass = p.edges, p.f, p.half, p.q, p.sums, p.mass
+    before, after, total, weights = p.before, p.after, p.total, p.weights
+    n_pts, n_pan, n_nodes = f.shape
     u = np.minimum(
         before[..., None] + sums[..., 1 : n_nodes + 1], after[..., None] + sums[..., n_nodes + 1 :]
     )

@@ -32,9 +32,8 @@ import numpy as np
 from scipy.special import ndtri
 
 from qpinfer.likelihoods.base import Likelihood
-from qpinfer.quadrature.level_sets import level_edges
-from qpinfer.quadrature.panels import N_LEVELS, N_LEVELS_FINE, panel_moments_of, panel_rule
-from qpinfer.sigma.kernel import _clamp_to_ep, _prepare, sigma_qp
+from qpinfer.quadrature.panels import panel_moments_of, panel_sums
+from qpinfer.sigma.kernel import _clamp_to_ep, _prepare, lobe_groups, sigma_qp
 
 __all__ = ["canonical_slope", "sigma_qp_gradient", "tilted_third_cumulant"]
 
@@ -243,26 +242,7 @@ def _batches(
     for start in range(0, idx_all.size, batch_size):
         idx = idx_all[start : start + batch_size]
         m, s, yy = mu[idx], sigma[idx], y[idx]
-        lobes = lik._lobes(m, s, yy)
-        log_mass = np.stack(
-            [
-                lik._log_tilted(mode, m, s, yy, derivative=False)[0] + np.log(width)
-                for mode, width, _, _ in lobes
-            ],
-            axis=-1,
-        )
-        needed = log_mass >= log_mass.max(axis=-1, keepdims=True) - 60.0
-        wide = breaks[0][idx] if breaks is not None else np.zeros(idx.size, dtype=np.int64)
-        key = needed @ (1 << np.arange(len(lobes))) + (wide << len(lobes))
-        for k in np.unique(key):
-            sel = key == k
-            sub_lobes = [
-                tuple(a[sel] for a in lobe) for j, lobe in enumerate(lobes) if (k >> j) & 1
-            ]
-            w = k >> len(lobes)
-            extra = None
-            if w:
-                extra = breaks[1](w) if callable(breaks[1]) else breaks[1]
+        for sel, sub_lobes, extra, n_levels in lobe_groups(lik, m, s, yy, breaks, idx):
             got = _quadrature(
                 lik,
                 m[sel],
@@ -271,7 +251,7 @@ def _batches(
                 anchor_gap[idx[sel]],
                 sub_lobes,
                 extra,
-                N_LEVELS_FINE if w >= 2 else N_LEVELS,
+                n_levels,
                 ep is not None,
             )
             ii = idx[sel]
@@ -283,31 +263,10 @@ def _batches(
 def _quadrature(lik, mu, sigma, y, anchor_gap, lobes, extra, n_levels, with_std):
     """``(sigma*, d/dmu, d/dsigma, kappa3[, std])`` on the panels of
     :func:`qpinfer.quadrature.panels.sigma_qp_quadrature` (sigma* by the same operations)."""
-    edges = [level_edges(lik, *lobe, mu, sigma, y, n_levels) for lobe in lobes]
-    if extra is not None:
-        edges = [
-            np.sort(
-                np.concatenate([ed, np.clip(extra[None, :], ed[:, :1], ed[:, -1:])], axis=-1),
-                axis=-1,
-            )
-            for ed in edges
-        ]
-    lo = np.concatenate([ed[:, :-1] for ed in edges], axis=-1)
-    hi = np.concatenate([ed[:, 1:] for ed in edges], axis=-1)
-    half = 0.5 * (hi - lo)
-    nodes, weights, panel_ops = panel_rule(lik._n_nodes)
-    f = (0.5 * (hi + lo))[..., None] + half[..., None] * nodes
-    col = (slice(None), None, None)
-    log_q, _ = lik._log_tilted(f, mu[col], sigma[col], y[col], derivative=False)
-    log_q -= log_q.max(axis=(1, 2), keepdims=True)
-    q = np.exp(log_q)
+    p = panel_sums(lik, mu, sigma, y, lobes, extra, n_levels)
+    edges, f, half, q, sums, mass = p.edges, p.f, p.half, p.q, p.sums, p.mass
+    before, after, total, weights, panel_ops = p.before, p.after, p.total, p.weights, p.panel_ops
     n_pts, n_pan, n_nodes = f.shape
-    sums = (q.reshape(-1, n_nodes) @ panel_ops).reshape(n_pts, n_pan, -1)
-    sums *= half[..., None]
-    mass = sums[..., 0]
-    before = np.cumsum(mass, axis=1) - mass
-    after = np.cumsum(mass[:, ::-1], axis=1)[:, ::-1] - mass
-    total = mass.sum(axis=1)
     left = before[..., None] + sums[..., 1 : n_nodes + 1]
     right = after[..., None] + sums[..., n_nodes + 1 :]
     u = np.minimum(left, right)

@@ -182,34 +182,40 @@ def _clamp_to_ep(lik, mu0, sigma0, y0, out, ep, where=None) -> None:
     out[over] = ep[over]
 
 
+def lobe_groups(lik, m, s, yy, breaks, idx):
+    """The points of one batch grouped by the lobes they need and by whether they need
+    breakpoints: ``(sel, sub_lobes, extra, n_levels)`` per group, for
+    :func:`qpinfer.quadrature.panels.sigma_qp_quadrature` (and sigma*'s derivatives)."""
+    lobes = lik._lobes(m, s, yy)
+    # drop lobes holding < e^-60 of the mass (proxy: peak density x curvature width)
+    log_mass = np.stack(
+        [
+            lik._log_tilted(mode, m, s, yy, derivative=False)[0] + np.log(width)
+            for mode, width, _, _ in lobes
+        ],
+        axis=-1,
+    )
+    needed = log_mass >= log_mass.max(axis=-1, keepdims=True) - 60.0
+    wide = breaks[0][idx] if breaks is not None else np.zeros(idx.size, dtype=np.int64)
+    key = needed @ (1 << np.arange(len(lobes))) + (wide << len(lobes))
+    for k in np.unique(key):
+        sel = key == k
+        sub_lobes = [tuple(a[sel] for a in lobe) for j, lobe in enumerate(lobes) if (k >> j) & 1]
+        w = k >> len(lobes)
+        extra = None
+        if w:
+            extra = breaks[1](w) if callable(breaks[1]) else breaks[1]
+        yield sel, sub_lobes, extra, N_LEVELS_FINE if w >= 2 else N_LEVELS
+
+
 def _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size, ep=None) -> None:
-    """Fill ``out[idx_all]`` batch by batch, grouping points by the lobes they need (and
-    ``ep[idx_all]`` with the tilted std on the same panels, if given)."""
+    """Fill ``out[idx_all]`` batch by batch, grouping points by the lobes they need
+    (:func:`lobe_groups`; and ``ep[idx_all]`` with the tilted std on the same panels, if
+    given)."""
     for start in range(0, idx_all.size, batch_size):
         idx = idx_all[start : start + batch_size]
         m, s, yy = mu[idx], sigma[idx], y[idx]
-        lobes = lik._lobes(m, s, yy)
-        # drop lobes holding < e^-60 of the mass (proxy: peak density x curvature width), and
-        # group points by the lobes they need and by whether they need breakpoints
-        log_mass = np.stack(
-            [
-                lik._log_tilted(mode, m, s, yy, derivative=False)[0] + np.log(width)
-                for mode, width, _, _ in lobes
-            ],
-            axis=-1,
-        )
-        needed = log_mass >= log_mass.max(axis=-1, keepdims=True) - 60.0
-        wide = breaks[0][idx] if breaks is not None else np.zeros(idx.size, dtype=np.int64)
-        key = needed @ (1 << np.arange(len(lobes))) + (wide << len(lobes))
-        for k in np.unique(key):
-            sel = key == k
-            sub_lobes = [
-                tuple(a[sel] for a in lobe) for j, lobe in enumerate(lobes) if (k >> j) & 1
-            ]
-            w = k >> len(lobes)
-            extra = None
-            if w:
-                extra = breaks[1](w) if callable(breaks[1]) else breaks[1]
+        for sel, sub_lobes, extra, n_levels in lobe_groups(lik, m, s, yy, breaks, idx):
             got = sigma_qp_quadrature(
                 lik,
                 m[sel],
@@ -217,7 +223,7 @@ def _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size, ep=
                 yy[sel],
                 sub_lobes,
                 extra=extra,
-                n_levels=N_LEVELS_FINE if w >= 2 else N_LEVELS,
+                n_levels=n_levels,
                 with_std=ep is not None,
             )
             if ep is not None:
