@@ -79,8 +79,7 @@ from qpinfer.inference.laplace import (
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.search_space import kernel_block, search_space
 from qpinfer.inference.site_chord import chord_start
-from qpinfer.inference.site_update import resolve_floor
-from qpinfer.inference.total_gradient import qp_objective_gradient, site_update_jacobian
+from qpinfer.inference.total_gradient import qp_objective_gradient
 from qpinfer.inference.vb import elbo, vb_fixed_point
 
 __all__ = [
@@ -258,12 +257,8 @@ class GPEstimatorBase(SiteLoopParams):
         A callable ``optimizer`` replaces L-BFGS-B in every stage. Restarts
         (``n_restarts_optimizer``) act on the first: for QP with ``qp_objective="ep"``, EP's
         search runs from every start, and QP's evidence is polished once, from the best of EP's
-        optima (``restart_evidence_`` then holds EP's evidence at each start's optimum).
-        Restarting the whole two-stage fit instead (a QP polish per start) found the same QP
-        evidence and cost more (``benchmarks/bench_restarts.py``, 4 restarts, seeds 0-2, the
-        same starts): Ionosphere, isotropic, -94.041083 both ways in 34.6 s against 39.3 s;
-        crabs, ARD, -22.461103 both ways in 6.2 s against 7.0 s. EP's evidence is QP's surrogate
-        for the hyperparameters anyway; the polish is a local refinement.
+        optima (``restart_evidence_`` then holds EP's evidence at each start's optimum;
+        ``docs/guide/search_api.md``: restarting both stages found the same optimum slower).
         """
         init, n_ep = None, 0
         if self.method == "qp" and not self._own_objective():
@@ -304,11 +299,8 @@ class GPEstimatorBase(SiteLoopParams):
             warm = init if trail.latest is None else self._warm_start(trail.latest[1])
             n_chord = 0
             if own and warm is not None and chord.get("res") is trail.latest[1]:
-                floor = resolve_floor("auto", self.projection_)
-                warm, n_chord = chord_start(
-                    K, y, self.projection_, warm, chord["jacobian"], floor, float(self.tol),
-                    refresh=lambda t, v: site_update_jacobian(K, y, self.projection_, t, v),
-                )  # fmt: skip
+                jac, tol = chord["jacobian"], float(self.tol)
+                warm, n_chord = chord_start(K, y, self.projection_, warm, jac, tol)
             res = self._inner(kern, X, K, y, warm, projection)
             res.n_iter += n_chord  # the chord's site updates count as sweeps
             budget.record(res)

@@ -6,7 +6,10 @@ converged sites is what :mod:`qpinfer.inference.total_gradient` builds for the a
 total hyperparameter gradient: per-site coefficients in the differentials ``(da, db, dtau~,
 dnu~)`` of the posterior marginals and the site itself, with ``da = -(Sigma o Sigma) dtau~`` and
 ``db = Sigma (dnu~ - mu o dtau~)``. :class:`SiteJacobian` holds it and solves ``(I - M) x = r``
-and ``(I - M^T) x = r`` by GMRES with O(N^2) products (a dense LU if GMRES stalls).
+and ``(I - M^T) x = r`` by GMRES with O(N^2) products (:func:`gmres`; a dense LU if GMRES
+stalls); :func:`site_update_jacobian` builds it at any sites (:func:`covariances`: the
+posterior's dense matrices; :class:`~qpinfer.inference.site_jacobian.SiteMaps`: the per-site
+coefficients).
 
 :func:`chord_start` reuses it at the *next* hyperparameters of a search: from the previous fixed
 point, Newton's step for ``s = G(s)`` with the stale Jacobian (the chord method) repeated while
@@ -28,8 +31,9 @@ from typing import Any
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from qpinfer.inference.dense_posterior import posterior_from_sites
-from qpinfer.inference.site_update import site_proposal
+from qpinfer.inference.dense_posterior import posterior_from_sites, scaled_B_inverse
+from qpinfer.inference.site_jacobian import SiteMaps
+from qpinfer.inference.site_update import MIN_SITE_PRECISION, site_proposal
 
 __all__ = [
     "CHORD_FACTOR",
@@ -37,7 +41,9 @@ __all__ = [
     "MAX_REFRESHES",
     "SiteJacobian",
     "chord_start",
+    "covariances",
     "gmres",
+    "site_update_jacobian",
 ]
 
 #: chord steps tried before the site loop takes over
@@ -144,6 +150,37 @@ def gmres(op: Callable[[np.ndarray], np.ndarray], b: np.ndarray, rtol: float, ma
     return y @ V[:m]
 
 
+def covariances(post: Any, K: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``C = (K + S~^-1)^-1``, ``A = K^-1 Sigma = I - C K`` and the posterior covariance
+    ``Sigma = K A`` of a dense posterior."""
+    s = post.sqrt_tau
+    if post.L is not None:
+        C = scaled_B_inverse(post.L, s)  # (K + S~^-1)^-1
+    else:
+        C = s[:, None] * post.solve_B(np.diag(s))  # S M^-1 S
+    A = -(C @ K)
+    A[np.diag_indices_from(A)] += 1.0  # K^-1 Sigma
+    Sigma = K @ A
+    return C, A, 0.5 * (Sigma + Sigma.T)
+
+
+def site_update_jacobian(
+    K: np.ndarray, y: np.ndarray, projection: Any, tau: np.ndarray, nu: np.ndarray
+) -> SiteJacobian:
+    """The :class:`SiteJacobian` of QP's site update at sites
+    ``(tau~, nu~)`` on prior ``K`` (a fixed point or not): the Newton step of
+    :func:`chord_start`."""
+    post = posterior_from_sites(K, tau, nu)
+    floor = _floor(projection)
+    maps = SiteMaps(projection, post.var, post.mean, tau, nu, y, "loo", None, floor)
+    return SiteJacobian(covariances(post, K)[2], post.mean, maps.G_tau, maps.G_nu)
+
+
+def _floor(projection: Any) -> float | None:
+    """The site loop's default precision floor for ``projection`` (``resolve_floor("auto")``)."""
+    return MIN_SITE_PRECISION if getattr(projection.likelihood, "log_concave", True) else None
+
+
 def _residual(K, y, projection, s: np.ndarray, floor: float | None) -> np.ndarray:
     """``G(s) - s`` (sites whose update is not defined keep theirs: 0); ``LinAlgError`` if the
     sites imply an improper posterior."""
@@ -163,9 +200,7 @@ def chord_start(
     projection: Any,
     init: tuple[np.ndarray, np.ndarray],
     jacobian: SiteJacobian,
-    floor: float | None,
     tol: float,
-    refresh: Callable[[np.ndarray, np.ndarray], SiteJacobian] | None = None,
     max_steps: int = MAX_CHORD_STEPS,
     max_refreshes: int = MAX_REFRESHES,
 ) -> tuple[tuple[np.ndarray, np.ndarray], int]:
@@ -175,11 +210,11 @@ def chord_start(
     updates it evaluated (each one posterior and projection, as a sweep).
 
     A step that reduces the residual by less than :data:`CHORD_FACTOR` is kept and, while
-    ``refresh(tau~, nu~)`` (the Jacobian at those sites: a Newton step next) may be called
-    ``max_refreshes`` times more, the chord goes on from there; otherwise it stops. A step that
-    does not reduce it, or leaves an improper posterior, is dropped. ``floor``: the site loop's
-    precision floor (sites are held at or above it)."""
-    n = y.size
+    the Jacobian may be recomputed at those sites (:func:`site_update_jacobian`: a Newton step
+    next) ``max_refreshes`` times more, the chord goes on from there; otherwise it stops. A step
+    that does not reduce it, or leaves an improper posterior, is dropped. Sites are held at or
+    above the site loop's default precision floor."""
+    n, floor = y.size, _floor(projection)
     x = np.concatenate([np.asarray(init[0], np.float64), np.asarray(init[1], np.float64)])
     try:
         r = _residual(K, y, projection, x, floor)
@@ -203,10 +238,10 @@ def chord_start(
             break
         x, r, rms_old, rms = cand, r_cand, rms, rms_cand
         if rms >= CHORD_FACTOR * rms_old and rms >= tol:  # the stale Jacobian stops helping
-            if refresh is None or refreshes >= max_refreshes:
+            if refreshes >= max_refreshes:
                 break
             try:
-                jacobian = refresh(x[:n], x[n:])
+                jacobian = site_update_jacobian(K, y, projection, x[:n], x[n:])
             except np.linalg.LinAlgError:
                 break
             refreshes += 1

@@ -29,7 +29,13 @@ import numpy as np
 
 from qpinfer.sigma import sigma_qp_gradient
 
-__all__ = ["FD_STEP", "CavityDerivatives", "cavity_derivatives", "scale_derivatives"]
+__all__ = [
+    "FD_STEP",
+    "CavityDerivatives",
+    "SiteMaps",
+    "cavity_derivatives",
+    "scale_derivatives",
+]
 
 #: relative step (in units of the cavity std) of the five-point differences
 FD_STEP: float = 1e-3
@@ -118,3 +124,50 @@ def scale_derivatives(d: CavityDerivatives, m: np.ndarray, v: np.ndarray, y: np.
         (d.mean - y) - r * d.mean_m - 2.0 * v * d.mean_v,
         2.0 * d.var - r * d.var_m - 2.0 * v * d.var_v,
     )
+
+
+class SiteMaps:
+    """Per-site coefficients of QP's new sites ``G`` (eq. (6)) and of a local objective ``h``
+    in the four differentials ``(da, db, dtau~, dnu~)`` (rows) at posterior marginals ``N(b, a)``
+    and sites ``(tau~, nu~)``, plus the explicit derivatives in a likelihood parameter
+    (``extra``: Student-t's log scale). ``objective``: ``"evidence"`` adds eq. (4)'s site terms
+    to ``h = dlog Z^``; ``fixed`` marks sites held at the precision ``floor`` (``None``: those
+    whose eq. (6) precision is below it)."""
+
+    def __init__(self, projection, a, b, tau, nu, y, objective: str, fixed, floor) -> None:
+        tau_c = 1.0 / a - tau
+        nu_c = b / a - nu
+        v = 1.0 / tau_c
+        m = nu_c * v
+        d = cavity_derivatives(projection, m, v, y)
+        if fixed is None:  # eq. (6)'s precision below the floor, from the same sigma*
+            fixed = np.zeros(a.shape, bool) if floor is None else (1.0 / d.var - tau_c < floor)
+        self.derivatives, self.cavity = d, (m, v)
+        zero = np.zeros_like(a)
+        one = np.ones_like(a)
+        d_tau_c = np.stack([-1.0 / (a * a), zero, -one, zero])
+        d_nu_c = np.stack([-b / (a * a), 1.0 / a, zero, -one])
+        d_v = -v * v * d_tau_c
+        d_m = v * d_nu_c - m * v * d_tau_c
+        d_var = d.var_m * d_m + d.var_v * d_v
+        d_mean = d.mean_m * d_m + d.mean_v * d_v
+        inv = 1.0 / d.var
+        self.G_tau = -inv * inv * d_var - d_tau_c
+        self.G_nu = inv * d_mean - d.mean * inv * inv * d_var - d_nu_c
+        self.G_tau[:, fixed] = 0.0  # held at the floor; nu~ still follows eq. (6)
+        h = d.log_z_m * d_m + d.log_z_v * d_v
+        if objective == "evidence":
+            h = h + (nu_c / tau_c) * d_nu_c - (nu_c * nu_c / (2 * tau_c**2) + 0.5 / tau_c) * d_tau_c
+            h[1] -= b / a
+            h[0] += b * b / (2 * a * a) - 0.5 / a
+        self.h = h
+        self.fixed = fixed
+
+    def extra(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(dG_tau, dG_nu, dh)`` in log(scale) of a location-scale likelihood."""
+        d, (m, v) = self.derivatives, self.cavity
+        d_log_z, d_mean, d_var = scale_derivatives(d, m, v, y)
+        inv = 1.0 / d.var
+        g_tau = np.where(self.fixed, 0.0, -inv * inv * d_var)
+        g_nu = inv * d_mean - d.mean * inv * inv * d_var
+        return g_tau, g_nu, d_log_z

@@ -39,85 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.inference.dense_posterior import posterior_from_sites, scaled_B_inverse
-from qpinfer.inference.site_chord import SiteJacobian
-from qpinfer.inference.site_jacobian import cavity_derivatives, scale_derivatives
+from qpinfer.inference.site_chord import SiteJacobian, covariances
+from qpinfer.inference.site_jacobian import SiteMaps
 from qpinfer.inference.site_update import MIN_SITE_PRECISION
 
-__all__ = ["OBJECTIVES", "qp_objective_gradient", "site_update_jacobian"]
+__all__ = ["OBJECTIVES", "qp_objective_gradient"]
 
 #: QP's own hyperparameter objectives
 OBJECTIVES: tuple[str, ...] = ("evidence", "loo")
-
-
-class _LocalMaps:
-    """Per-site coefficients of the new sites ``G`` and the local objective ``h`` in the four
-    differentials ``(da, db, dtau~, dnu~)`` (rows), plus the explicit derivatives in a
-    likelihood parameter (``extra``: Student-t's log scale)."""
-
-    def __init__(self, projection, a, b, tau, nu, y, objective: str, fixed, floor) -> None:
-        tau_c = 1.0 / a - tau
-        nu_c = b / a - nu
-        v = 1.0 / tau_c
-        m = nu_c * v
-        d = cavity_derivatives(projection, m, v, y)
-        if fixed is None:  # eq. (6)'s precision below the floor, from the same sigma*
-            fixed = np.zeros(a.shape, bool) if floor is None else (1.0 / d.var - tau_c < floor)
-        self.derivatives, self.cavity = d, (m, v)
-        zero = np.zeros_like(a)
-        one = np.ones_like(a)
-        d_tau_c = np.stack([-1.0 / (a * a), zero, -one, zero])
-        d_nu_c = np.stack([-b / (a * a), 1.0 / a, zero, -one])
-        d_v = -v * v * d_tau_c
-        d_m = v * d_nu_c - m * v * d_tau_c
-        d_var = d.var_m * d_m + d.var_v * d_v
-        d_mean = d.mean_m * d_m + d.mean_v * d_v
-        inv = 1.0 / d.var
-        self.G_tau = -inv * inv * d_var - d_tau_c
-        self.G_nu = inv * d_mean - d.mean * inv * inv * d_var - d_nu_c
-        self.G_tau[:, fixed] = 0.0  # held at the floor; nu~ still follows eq. (6)
-        h = d.log_z_m * d_m + d.log_z_v * d_v
-        if objective == "evidence":
-            h = h + (nu_c / tau_c) * d_nu_c - (nu_c * nu_c / (2 * tau_c**2) + 0.5 / tau_c) * d_tau_c
-            h[1] -= b / a
-            h[0] += b * b / (2 * a * a) - 0.5 / a
-        self.h = h
-        self.fixed = fixed
-
-    def extra(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(dG_tau, dG_nu, dh)`` in log(scale) of a location-scale likelihood."""
-        d, (m, v) = self.derivatives, self.cavity
-        d_log_z, d_mean, d_var = scale_derivatives(d, m, v, y)
-        inv = 1.0 / d.var
-        g_tau = np.where(self.fixed, 0.0, -inv * inv * d_var)
-        g_nu = inv * d_mean - d.mean * inv * inv * d_var
-        return g_tau, g_nu, d_log_z
-
-
-def _covariances(post: Any, K: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``C = (K + S~^-1)^-1``, ``A = K^-1 Sigma = I - C K`` and the posterior covariance
-    ``Sigma = K A`` of a dense posterior."""
-    s = post.sqrt_tau
-    if post.L is not None:
-        C = scaled_B_inverse(post.L, s)  # (K + S~^-1)^-1
-    else:
-        C = s[:, None] * post.solve_B(np.diag(s))  # S M^-1 S
-    A = -(C @ K)
-    A[np.diag_indices_from(A)] += 1.0  # K^-1 Sigma
-    Sigma = K @ A
-    return C, A, 0.5 * (Sigma + Sigma.T)
-
-
-def site_update_jacobian(
-    K: np.ndarray, y: np.ndarray, projection: Any, tau: np.ndarray, nu: np.ndarray
-) -> SiteJacobian:
-    """The :class:`~qpinfer.inference.site_chord.SiteJacobian` of QP's site update at sites
-    ``(tau~, nu~)`` on prior ``K`` (a fixed point or not): the Newton step of
-    :func:`~qpinfer.inference.site_chord.chord_start`."""
-    post = posterior_from_sites(K, tau, nu)
-    floor = MIN_SITE_PRECISION if getattr(projection.likelihood, "log_concave", True) else None
-    maps = _LocalMaps(projection, post.var, post.mean, tau, nu, y, "loo", None, floor)
-    return SiteJacobian(_covariances(post, K)[2], post.mean, maps.G_tau, maps.G_nu)
 
 
 def qp_objective_gradient(
@@ -153,8 +82,8 @@ def qp_objective_gradient(
     floor = MIN_SITE_PRECISION if getattr(projection.likelihood, "log_concave", True) else None
     if clipped is not None:
         clipped = np.asarray(clipped, bool)
-    maps = _LocalMaps(projection, a, b, tau, nu, y, objective, clipped, floor)
-    C, A, Sigma = _covariances(post, K)
+    maps = SiteMaps(projection, a, b, tau, nu, y, objective, clipped, floor)
+    C, A, Sigma = covariances(post, K)
     h = maps.h
     # dL/ds in total (through a, b and locally), plus Phi's own for the evidence
     hb_sigma = Sigma @ h[1]
