@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.inference.site_chord import SiteJacobian, covariances
+from qpinfer.inference.site_chord import DenseCovariance, SiteJacobian, covariances
 from qpinfer.inference.site_jacobian import SiteMaps
 from qpinfer.inference.site_update import MIN_SITE_PRECISION
 
@@ -92,7 +92,7 @@ def qp_objective_gradient(
     if objective == "evidence":
         rhs_t = rhs_t - 0.5 * (a + b * b)
         rhs_n = rhs_n + b
-    jacobian = SiteJacobian(Sigma, b, maps.G_tau, maps.G_nu)
+    jacobian = SiteJacobian(DenseCovariance(Sigma), b, maps.G_tau, maps.G_nu)
     lam = jacobian.solve(np.concatenate([rhs_t, rhs_n]), transpose=True)
     n = b.size
     lt, ln = lam[:n], lam[n:]

@@ -15,7 +15,7 @@ variance ``c^2 sigma*'^2``, normaliser ``Z^'`` -- so
 Objectives: ``"evidence"``, eq. (110) at QP's sites (alpha = 1; the result's
 ``log_marginal_likelihood``), and ``"loo"``, ``sum_n log Z^_n`` at QP's cavities of ``f_n``
 (``N(mu_c, s_c + h_n)``). Their total derivative follows the dense module: one adjoint
-``(I - dG/ds)^T lam = dL/ds`` by GMRES, the products with ``Sigma`` (``V^T V x``, ``V = L_B^-1 A``)
+``(I - dG/ds)^T lam = dL/ds`` by GMRES (:class:`~qpinfer.inference.site_chord.SiteJacobian`), the products with ``Sigma`` (``V^T V x``, ``V = L_B^-1 A``)
 and ``Sigma o Sigma`` (row-wise quadratic forms ``v_i^T (V diag(x) V^T) v_i``) both O(N M^2),
 never an N x N array. With ``omega = dL/d(a, b, h) + lam^T dG/d(a, b, h)`` the prior enters
 through ``tr(W dQff) + omega_h^T d diag(Kff)``, ``W = T diag(omega_a) T^T + sym(beta (T
@@ -28,15 +28,13 @@ Clipped site precisions are constants of the fixed point (their ``G_tau`` row is
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
-from scipy.sparse.linalg import LinearOperator, gmres
 
 from qpinfer.inference.projections import QuantileMatching
+from qpinfer.inference.site_chord import SiteJacobian
 from qpinfer.inference.site_jacobian import cavity_derivatives
-from qpinfer.inference.site_loop import ConvergenceWarning
 from qpinfer.inference.sparse.pseudo_points import (
     PseudoPointPrior,
     _check_kernel,
@@ -53,9 +51,6 @@ __all__ = ["OBJECTIVES", "sparse_qp_objective_gradient"]
 
 #: QP's own hyperparameter objectives
 OBJECTIVES: tuple[str, ...] = ("evidence", "loo")
-
-#: largest number of sites for which a stalled GMRES falls back to a dense 2N x 2N solve
-DENSE_FALLBACK_SITES = 1500
 
 
 class _SparseLocalMaps:
@@ -114,37 +109,6 @@ class _LowRankSigma:
         V = self.V
         R = (V * x) @ V.T  # V diag(x) V^T, M x M
         return np.einsum("mn,mn->n", V, R @ V)
-
-
-def _adjoint(maps: _SparseLocalMaps, sig: _LowRankSigma, mu: np.ndarray, rhs: np.ndarray):
-    """Solve ``(I - M^T) lam = rhs``, ``M = dG/ds`` (sites through ``a, b`` and locally)."""
-    n = mu.size
-    Gt, Gn = maps.G_tau, maps.G_nu
-
-    def mt(y: np.ndarray) -> np.ndarray:
-        yt, yn = y[:n], y[n:]
-        pa = Gt[0] * yt + Gn[0] * yn
-        sb = sig.dot(Gt[1] * yt + Gn[1] * yn)
-        xt = Gt[2] * yt + Gn[2] * yn - sig.hadamard_dot(pa) - mu * sb
-        xn = Gt[3] * yt + Gn[3] * yn + sb
-        return np.concatenate([xt, xn])
-
-    op = LinearOperator((2 * n, 2 * n), matvec=lambda y: y - mt(y), dtype=np.float64)
-    scale = max(float(np.max(np.abs(rhs))), np.finfo(np.float64).tiny)
-    lam, info = gmres(op, rhs / scale, rtol=1e-11, atol=0.0, restart=min(2 * n, 200), maxiter=20)
-    lam *= scale
-    if info == 0 and np.allclose(op.matvec(lam), rhs, rtol=1e-8, atol=1e-10 * scale):
-        return lam
-    if n <= DENSE_FALLBACK_SITES:
-        dense = np.eye(2 * n) - np.column_stack([mt(e) for e in np.eye(2 * n)])
-        return np.linalg.solve(dense, rhs)
-    warnings.warn(
-        f"the adjoint solve of QP's total gradient stalled (GMRES info={info}); the gradient is "
-        "approximate",
-        ConvergenceWarning,
-        stacklevel=3,
-    )
-    return lam
 
 
 def sparse_qp_objective_gradient(
@@ -209,7 +173,8 @@ def sparse_qp_objective_gradient(
     if objective == "evidence":
         rhs_t = rhs_t - 0.5 * (a + b * b)
         rhs_n = rhs_n + b
-    lam = _adjoint(maps, sig, b, np.concatenate([rhs_t, rhs_n]))
+    jacobian = SiteJacobian(sig, b, maps.G_tau, maps.G_nu)
+    lam = jacobian.solve(np.concatenate([rhs_t, rhs_n]), transpose=True, rtol=1e-11)
     n = b.size
     lt, ln = lam[:n], lam[n:]
     om = loc + maps.G_tau * lt + maps.G_nu * ln  # omega_a, omega_b, ., ., omega_h
