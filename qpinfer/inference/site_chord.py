@@ -144,7 +144,7 @@ def gmres(op: Callable[[np.ndarray], np.ndarray], b: np.ndarray, rtol: float, ma
     """GMRES without restarts (Saad and Schultz 1986): Arnoldi with classical Gram-Schmidt
     applied twice, Givens rotations for the residual norm, until it is below ``rtol |b|`` or
     after ``maxiter`` products. Lean on purpose: the systems here take 10-30 products of O(N^2),
-    where :func:`scipy.sparse.linalg.gmres`'s per-call and per-iteration overhead cost more than
+    where ``scipy.sparse.linalg.gmres``'s per-call and per-iteration overhead cost more than
     the products (Sonar: 1.1 ms per call, a fifth of QP's whole fit)."""
     beta = float(np.linalg.norm(b))
     if beta == 0.0:
