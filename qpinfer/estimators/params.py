@@ -140,7 +140,7 @@ qp_objective : {"evidence", "loo", "ep"}, default "evidence"
     :mod:`qpinfer.inference.site_chord`); ``"ep"``, EP's evidence first and then eq. (4) at
     QP's sites polished with the sites held fixed (the paper's and 0.2's fit). The default
     is the data's choice: held-out NTLL equal to ``"ep"``'s on the paper's four sets, whole
-    fit 0.78-1.06x EP's against 1.31-1.56x (``docs/guide/qp_hyperparameters.md``).""",
+    fit 0.78-1.10x EP's against 1.31-1.56x (``docs/guide/qp_hyperparameters.md``).""",
     "n_inducing": """\
 n_inducing : int or None, default None
     Number of pseudo-points M, in [1, n_samples]; ``None`` means ``min(50, n_samples)``,
