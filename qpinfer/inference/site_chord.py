@@ -35,7 +35,7 @@ from scipy.linalg import solve_triangular
 from qpinfer.inference.dense_posterior import posterior_from_sites, scaled_B_inverse
 from qpinfer.inference.site_jacobian import SiteMaps
 from qpinfer.inference.site_loop import ConvergenceWarning
-from qpinfer.inference.site_update import MIN_SITE_PRECISION, site_proposal
+from qpinfer.inference.site_update import resolve_floor, site_proposal
 
 __all__ = [
     "CHORD_FACTOR",
@@ -203,15 +203,10 @@ def site_update_jacobian(
     ``(tau~, nu~)`` on prior ``K`` (a fixed point or not): the Newton step of
     :func:`chord_start`."""
     post = posterior_from_sites(K, tau, nu)
-    floor = _floor(projection)
+    floor = resolve_floor("auto", projection)
     maps = SiteMaps(projection, post.var, post.mean, tau, nu, y, "loo", None, floor)
     cov = DenseCovariance(covariances(post, K)[2])
     return SiteJacobian(cov, post.mean, maps.G_tau, maps.G_nu)
-
-
-def _floor(projection: Any) -> float | None:
-    """The site loop's default precision floor for ``projection`` (``resolve_floor("auto")``)."""
-    return MIN_SITE_PRECISION if getattr(projection.likelihood, "log_concave", True) else None
 
 
 def _residual(K, y, projection, s: np.ndarray, floor: float | None) -> np.ndarray:
@@ -247,7 +242,7 @@ def chord_start(
     next) ``max_refreshes`` times more, the chord goes on from there; otherwise it stops. A step
     that does not reduce it, or leaves an improper posterior, is dropped. Sites are held at or
     above the site loop's default precision floor."""
-    n, floor = y.size, _floor(projection)
+    n, floor = y.size, resolve_floor("auto", projection)
     x = np.concatenate([np.asarray(init[0], np.float64), np.asarray(init[1], np.float64)])
     try:
         r = _residual(K, y, projection, x, floor)

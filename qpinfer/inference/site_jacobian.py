@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.sigma import sigma_qp_gradient
+from qpinfer.sigma.derivatives import central_difference
 
 __all__ = [
     "FD_STEP",
@@ -57,11 +58,6 @@ class CavityDerivatives:
     var_v: np.ndarray
 
 
-def _five_point(f, x: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """``f'(x)`` by the fourth-order central difference with steps ``h``."""
-    return (8.0 * (f(x + h) - f(x - h)) - (f(x + 2 * h) - f(x - 2 * h))) / (12.0 * h)
-
-
 def _sigma_star_gradient(projection: Any, m: np.ndarray, sd: np.ndarray, y: np.ndarray):
     """``(sigma*, dsigma*/dm, dsigma*/dsd, kappa_3 or None)``: from the projection's table
     (:meth:`~qpinfer.tables.SigmaTableReader.sigma_qp_gradient`, the lookup's derivatives), else
@@ -73,9 +69,9 @@ def _sigma_star_gradient(projection: Any, m: np.ndarray, sd: np.ndarray, y: np.n
     if table is None:
         return sigma_qp_gradient(projection.likelihood, m, sd, y, third_cumulant=True)
     _, s = projection.project(m, sd, y)
-    h = FD_STEP * sd
-    ds_dm = _five_point(lambda x: projection.project(x, sd, y)[1], m, h)
-    ds_dsd = _five_point(lambda x: projection.project(m, x, y)[1], sd, h)
+    h = 2.0 * FD_STEP * sd  # the five-point stencil of step FD_STEP sd
+    ds_dm = central_difference(lambda x: projection.project(x, sd, y)[1], m, h)
+    ds_dsd = central_difference(lambda x: projection.project(m, x, y)[1], sd, h)
     return s, ds_dm, ds_dsd, None
 
 
@@ -91,8 +87,8 @@ def cavity_derivatives(projection: Any, m: np.ndarray, v: np.ndarray, y: np.ndar
     h = (ep_var - v) / (v * v)
     s, s_m, s_sd, kappa3 = _sigma_star_gradient(projection, m, sd, y)
     if kappa3 is None:  # d(s^2)/dm = kappa_3 / v, here by differences of EP's moments
-        ep_var_m = _five_point(
-            lambda x: np.asarray(lik.tilted_moments(x, sd, y)[1]) ** 2, m, FD_STEP * sd
+        ep_var_m = central_difference(
+            lambda x: np.asarray(lik.tilted_moments(x, sd, y)[1]) ** 2, m, 2.0 * FD_STEP * sd
         )
     else:
         ep_var_m = np.asarray(kappa3, np.float64) / v

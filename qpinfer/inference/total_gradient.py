@@ -41,7 +41,7 @@ import numpy as np
 
 from qpinfer.inference.site_chord import DenseCovariance, SiteJacobian, covariances
 from qpinfer.inference.site_jacobian import SiteMaps
-from qpinfer.inference.site_update import MIN_SITE_PRECISION
+from qpinfer.inference.site_update import resolve_floor
 
 __all__ = ["OBJECTIVES", "qp_objective_gradient"]
 
@@ -79,20 +79,21 @@ def qp_objective_gradient(
     post = result.posterior
     tau, nu = np.asarray(result.tau, np.float64), np.asarray(result.nu, np.float64)
     a, b = post.var, post.mean
-    floor = MIN_SITE_PRECISION if getattr(projection.likelihood, "log_concave", True) else None
+    floor = resolve_floor("auto", projection)
     if clipped is not None:
         clipped = np.asarray(clipped, bool)
     maps = SiteMaps(projection, a, b, tau, nu, y, objective, clipped, floor)
     C, A, Sigma = covariances(post, K)
+    cov = DenseCovariance(Sigma)  # Sigma o Sigma once, for the right-hand side and the adjoint
     h = maps.h
     # dL/ds in total (through a, b and locally), plus Phi's own for the evidence
-    hb_sigma = Sigma @ h[1]
-    rhs_t = h[2] - (Sigma * Sigma) @ h[0] - b * hb_sigma
+    hb_sigma = cov.dot(h[1])
+    rhs_t = h[2] - cov.hadamard_dot(h[0]) - b * hb_sigma
     rhs_n = h[3] + hb_sigma
     if objective == "evidence":
         rhs_t = rhs_t - 0.5 * (a + b * b)
         rhs_n = rhs_n + b
-    jacobian = SiteJacobian(DenseCovariance(Sigma), b, maps.G_tau, maps.G_nu)
+    jacobian = SiteJacobian(cov, b, maps.G_tau, maps.G_nu)
     lam = jacobian.solve(np.concatenate([rhs_t, rhs_n]), transpose=True)
     n = b.size
     lt, ln = lam[:n], lam[n:]

@@ -35,7 +35,7 @@ from qpinfer.likelihoods.base import Likelihood
 from qpinfer.quadrature.panels import panel_moments_of, panel_sums
 from qpinfer.sigma.kernel import _clamp_to_ep, _prepare, lobe_groups, sigma_qp
 
-__all__ = ["canonical_slope", "sigma_qp_gradient", "tilted_third_cumulant"]
+__all__ = ["canonical_slope", "central_difference", "sigma_qp_gradient", "tilted_third_cumulant"]
 
 _RICHARDSON_STEP = 1e-3  # relative to sigma: truncation ~h^4, rounding ~1e-16 / h
 
@@ -216,8 +216,9 @@ def _gradient(likelihood, mu, sigma, y, third):
     return out.reshape(shape), d_mu.reshape(shape), d_sigma.reshape(shape), k3.reshape(shape)
 
 
-def _richardson_pair(fun, x, h):
-    """Richardson-extrapolated central difference (4 evaluations, error O(h^4))."""
+def central_difference(fun, x, h):
+    """``fun'(x)`` by Richardson's extrapolation of central differences with steps ``h`` and
+    ``h / 2`` (4 evaluations, truncation O(h^4); the five-point stencil of step ``h / 2``)."""
     d1 = (fun(x + h) - fun(x - h)) / (2.0 * h)
     d2 = (fun(x + 0.5 * h) - fun(x - 0.5 * h)) / h
     return (4.0 * d2 - d1) / 3.0
@@ -225,14 +226,14 @@ def _richardson_pair(fun, x, h):
 
 def _richardson(lik, mu, sigma, y):
     h = _RICHARDSON_STEP * sigma
-    d_mu = _richardson_pair(lambda m: sigma_qp(lik, m, sigma, y), mu, h)
-    d_sigma = _richardson_pair(lambda s: sigma_qp(lik, mu, s, y), sigma, h)
+    d_mu = central_difference(lambda m: sigma_qp(lik, m, sigma, y), mu, h)
+    d_sigma = central_difference(lambda s: sigma_qp(lik, mu, s, y), sigma, h)
     return d_mu, d_sigma
 
 
 def _richardson_third(lik, mu, sigma, y):
     h = _RICHARDSON_STEP * sigma
-    return sigma**2 * _richardson_pair(lambda m: lik.tilted_moments(m, sigma, y)[1] ** 2, mu, h)
+    return sigma**2 * central_difference(lambda m: lik.tilted_moments(m, sigma, y)[1] ** 2, mu, h)
 
 
 def _batches(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qpinfer.sigma.derivatives import central_difference
 from qpinfer.tables.chebyshev import CellAxis, _locate, _matvec, _vecdot
 
 __all__ = ["cell_gradient", "direct_box_gradient", "lookup_richardson", "reader_gradient"]
@@ -116,13 +117,8 @@ def lookup_richardson(lookup, mu, sigma, y, value):
     """``(d/dmu, d/dsigma)`` of ``lookup(mu, sigma, y)`` (flat arrays) by Richardson-extrapolated
     central differences with steps ``h = 1e-4 min(sigma, value)`` and ``h/2``."""
     h = _STEP * np.minimum(sigma, value)
-
-    def pair(fun, x):
-        d1 = (fun(x + h) - fun(x - h)) / (2.0 * h)
-        d2 = (fun(x + 0.5 * h) - fun(x - 0.5 * h)) / h
-        return (4.0 * d2 - d1) / 3.0
-
-    return pair(lambda m: lookup(m, sigma, y), mu), pair(lambda s: lookup(mu, s, y), sigma)
+    d_mu = central_difference(lambda m: lookup(m, sigma, y), mu, h)
+    return d_mu, central_difference(lambda s: lookup(mu, s, y), sigma, h)
 
 
 def _quadrature_moments(lik) -> bool:
