@@ -39,7 +39,9 @@ def level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
         hit = np.zeros(mode.shape, dtype=bool)
         for k, level in enumerate(levels):
             # Newton on g(x) = sqrt(log q(mode) - log q(x)) - sqrt(level), which is linear in x
-            # for a Gaussian (so one step is exact there) and convex for log-concave lobes.
+            # for a Gaussian (so one step is exact there), but not convex for every log-concave
+            # lobe (concave where the drop is nearly linear: beyond the logistic step, near a
+            # log-singular bound), which a likelihood's _level_guess then handles.
             # First guess: the Gaussian one, scaled from the previous level.
             if k == 0:
                 x = mode + side * width * np.sqrt(2.0 * level)
@@ -98,7 +100,10 @@ def _replace_strays(
     the outermost edge may stop ~19 nats down instead of TAIL and lose e^-19 of the mass: 4e-10
     relative error in sigma* and sigma_EP at mu = 207.564, sigma = 49), or a Poisson lobe near
     its hard bound f = 0 (log-singular: an edge 36 nats down for the 12.5-nat level leaves one
-    16-node panel across 33 nats, 2.6e-12 at y = 3, mu = 14.7187, sigma = 2). Re-placed are the
+    16-node panel across 33 nats, 2.6e-12 at y = 3, mu = 14.7187, sigma = 2). Both now start
+    on the level set (issue #27: ``Logit._level_guess`` by Newton on the drop itself,
+    ``PoissonSquare._level_guess`` in log(mode / f)), so for them this is a guard that no scanned
+    cavity triggers any more (``tests/test_kernel_defects_issue27.py``). Re-placed are the
     edges that did not hit the bound and (a) are outermost and less than TAIL - 10 nats down (for
     cavities wider than the likelihood's ``_tail_check_sigma``: every logit and log-link
     cavity, probit ones with sigma > 1; it costs a log-density evaluation per side), or
