@@ -15,9 +15,13 @@ standard normal pdf/cdf)::
 
 (the same form as the probit moments with a different ``r``; for ``eps = 0`` the probit
 Mills-ratio continued fraction of :func:`qpinfer.quadrature.normal_ratios.probit_moment_terms` is
-used in the lower tail). For the exact QP kernel (:mod:`qpinfer.sigma.kernel`) the density is two
-lobes split at ``f = 0`` with hard bounds, each a truncated Gaussian whose mode is ``mu`` clipped
-into its side; ``eps = 0`` leaves one lobe (the other has zero mass and is dropped by the kernel).
+used in the lower tail). The tilted CDF is closed form too, so is its quantile function, and
+:func:`qpinfer.sigma.kernel.sigma_qp` takes sigma* from it (:meth:`StepNoise._sigma_qp_exact`,
+:mod:`qpinfer.likelihoods.step_noise_closed`: two Gauss-Legendre sums, ~1e-15). The panel hooks
+remain for sigma*'s derivatives (:mod:`qpinfer.sigma.derivatives`) and the tables' regimes: the
+density is two lobes split at ``f = 0`` with hard bounds, each a truncated Gaussian whose mode is
+``mu`` clipped into its side; ``eps = 0`` leaves one lobe (the other has zero mass and is dropped
+by the kernel).
 
 QP tables: one store per ``eps`` (the table coordinates stay ``(mu, log10 sigma, y)``); the
 likelihood name identifies ``eps`` -- ``StepNoise(0.2).name == "step_noise(eps=0.2)"`` -- so a
@@ -39,6 +43,7 @@ from scipy.special import log_ndtr
 
 from qpinfer.checks import number_or_nan
 from qpinfer.likelihoods.base import Likelihood, check_sign_labels
+from qpinfer.likelihoods.step_noise_closed import sigma_ratio
 from qpinfer.quadrature.normal_ratios import probit_moment_terms
 
 __all__ = ["DEFAULT_EPS", "StepNoise", "check_eps", "parse_name"]
@@ -129,20 +134,21 @@ class StepNoise(Likelihood):
         mu, sigma, y = np.broadcast_arrays(
             np.asarray(mu, dtype=np.float64), np.asarray(sigma, dtype=np.float64), y
         )
-        with np.errstate(over="ignore"):
+        # |z| overflows (mu / sigma beyond the largest float): inf / NaN intermediates, masked
+        with np.errstate(over="ignore", invalid="ignore"):
             z = np.atleast_1d(y * mu / sigma)
-        if self.eps == 0.0:
-            r, z_plus_r, var_factor = probit_moment_terms(z)
-        else:
-            log_r = np.log1p(-2.0 * self.eps) - 0.5 * z * z - _LOG_SQRT_2PI - self._log_z_of(z)
-            r = np.exp(log_r)
-            z_plus_r = z + r
-            # r = 0 where |z| overflows: the tilted density is the cavity there
-            var_factor = np.where(r > 0, 1.0 - r * z_plus_r, 1.0)
-        var_factor = np.where(r > 0, var_factor, 1.0)  # r = 0 where z = +-inf: the cavity
-        r = r.reshape(mu.shape)
-        var_factor = np.maximum(var_factor.reshape(mu.shape), 0.0)
-        return mu + y * sigma * r, sigma * np.sqrt(var_factor)
+            if self.eps == 0.0:
+                r, z_plus_r, var_factor = probit_moment_terms(z)
+            else:
+                log_r = np.log1p(-2.0 * self.eps) - 0.5 * z * z - _LOG_SQRT_2PI - self._log_z_of(z)
+                r = np.exp(log_r)
+                z_plus_r = z + r
+                # r = 0 where |z| overflows: the tilted density is the cavity there
+                var_factor = np.where(r > 0, 1.0 - r * z_plus_r, 1.0)
+            var_factor = np.where(r > 0, var_factor, 1.0)  # r = 0 where z = +-inf: the cavity
+            r = r.reshape(mu.shape)
+            var_factor = np.maximum(var_factor.reshape(mu.shape), 0.0)
+            return mu + y * sigma * r, sigma * np.sqrt(var_factor)
 
     def canonical(self, mu, y):
         """Mirror symmetry: sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1) exactly."""
@@ -173,6 +179,24 @@ class StepNoise(Likelihood):
         z, left, right = self._side_log_masses(mu, sigma)
         centre_wins = np.where(z < 0, left - right, right - left) > 40.0
         return centre_wins & (np.abs(z) > 9.0), sigma
+
+    def _sigma_qp_exact(self, mu, sigma, y):
+        """sigma* at canonical cavities (y = +1) without panels, for
+        :func:`qpinfer.sigma.kernel.sigma_qp`: ``sigma`` where the tilted density is the cavity
+        (:meth:`_sigma_closed_form`), else ``sigma * R(z)`` with ``R`` from the closed-form tilted
+        quantile function (:func:`qpinfer.likelihoods.step_noise_closed.sigma_ratio`; eps = 0's
+        deep tail at z = -1e8, scaled: :meth:`_rescale`), clamped to the EP std (Theorem 2, as
+        the panel kernel's points are)."""
+        closed, out = self._sigma_closed_form(mu, sigma, y)
+        out = np.array(out, dtype=np.float64)
+        idx = np.flatnonzero(~closed)
+        if idx.size:
+            _, z, _, scale = self._rescale(mu[idx], sigma[idx], y[idx])
+            with np.errstate(over="ignore", under="ignore"):
+                got = sigma_ratio(z, self.eps) * scale
+            ep = self.tilted_moments(mu[idx], sigma[idx], y[idx])[1]
+            out[idx] = np.where((got > ep) & (ep > 0.0) & (ep < np.inf), ep, got)
+        return out
 
     def _rescale(self, mu, sigma, y):
         """Every cavity is mapped to sigma' = 1, mu' = z = mu / sigma (the ratio depends on z and

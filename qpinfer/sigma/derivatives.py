@@ -151,6 +151,7 @@ def _gradient(likelihood, mu, sigma, y, third):
     shape, mu0, sigma0, y0 = mu.shape, mu, sigma, y
     mu, y = lik.canonical(mu.ravel(), y.ravel())
     sigma = sigma.ravel()
+    canonical = mu, sigma, y
     mirror = canonical_slope(lik, mu0.ravel(), y0.ravel())
     out = np.empty(mu.shape)
     d_mu, d_sigma, k3 = (np.full(mu.shape, np.nan) for _ in range(3))
@@ -201,6 +202,9 @@ def _gradient(likelihood, mu, sigma, y, third):
                 d_mu[np.flatnonzero(todo)[sel_t]] = g_mu[sel_t]
                 d_sigma[np.flatnonzero(todo)[sel_t]] = g_s[sel_t]
         _clamp_to_ep(lik, mu0, sigma0, y0, out, ep, None if lik._clamp_closed_forms else todo)
+        own = getattr(lik, "_sigma_qp_exact", None)
+        if own is not None:  # sigma_qp's own value (no panels); the derivatives stay the panels'
+            out = own(*canonical)
     bad = ~((out > 0) & (out < np.inf))
     if bad.any():  # the kernel's own message
         sigma_qp(lik, mu0.ravel()[bad], sigma0.ravel()[bad], y0.ravel()[bad])
