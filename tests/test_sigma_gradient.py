@@ -269,10 +269,10 @@ def test_scaled_student_t_table_gradient_follows_the_scale():
 
 
 def test_table_fallbacks_take_the_kernels_derivatives():
-    table = _table("logit")
-    mu, sigma, y = np.array([0.5, -1.0]), np.array([5.0, 8.0]), np.array([1.0, -1.0])
-    assert not table.contains(mu, sigma, y).any()  # 10^0.5 < sigma < 20: in no logit box
+    table = _table("poisson_square")
+    mu, sigma, y = np.array([30.0, -45.0]), np.array([2.0, 3.0]), np.array([1500.0, 2000.0])
+    assert not table.contains(mu, sigma, y).any()  # counts above 1000: in no Poisson box
     got = table.sigma_qp_gradient(mu, sigma, y)
-    want = sigma_qp_gradient("logit", mu, sigma, y)
+    want = sigma_qp_gradient("poisson_square", mu, sigma, y)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)

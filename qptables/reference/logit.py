@@ -71,7 +71,10 @@ class _PoissonLogTilted(Tilted):
         self.shift = m - mpmath.lambertw(s2 * mpmath.exp(m)).real
         self.alpha = mpmath.exp(self.shift)
         f = self.shift
-        self.at_mode = (
+        # log q at the mode: added to log Z only (``evaluate``), not to ell -- it reaches
+        # -(s alpha)^2 / 2 ~ -1e17 for s alpha ~ 4e8, which would leave ell too few of the
+        # working digits for the panels' tolerance (no convergence, e.g. a = 20, s = 2)
+        self.log_offset = (
             y * f
             - self.alpha
             - (f - mu) ** 2 / (2 * s2)
@@ -81,7 +84,7 @@ class _PoissonLogTilted(Tilted):
         )
 
     def ell(self, g: mpf) -> mpf:
-        return self.at_mode - self.alpha * (mpmath.expm1(g) - g) - g**2 / (2 * self.sigma**2)
+        return -self.alpha * (mpmath.expm1(g) - g) - g**2 / (2 * self.sigma**2)
 
     def neg_curvature(self, g: mpf) -> mpf:
         return self.alpha * mpmath.exp(g) + 1 / self.sigma**2

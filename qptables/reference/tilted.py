@@ -310,5 +310,6 @@ def evaluate(
             model, cuts, ell_max, s_ref, panel_rule, dps, digits, what=what, **engine
         )
         mean += getattr(model, "shift", 0)  # a model integrating in f - shift (the log link)
+        log_z += getattr(model, "log_offset", 0)  # ... with ell relative to its log offset
     with mp.workdps(dps):
         return ReferencePoint(+sigma_qp, +log_z, +mean, +std, n_panels)

@@ -1,45 +1,39 @@
-"""v2 table boxes of the ``logit`` and ``poisson_log`` likelihoods (issue #15).
+"""v2 table boxes of the ``logit`` likelihood (issues #15, #27); the log link's are in
+:mod:`qpinfer.tables.boxes.poisson_log`.
 
-Both tables store ``rho = sigma* / sigma_EP`` (Theorem 2: in (0, 1]) at Chebyshev-Gauss nodes of
+The table stores ``rho = sigma* / sigma_EP`` (Theorem 2: in (0, 1]) at Chebyshev-Gauss nodes of
 equal cells (:mod:`qpinfer.tables.chebyshev`, :mod:`qpinfer.tables.boxes.probit`); lookups follow
-the kernel's path (canonical label, closed forms, then the first box holding the cavity; cavities in
-no box go to the exact kernel and are counted).
+the kernel's path (canonical label, closed forms, then the first box holding the cavity; a cavity
+in no box would go to the exact kernel and be counted: none is, for any s in (0, 1e6]).
 
-**logit** (canonical y = +1). Besides the mirror symmetry, ``sigma(f) N(f | mu, s^2)`` is, up to
-a constant, ``sigma(-f) N(f | mu + s^2, s^2)``: rho at ``mu`` equals rho at ``-mu - s^2`` (exact;
-``tests/test_logit_poisson_log.py``): every box holds folded cavities only (nodes on the
-other side of the fold would be the far mirror image, badly resolved by the cells):
+Canonical y = +1. Besides the mirror symmetry, ``sigma(f) N(f | mu, s^2)`` is, up to a constant,
+``sigma(-f) N(f | mu + s^2, s^2)``: rho at ``mu`` equals rho at ``-mu - s^2`` (exact;
+``tests/test_logit_poisson_log.py``): every box holds folded cavities only (nodes on the other
+side of the fold would be the far mirror image, badly resolved by the cells). In lookup order:
 
-* ``small`` (``log10 s`` in [-3, 0.5]): ``T = |mu + s^2/2| / sqrt(1 + s^2)``, the distance from
-  the fold line (rho is even in it), in [0, 43] (cells of 1); below s = 1e-3 the kernel's
-  narrow closed form holds, beyond T ~ 40 the flat one;
+* ``small`` (``log10 s`` in [-3, 0.5], cells of 0.25): ``T = |mu + s^2/2| / sqrt(1 + s^2)``,
+  the distance from the fold line (rho is even in it), in [0, 43] (cells of 1); below s = 1e-3
+  the kernel's narrow closed form holds, beyond T ~ 40 the flat one;
 * ``core``: ``tau = mu / sqrt(1 + s^2)`` in [-8.5, 14.5] (cells of 0.5), ``log10 s`` in
   [1.3, 6] (cells of 0.235; for s >= 17.06 the fold line lies below tau = -8.5; the flat
   regime starts at tau <= 8.6; s > 1e6 is refused);
 * ``kink``: the folded cavities with ``tau < -8.5`` (the tilt's mass sits at the logistic step
   f = 0, with exponential sides of rates ``-mu/s^2`` and ``1 + mu/s^2``):
   ``v = log(r) / log(r_max(s))`` in [0, 1] (cells of 1/24), ``r = -tau / 8.5``, ``r_max =
-  s^2 / (17 sqrt(1 + s^2))`` (the fold line), and ``log10 s`` in [1.3, 6].
+  s^2 / (17 sqrt(1 + s^2))`` (the fold line), and ``log10 s`` in [1.3, 6];
+* ``mid`` (issue #27, the former gap 10^0.5 < s < 20): T in [0, 20] (cells of 1) and ``s``
+  itself in [3, 22.5] (cells of 1.5). At fixed T the flat regime's onset (a fixed tau, T = tau +
+  ~s/2) moves by ~s/2 in T per unit of s, i.e. by ``s ln(10) / 2`` per decade: equal cells in
+  log s are too coarse at the top (measured, T cells of 0.5: 4e-7 with log10 s cells of 0.25,
+  5e-12 with 0.06, 5e-13 with 0.05), equal cells in s resolve it everywhere (7e-14). The flat
+  closed form holds beyond T = 19.93 for every s in [3, 22.5]. A coordinate measuring the flat
+  regime directly, ``L = -log E[min(1, e^-f)]`` (the flat closed form's own bound, <= 40 off
+  it), was tried and dropped: near the fold line it compresses (L ~ 1e-23 there at s = 20),
+  1.4e-10 with cells of 1 x 0.1 in (L, log10 s) for L >= 0.5.
 
-**poisson_log**: every count y is the y = 0 tilt at ``m' = mu + y s^2`` (no count axis). The
-coordinates are the tilted mode ``a = log alpha``
-(:func:`qpinfer.likelihoods.poisson_log.mode_frame`) and ``log10 s``: the tilt is ``log-gamma(alpha)
-x N(0, s^2)`` about its mode, and rho depends on (alpha, s) only. ``a`` >= 36.9 (skewness alpha^-1/2
-< 1e-8) and s < 1e-8 are the kernel's Gaussian closed form; ``a`` below the box's start is its flat
-closed form (for s <= 10).
-
-* ``core``: ``a`` in [-46, 16] (cells of 1), ``log10 s`` in [-2, 0] (cells of 0.25): for
-  s <= 1 the flat closed form holds below a ~ -41;
-* ``tiny``: ``a`` in [-6, 16], ``log10 s`` in [-8, -2] (cells of 0.5): below a = ln(1e-8) -
-  3 ln s (>= -4.6 there) the skewness ``~ alpha s^3`` is under 1e-8 (Gaussian closed form).
-
-Tilts whose mode rate e^a exceeds e^16 = 8.9e6 (far beyond counts of 1e5 for any sensible
-cavity) are in no box either: the mpmath reference that verifies the table does not converge
-there for s ~ 2 (a >= 20). Cavities with s > 1 are in no box (the tilt's wall at f ~ 0 moves by
-``|a|/s`` standard deviations per unit of log s, which these cells do not resolve to 1e-12: measured
-1.6e-12 for s <= 10^0.25, 6.9e-12 at s ~ 2.2 and 2.4e-11 at s ~ 7): they use the exact kernel, as do
-the logit cavities with 10^0.5 < s < 20 (the flat regime's onset is too steep in these coordinates
-there; measured 4e-7).
+Measured (``benchmarks/probe_issue15_boxes.py``, ``docs/tables-v2.md``): ``mid`` 7.1e-14 on
+20,000 random points; the whole table, built by ``qptables build logit OUT --grid v2``, 1.4e-13
+against the kernel on 300,000 random cavities with no fallback.
 """
 
 from __future__ import annotations
@@ -49,6 +43,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from qpinfer.tables.boxes.base import Box
+
+# the log link's boxes lived here until issue #27 (and the 0.1 path qpinfer.reduced_logit maps
+# to this module): still importable from it
+from qpinfer.tables.boxes.poisson_log import PoissonLogBox, poisson_log_boxes  # noqa: F401
 from qpinfer.tables.chebyshev import CellAxis
 
 __all__ = [
@@ -56,9 +54,8 @@ __all__ = [
     "LogitBox",
     "LogitCentred",
     "LogitKink",
-    "PoissonLogBox",
+    "LogitMid",
     "logit_boxes",
-    "poisson_log_boxes",
 ]
 
 _KINK_TAU = 8.5
@@ -87,6 +84,12 @@ class LogitBox(Box):
         return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
 
 
+def _centred(mu, sigma):
+    """``T = |mu + s^2/2| / sqrt(1 + s^2)``: the distance from the fold line."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.abs(np.asarray(mu) + 0.5 * np.asarray(sigma) ** 2) / np.hypot(1.0, sigma)
+
+
 @dataclass(frozen=True)
 class LogitCentred(Box):
     """``T = |mu + s^2/2| / sqrt(1 + s^2)`` (the distance from the fold line; rho is even in
@@ -97,9 +100,22 @@ class LogitCentred(Box):
         return np.asarray(t) * np.hypot(1.0, s) - 0.5 * s * s, s
 
     def locate(self, mu, sigma, y):
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            t = np.abs(np.asarray(mu) + 0.5 * np.asarray(sigma) ** 2) / np.hypot(1.0, sigma)
-            coords = (t, np.log10(sigma))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            coords = (_centred(mu, sigma), np.log10(sigma))
+        return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
+
+
+@dataclass(frozen=True)
+class LogitMid(Box):
+    """``T`` (as :class:`LogitCentred`) and ``s`` itself: at fixed T the flat regime's onset
+    (fixed tau) moves by ~s/2 in T, so equal cells in s, not in log s, resolve it."""
+
+    def cavity(self, label, t, sigma):
+        s = np.asarray(sigma, dtype=np.float64)
+        return np.asarray(t) * np.hypot(1.0, s) - 0.5 * s * s, s
+
+    def locate(self, mu, sigma, y):
+        coords = (_centred(mu, sigma), np.asarray(sigma, dtype=np.float64))
         return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
 
 
@@ -125,27 +141,9 @@ class LogitKink(Box):
         return inside, np.zeros(np.shape(mu), dtype=np.intp), coords
 
 
-@dataclass(frozen=True)
-class PoissonLogBox(Box):
-    """``a`` (the tilted mode, log alpha) and ``log10 s``; one label (0): every count maps to
-    y = 0 at ``m' = mu + y s^2``."""
-
-    def cavity(self, label, a, log10_sigma):
-        s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
-        a = np.asarray(a, dtype=np.float64)
-        # mode a of the y = 0 tilt at m': a + s^2 e^a = m'
-        return a + s * s * np.exp(a), s
-
-    def locate(self, mu, sigma, y):
-        from qpinfer.likelihoods.poisson_log import mode_frame
-
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            _, a, _, _ = mode_frame(mu, sigma, y)
-            coords = (a, np.log10(sigma))
-        return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
-
-
 def logit_boxes(nodes: int = 12) -> tuple[Box, ...]:
+    """The boxes of the module docstring, in lookup order (the first holding a cavity
+    answers)."""
     return (
         LogitCentred(
             "small",
@@ -165,20 +163,10 @@ def logit_boxes(nodes: int = 12) -> tuple[Box, ...]:
             ),
             (1.0,),
         ),
-    )
-
-
-def poisson_log_boxes(nodes: int = 12) -> tuple[Box, ...]:
-    return (
-        PoissonLogBox(
-            "core",
-            (CellAxis("a", -46.0, 1.0, 62, nodes), CellAxis("log10_sigma", -2.0, 0.25, 8, nodes)),
-            (0.0,),
-        ),
-        PoissonLogBox(
-            "tiny",
-            (CellAxis("a", -6.0, 1.0, 22, nodes), CellAxis("log10_sigma", -8.0, 0.5, 12, nodes)),
-            (0.0,),
+        LogitMid(
+            "mid",
+            (CellAxis("t", 0.0, 1.0, 20, nodes), CellAxis("sigma", 3.0, 1.5, 13, nodes)),
+            (1.0,),
         ),
     )
 
@@ -187,5 +175,5 @@ KINDS = {
     "LogitBox": LogitBox,
     "LogitCentred": LogitCentred,
     "LogitKink": LogitKink,
-    "PoissonLogBox": PoissonLogBox,
+    "LogitMid": LogitMid,
 }

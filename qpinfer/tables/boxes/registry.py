@@ -1,7 +1,7 @@
 """Which v2 boxes a likelihood's table has, and boxes back from a store's attributes: the
 registry above the box modules (:mod:`qpinfer.tables.boxes.base` for the ``Box`` interface, one
-module per likelihood: ``probit``, ``poisson``, ``step_noise``, ``logit`` for logit's and the
-log-link Poisson's, ``student_t``)."""
+module per likelihood: ``probit``, ``poisson``, ``step_noise``, ``logit``, ``poisson_log`` (the
+log-link Poisson's), ``student_t``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from qpinfer.likelihoods.step_noise import parse_name
 from qpinfer.likelihoods.student_t import parse_name as parse_student_t
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.boxes.logit import KINDS as LOGIT_KINDS
-from qpinfer.tables.boxes.logit import logit_boxes, poisson_log_boxes
+from qpinfer.tables.boxes.logit import logit_boxes
 from qpinfer.tables.boxes.poisson import KINDS as POISSON_KINDS
 from qpinfer.tables.boxes.poisson import poisson_boxes
+from qpinfer.tables.boxes.poisson_log import KINDS as POISSON_LOG_KINDS
+from qpinfer.tables.boxes.poisson_log import poisson_log_boxes
 from qpinfer.tables.boxes.probit import ProbitCore, ProbitTail, probit_boxes
 from qpinfer.tables.boxes.step_noise import KINDS as STEP_NOISE_KINDS
 from qpinfer.tables.boxes.step_noise import step_noise_boxes
@@ -27,6 +29,7 @@ _KINDS = {
     **POISSON_KINDS,
     **STEP_NOISE_KINDS,
     **LOGIT_KINDS,
+    **POISSON_LOG_KINDS,
     **STUDENT_T_KINDS,
 }
 _LAYOUTS = {
@@ -39,8 +42,9 @@ _LAYOUTS = {
 
 def boxes_for(likelihood: str) -> tuple[Box, ...]:
     """The default v2 boxes of a likelihood name (``ValueError`` if it has none): probit,
-    poisson_square (counts 1..1000), step_noise(eps=...) (one store per eps), logit and
-    poisson_log (no count axis, :mod:`qpinfer.tables.boxes.logit`), student_t(nu=..., scale=1.0)
+    poisson_square (counts 1..1000), step_noise(eps=...) (one store per eps), logit
+    (:mod:`qpinfer.tables.boxes.logit`), poisson_log (no count axis,
+    :mod:`qpinfer.tables.boxes.poisson_log`), student_t(nu=..., scale=1.0)
     (one store per nu, serving every scale: :mod:`qpinfer.tables.boxes.student_t`)."""
     if likelihood.startswith("step_noise"):
         return step_noise_boxes(parse_name(likelihood))
