@@ -8,10 +8,16 @@ at random points of each box: coordinates uniform on the box's axis, counts log-
 cavities have sigma log-uniform in [1e-3, 1e3] and go through ``Box.locate`` (the lookup path;
 it then also measures the EP std's own variation with sigma at fixed r).
 
+``student_t``: the 2-D boxes of the Student-t gap, s in [1e3, 1e10] with z < 25
+(:func:`qpinfer.tables.boxes.student_t.gap_boxes`, issue #27): rho at every node, then random
+cavities with ``log10 s`` uniform on [3, 10] and z uniform on [0, 25], each looked up in the first
+box that holds it (the reader's order), against the kernel.
+
 Examples (the configurations of docs/tables-v2.md)::
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/probe_v2_boxes.py poisson_square
     OPENBLAS_NUM_THREADS=1 python benchmarks/probe_v2_boxes.py step_noise --eps 0.2
+    OPENBLAS_NUM_THREADS=1 python benchmarks/probe_v2_boxes.py student_t --points 100000
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 import qpinfer
 from qpinfer.tables.boxes.poisson import MAX_COUNT, poisson_boxes
 from qpinfer.tables.boxes.step_noise import step_noise_boxes
+from qpinfer.tables.boxes.student_t import gap_boxes
 from qpinfer.tables.chebyshev import coefficients, evaluate, tail_size
 
 
@@ -67,13 +74,15 @@ def random_labels(rng, box, n) -> np.ndarray:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("likelihood", choices=["poisson_square", "step_noise"])
+    p.add_argument("likelihood", choices=["poisson_square", "step_noise", "student_t"])
     p.add_argument("--eps", type=float, default=0.2, help="step_noise eps")
     p.add_argument("--points", type=int, default=200_000, help="random test points per box")
     p.add_argument("--max-count", type=int, default=MAX_COUNT, help="Poisson counts 1..N")
     p.add_argument("--worst", type=int, default=0, help="print the N worst points per box")
     p.add_argument("--random-sigma", action="store_true", help="test through Box.locate")
     args = p.parse_args(argv)
+    if args.likelihood == "student_t":
+        return student_t_gap(args.points, args.worst)
     if args.likelihood == "poisson_square":
         lik = qpinfer.get_likelihood("poisson_square")
         boxes = poisson_boxes(args.max_count)
@@ -121,6 +130,46 @@ def main(argv=None) -> None:
                 + ", ".join(f"y={y[j]:g} {ax.name}={x[j]:.4f} {err[j]:.1e}" for j in worst)
             )
     print(f"total {total} values, {total * 8 / 1e6:.2f} MB")
+
+
+def student_t_gap(points: int, worst: int) -> None:
+    """The Student-t gap boxes (module docstring), scale 1."""
+    lik = qpinfer.get_likelihood("student_t(nu=4.0, scale=1.0)")
+    boxes, coefs = gap_boxes(), []
+    print(f"{lik.name}: box | cells x nodes | values | MB | kernel s")
+    for box in boxes:
+        t = time.perf_counter()
+        grids = np.meshgrid(*(ax.nodes() for ax in box.axes), indexing="ij")
+        mu, sigma = box.cavity(0.0, *(g.ravel() for g in grids))
+        values = ratio(lik, mu, sigma, np.zeros_like(mu)).reshape(grids[0].shape)
+        coefs.append(coefficients(values, box.axes))
+        cells = " x ".join(f"{ax.name} [{ax.start:g}, {ax.stop:g}] {ax.n_cells}" for ax in box.axes)
+        print(
+            f"{box.name}: {cells} x {box.axes[0].n}^2 | {values.size} | {values.nbytes / 1e6:.2f}"
+            f" | {time.perf_counter() - t:.0f}",
+            flush=True,
+        )
+    rng = np.random.default_rng(0)
+    s = 10.0 ** rng.uniform(3.0, 10.0, points)
+    mu = rng.uniform(0.0, 25.0, points) * np.hypot(1.0, s)
+    got, which = np.full(points, np.nan), np.full(points, -1)
+    for k, (box, coef) in enumerate(zip(boxes, coefs, strict=True)):
+        coords = box.axis_coords(mu, s, 0.0)
+        inside = box._inside_axes(coords) & (which < 0)
+        which[inside] = k
+        got[inside] = evaluate(coef, box.axes, tuple(c[inside] for c in coords))
+    err = np.abs(got / ratio(lik, mu, s, np.zeros_like(mu)) - 1.0)  # NaN: in no box
+    print(f"{points} points: max rel err {err.max():.1e}, 99.9% {np.quantile(err, 0.999):.1e}")
+    z = mu / np.hypot(1.0, s)
+    for k, box in enumerate(boxes):
+        sel = np.flatnonzero(which == k)
+        order = sel[np.argsort(err[sel])[::-1]]
+        print(f"  {box.name}: {sel.size} points, max {err[order[0]]:.1e}")
+        for j in order[:worst]:
+            print(f"    z={z[j]:.4f} log10 s={np.log10(s[j]):.4f} {err[j]:.1e}")
+    print(
+        f"total {sum(c.size for c in coefs)} values, {sum(c.size for c in coefs) * 8 / 1e6:.2f} MB"
+    )
 
 
 def _unit(likelihood, sigma):

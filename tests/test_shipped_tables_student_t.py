@@ -1,8 +1,10 @@
 """The shipped Student-t v2 table (issue #15; boxes: qpinfer.tables.boxes.student_t): one table per
 nu (nu = 4 ships), built for scale 1 and serving every scale; lookups within 1e-12 of the exact
-kernel over the claimed domain without fallbacks, the gap (s > 100 with z < 25) answered by the
-kernel and counted, bimodal cavities against mpmath, the regressor's default use. (The
-bit-for-bit tile rebuild is tests/test_shipped_tables.py, parametrized over SHIPPED.)"""
+kernel over the claimed domain without fallbacks, including the former gap (s = sigma/scale in
+(1e3, 1e10] with z < 25, issue #27), every cavity the kernel accepts answered without it, bimodal
+cavities against mpmath, the regressor's default use. (The bit-for-bit tile rebuild is
+tests/test_shipped_tables.py, parametrized over SHIPPED.) The box geometry tests at the end need no
+store."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
 from qpinfer.likelihoods.student_t import StudentT
 from qpinfer.likelihoods.student_t_canonical import stationary_points
 from qpinfer.tables import TableError
+from qpinfer.tables.boxes.student_t import Z_ONSET, gap_boxes, student_t_boxes
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.shipped import open_shipped, shipped_path
 from qpinfer.tables.student_t import ScaledTable, for_likelihood
@@ -70,16 +73,58 @@ def test_ratio_is_even_in_d_and_the_same_at_every_scale():
         np.testing.assert_allclose(got, q1 * scale, rtol=1e-15)  # (y + d scale) - y
 
 
-def test_the_gap_is_answered_by_the_kernel_and_counted():
-    """Wide cavities (s > 100 scales) near the observation (z < 25): the exact kernel."""
+# The former gap (issue #27), measured with 12^2 nodes per cell: max 7.5e-14 on 1e5 random points
+# (benchmarks/probe_v2_boxes.py student_t), 2.4e-13 on the 2e5 of the slow test below, beside
+# the bimodal onset at s ~ 3e7 where the kernel's EP std itself has jumps of ~2e-13 (and of
+# 1.5e-12 at the onset, kept on a box edge); 3.6e-14 at the 99.9% level. Tolerance: twice the
+# worst measured.
+GAP_TOL = 5e-13
+
+
+def _gap_cavities(n, seed, scale):
+    """Cavities of the former gap: log10 s uniform on [3, 10], z uniform on [0, 25], y ~ N(0,
+    (10 scale)^2), either side."""
+    rng = np.random.default_rng(seed)
+    s = 10.0 ** rng.uniform(3.0, 10.0, n)
+    d = rng.uniform(0.0, 25.0, n) * np.hypot(1.0, s)
+    y = rng.normal(0.0, 10.0, n) * scale
+    return y + rng.choice([-1.0, 1.0], n) * d * scale, s * scale, y
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.3])
+def test_the_former_gap_is_in_the_table(scale):
+    """s = sigma/scale in (1e3, 1e10] with z < 25 (1,500 cavities per scale, ~40% bimodal):
+    looked up, no fallbacks, within GAP_TOL of the kernel."""
+    lik = StudentT(4.0, scale)
+    table = open_shipped(lik.name)
+    mu, sigma, y = _gap_cavities(1_500, seed=int(scale * 10), scale=scale)
+    d, s = np.abs(mu - y) / scale, sigma / scale
+    assert stationary_points(d, s, 4.0)[3].sum() >= 400
+    assert table.contains(mu, sigma, y).all()
+    assert _err(table, lik, mu, sigma, y) <= GAP_TOL
+    assert table.fallback_count == 0
+
+
+@pytest.mark.slow
+def test_the_former_gap_on_200_000_points():
+    table = open_reduced(shipped_path(BASE))
+    mu, sigma, y = _gap_cavities(200_000, seed=27, scale=1.0)
+    assert _err(table, BASE, mu, sigma, y) <= GAP_TOL
+    assert table.fallback_count == 0
+
+
+def test_no_cavity_the_kernel_accepts_falls_back():
+    """Every finite mu with sigma/scale <= 1e10 (the kernel's limit) is in a closed form or a
+    box; beyond, the scaled likelihood's ValueError naming sigma, as the kernel's."""
     table = open_shipped(StudentT(4.0, 0.5).name)
-    # s = sigma / 0.5 = 1200, 2000, 1e4 with z = 0.002, 3.0, 4.0
-    mu, sigma, y = np.array([1.0, 3e3, -2e4]), np.array([600.0, 1e3, 5e3]), np.array([0.0, 1, 2])
-    got = table.sigma_qp(mu, sigma, y)
-    np.testing.assert_allclose(got, qpinfer.sigma_qp(table.likelihood, mu, sigma, y), rtol=2e-15)
-    assert table.fallback_count == 3
-    assert table.contains([1.0, 1.0], [600.0, 400.0], 0.0).tolist() == [False, True]
-    assert table.fallback_count == 3  # contains() only asks
+    rng = np.random.default_rng(6)
+    n = 20_000
+    mu = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-300, 300, n)
+    sigma = 0.5 * 10.0 ** rng.uniform(-300, 10, n)
+    out = table.sigma_qp(mu, sigma, rng.normal(0.0, 10.0, n))
+    assert np.all(np.isfinite(out) & (out > 0))
+    assert table.fallback_count == 0
+    assert table.contains([1.0, 1e4], [600.0, 5e9], 0.0).all()  # s = 1200, 1e10
     with pytest.raises(ValueError, match=r"^sigma must be <= 1e\+10 \* scale .*scale=0\.5"):
         table.sigma_qp(0.0, 6e9, 1.0)
     for args in ((np.nan, 1.0, 0.0), (0.0, -1.0, 0.0), (0.0, 1.0, np.inf)):
@@ -89,12 +134,18 @@ def test_the_gap_is_answered_by_the_kernel_and_counted():
 
 @pytest.mark.parametrize(
     ("d", "s"),
-    [(60.0, 9.0), (650.0, 95.0), pytest.param(6000.0, 900.0, marks=pytest.mark.slow)],
+    [
+        (60.0, 9.0),
+        (650.0, 95.0),
+        pytest.param(6000.0, 900.0, marks=pytest.mark.slow),
+        pytest.param(1.098e7, 1e6, marks=pytest.mark.slow),  # gap_mass
+        pytest.param(1.05e10, 1e9, marks=pytest.mark.slow),  # gap_spread
+    ],
 )
 def test_bimodal_lookups_match_mpmath(d, s):
     """Cavities across the bimodal transition (three stationary points; rho = 0.998, 0.823,
-    0.074) against the independent mpmath reference (the build's stratified sample is in the
-    store's verification; these are chosen bimodal)."""
+    0.074, and in the former gap 0.41 and 0.0088) against the independent mpmath reference (the
+    build's stratified sample is in the store's verification; these are chosen bimodal)."""
     from qptables.reference.student_t import student_t_reference
 
     table = open_reduced(shipped_path(BASE))
@@ -199,3 +250,43 @@ def test_kernel_moments_far_from_a_wide_cavity_are_finite():
     q = qpinfer.sigma_qp(BASE, mu, sigma, 0.0)
     assert np.all(np.isfinite(std)) and np.array_equal(q, std)
     assert np.all(np.abs(std / sigma - 1.0) <= 5.0 * (sigma / mu) ** 2 + 1e-15)
+
+
+# ---------------------------------------------------------------- box geometry (no store needed)
+
+
+def test_the_gap_boxes_cover_the_former_gap_and_map_back_to_their_nodes():
+    """Every cavity with s in [1e3, 1e10] and z <= 25 lies in a box (the far box holds z = 25);
+    every gap box maps its nodes to cavities and back to the same coordinates."""
+    boxes = student_t_boxes()
+    rng = np.random.default_rng(3)
+    n = 200_000
+    ls = np.concatenate([rng.uniform(3.0, 10.0, n), [3.0, 10.0, 10.0, 3.0]])
+    z = np.concatenate([rng.uniform(0.0, 25.0, n), [0.0, 0.0, 25.0, Z_ONSET]])
+    s = 10.0**ls
+    d = z * np.hypot(1.0, s)
+    inside = np.zeros(d.size, dtype=bool)
+    for box in boxes:
+        inside |= box.locate(d, s, 0.0)[0]
+    assert inside.all()
+    for box in gap_boxes():
+        grids = np.meshgrid(*(ax.nodes() for ax in box.axes), indexing="ij")
+        mu, sigma = box.cavity(0.0, *(g.ravel() for g in grids))
+        coords = box.axis_coords(mu, sigma, 0.0)
+        real = mu > 0  # nodes at z^2 < 0 hold d = 0 (never served)
+        for x, g in zip(coords, grids, strict=True):
+            np.testing.assert_allclose(x[real], g.ravel()[real], rtol=0, atol=2e-13)
+
+
+def test_the_bimodal_onset_is_a_box_edge():
+    """The kernel's EP std jumps at the bimodal onset (z -> sqrt(20) as s -> inf; up to 1.5e-12
+    at s ~ 4e7): gap_core ends and gap_onset starts exactly there, and the onset is within 1e-5
+    of it for s >= 1e3."""
+    core, onset = (b for b in gap_boxes() if b.name in ("gap_core", "gap_onset"))
+    assert core.axes[0].stop == onset.axes[0].start == Z_ONSET
+    for s in (1e3, 1e5, 1e10):
+        z = Z_ONSET * np.array([1.0 - 1e-5, 1.0 + 1e-5])
+        assert stationary_points(z * np.hypot(1.0, s), np.full(2, s), 4.0)[3].tolist() == [
+            False,
+            True,
+        ]

@@ -16,7 +16,7 @@ standard normal pdf/cdf)::
 (the same form as the probit moments with a different ``r``; for ``eps = 0`` the probit
 Mills-ratio continued fraction of :func:`qpinfer.quadrature.normal_ratios.probit_moment_terms` is
 used in the lower tail). The tilted CDF is closed form too, so is its quantile function, and
-:func:`qpinfer.sigma.kernel.sigma_qp` takes sigma* from it (:meth:`StepNoise._sigma_qp_exact`,
+:func:`qpinfer.sigma.kernel.sigma_qp` takes sigma* from it (``StepNoise._sigma_qp_exact``,
 :mod:`qpinfer.likelihoods.step_noise_closed`: two Gauss-Legendre sums, ~1e-15). The panel hooks
 remain for sigma*'s derivatives (:mod:`qpinfer.sigma.derivatives`) and the tables' regimes: the
 density is two lobes split at ``f = 0`` with hard bounds, each a truncated Gaussian whose mode is

@@ -50,7 +50,7 @@ weights are refined in 40-digit decimal arithmetic: numpy's ``leggauss`` weights
 1e-12 at n >= 40, which biased sigma* by ~5e-15.
 
 No ``z`` is special-cased here and no ``eps`` but 0 (no left lobe): the caller
-(:meth:`qpinfer.likelihoods.step_noise.StepNoise._sigma_qp_exact`) answers the regimes where the
+(``qpinfer.likelihoods.step_noise.StepNoise._sigma_qp_exact``) answers the regimes where the
 tilted density is the cavity (``sigma* = sigma``) and maps eps = 0's deep tail to ``z = -1e8``.
 """
 

@@ -27,29 +27,80 @@ own ``canonical``: ``sigma*`` at ``mu - y = +-a`` is bit for bit the same). The 
   ``1 - rho ~ u^6`` is smooth in u. Beyond z = 2500 (u < 0.01) the kernel's Gaussian closed
   form holds for every s.
 
-**Gap** (answered by the exact kernel, counted in ``fallback_count``): ``z < 25`` with
-``s > 1e3`` -- cavities more than 1000 noise scales wide near the observation. The mass exchange
-between the lobes sharpens as s grows (``sigma* / sigma_EP`` down to 3e-5 at s = 1e10, with the
-bimodal window at z ~ 10 .. 12), and stored rho would need ever finer cells; in a regression fit
-such cavities mean a prior far wider than the noise (signal sd > 1000 scales).
+**The former gap** (issue #27): ``z < 25`` with ``s`` in (1e3, 1e10] (the kernel refuses s >
+1e10, and so does the table). For s >> 1 the tilt is the t factor's lobe at ``f = y`` (mass ~
+phi(z) / s) plus the cavity's lobe near ``f = mu`` (mass ~ (z s)^-(nu+1)). As z grows at fixed s,
+rho first falls from the t lobe's 0.967 as the far lobe's share of the variance, ``(z s)^2``
+times its mass, takes over (z ~ 6 at s = 1e3, ~10 at 1e10; down to 3e-5), then recovers to 1 as
+the cavity's lobe takes the mass (z ~ 8 at s = 1e3, ~14.3 at 1e10). Both exchanges are ~1 wide in
+the log of their ratio, which moves by ``a ln 10`` per decade of s at fixed z; along
+
+* ``c_spread = z^2/2 - (nu - 2) ln s`` (the log of the variance ratio up to ``(nu - 1) ln z``
+  and a constant; the fall at c_spread in about [-4, 8]) and
+* ``c_mass = z^2/2 - nu ln s`` (minus the log of the mass ratio up to ``(nu + 1) ln z``; the
+  recovery, with a bump, at c_mass in about [3, 16]),
+
+each sits still (their ``ln z`` terms drift by 0.4 per decade or less). The third feature is
+``z = sqrt(4 (nu + 1)) = sqrt(20)``, the bimodal onset as s -> inf (within 4e-6 of it for s >=
+1e3), where the kernel's EP std (not its sigma*) jumps by up to 1.5e-12 (at s ~ 4e7; >= 1e-13
+for ``log10 s`` in [7.2, 8.2], < 1e-15 below 6.5): a box edge there keeps the jump out of every
+cell. The boxes (for nu = 4: shears 4 and 2), in lookup order, each holding what the ones before
+leave (its cells reaching into those parts are never served):
+
+  - ``gap_mass``: ``c_mass`` in [-3, 30] (cells of 1) x ``log10 s`` in [3, 10] (cells of 0.7);
+  - ``gap_mass_out``: ``c_mass`` in [30, 294] (cells of 8; z = 25 at s = 1e3 is 284.9) x
+    ``log10 s`` cells of 1;
+  - ``gap_core``: z in [0, sqrt(20)] (9 cells) x cells of 0.5: one lobe;
+  - ``gap_spread``: ``c_spread`` in [-14, 44] (cells of 1) x cells of 0.5: what has ``c_mass <
+    -3`` (``c_spread = c_mass + 2 ln s``: 44 covers s = 1e10);
+  - ``gap_onset``: z in [sqrt(20), 8.1] (8 cells) x ``log10 s`` in [5, 10] (cells of 0.5): the
+    rest, ``c_spread < -14`` (z < 8.01), before the fall.
+
+  A cell 1 wide in c and 0.5 in ``log10 s`` spans 3.3 in ``z^2/2``: ``gap_spread``'s cells that
+  serve cavities stay clear of the rise (c_mass > 0.3) and of the onset at ``log10 s >= 6.5``,
+  ``gap_onset``'s of the fall (c_spread < -8). Nodes with ``c < -a ln s`` (z^2 < 0) hold the
+  cavity at d = 0 (in cells of ``gap_spread`` that serve nothing).
+
+  Measured (12^2 nodes per cell; ``OPENBLAS_NUM_THREADS=1 python benchmarks/probe_v2_boxes.py
+  student_t --points 100000``, 2 min 44 s): 227,376 values (1.82 MB), max 7.5e-14 against the
+  kernel on 1e5 random cavities of the former gap (99.9%: 3.4e-14; per box 3.2e-14, 6.2e-14,
+  7.5e-14, 3.3e-14, 6.8e-14); on 2e5 more (another seed) 2.4e-13, next to the onset at s ~ 3e7,
+  where the kernel's EP std has jumps of ~2e-13 of its own. Coarser cells lose the margin or
+  fail: c cells of 1.25 or 1.5 in the exchanges 2.8e-13 / 3e-12 (spread), 1.8e-13 / 1e-12
+  (mass); ``log10 s`` cells of 0.7 in ``gap_spread`` 2e-12 (the rise, sheared by 2 ln 10 per
+  decade there), of 1 in ``gap_mass`` 7e-13 and in ``gap_core`` 1.5e-11 (0.7: 5.5e-13);
+  ``gap_mass_out`` from c = 24 with cells of 6 or 12, 1.6e-12 / 6.6e-10 (its tail decays like
+  e^-c); cells of 2 x 1 in c_spread across the onset, 1.6e-12.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.chebyshev import CellAxis
 
-__all__ = ["KINDS", "S_MAX", "StudentTCore", "StudentTFar", "student_t_boxes"]
+__all__ = [
+    "KINDS",
+    "S_MAX",
+    "StudentTCore",
+    "StudentTFar",
+    "StudentTMass",
+    "StudentTSpread",
+    "gap_boxes",
+    "student_t_boxes",
+]
 
 Z_FAR = 25.0  # z from which the t factor's lobe is negligible (for s <= 1e10)
-S_MAX = 3.0  # log10 s: the core box's upper end (the gap above)
+S_MAX = 3.0  # log10 s: the wide boxes' upper end, the gap boxes' lower one
 LOG10_S_MIN = -3.25  # below, the kernel's Gaussian closed form for every d
 LOG10_S_TOP = 10.0  # the kernel's limit: s <= 1e10
 U_MIN = Z_FAR / 2500.0  # z > 2236: the Gaussian closed form (r < 1e-3) for every s
+Z_ONSET = float(np.sqrt(20.0))  # sqrt(4 (nu + 1)): the bimodal onset as s -> inf (nu = 4)
+_LN10 = float(np.log(10.0))
 
 
 def _z(mu, sigma):
@@ -61,6 +112,8 @@ def _z(mu, sigma):
 @dataclass(frozen=True)
 class StudentTCore(Box):
     """``z = d / sqrt(1 + s^2)`` and ``log10 s`` (canonical ``d = |mu - y| >= 0``, scale 1)."""
+
+    AXIS: ClassVar[str] = "z"
 
     def cavity(self, label, z, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
@@ -91,6 +144,50 @@ class StudentTFar(Box):
         return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
 
 
+@dataclass(frozen=True)
+class _StudentTSheared(Box):
+    """``c = z^2/2 - a ln s`` (``a = SHEAR``) and ``log10 s``: a line of constant c follows one
+    of the lobes' exchanges as s grows (module docstring). Inverse: ``z = sqrt(2 (c + a ln s))``
+    (``a ln s`` is ``a ln(10) log10 s`` both ways). The shears are nu = 4's, the table that
+    ships (``nu`` and ``nu - 2``); a store for another nu gets the same boxes, and its build's
+    verification would show whether they hold there."""
+
+    SHEAR: ClassVar[float] = 0.0
+    AXIS: ClassVar[str] = "c"
+
+    def cavity(self, label, c, log10_sigma):
+        ls = np.asarray(log10_sigma, dtype=np.float64)
+        s = 10.0**ls
+        # c below -a ln s would be z^2 < 0: such nodes hold the cavity at d = 0 (never served)
+        z = np.sqrt(np.maximum(2.0 * (np.asarray(c) + (self.SHEAR * _LN10) * ls), 0.0))
+        return z * np.hypot(1.0, s), s
+
+    def axis_coords(self, mu, sigma, y):
+        z = _z(mu, sigma)
+        ls = np.log10(sigma)
+        with np.errstate(over="ignore", invalid="ignore"):  # z = inf: c = inf, outside
+            return 0.5 * z * z - (self.SHEAR * _LN10) * ls, ls
+
+    def locate(self, mu, sigma, y):
+        coords = self.axis_coords(mu, sigma, y)
+        return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
+
+
+@dataclass(frozen=True)
+class StudentTMass(_StudentTSheared):
+    """``c = z^2/2 - nu ln s`` (nu = 4): minus the log of the lobes' mass ratio, to O(ln z)."""
+
+    SHEAR: ClassVar[float] = 4.0
+
+
+@dataclass(frozen=True)
+class StudentTSpread(_StudentTSheared):
+    """``c = z^2/2 - (nu - 2) ln s`` (nu = 4): the log of the far lobe's share of the variance,
+    to O(ln z)."""
+
+    SHEAR: ClassVar[float] = 2.0
+
+
 def student_t_boxes(nodes: int = 12) -> tuple[Box, ...]:
     """The default Student-t boxes (see the module docstring)."""
 
@@ -114,7 +211,36 @@ def student_t_boxes(nodes: int = 12) -> tuple[Box, ...]:
             ),
             (0.0,),
         ),
+        *gap_boxes(nodes),
     )
 
 
-KINDS = {"StudentTCore": StudentTCore, "StudentTFar": StudentTFar}
+def gap_boxes(nodes: int = 12) -> tuple[Box, ...]:
+    """The boxes of s in [1e3, 1e10] with z < 25 (module docstring), in lookup order."""
+
+    def box(kind, name, first, ls):
+        (lo, hi, width), (ls_lo, ls_width) = first, ls
+        axes = (
+            CellAxis(kind.AXIS, lo, width, round((hi - lo) / width), nodes),
+            CellAxis(
+                "log10_sigma", ls_lo, ls_width, round((LOG10_S_TOP - ls_lo) / ls_width), nodes
+            ),
+        )
+        return kind(name, axes, (0.0,))
+
+    w_core = Z_ONSET / 9  # the core's stop is the onset's start, bit for bit
+    return (
+        box(StudentTMass, "gap_mass", (-3.0, 30.0, 1.0), (S_MAX, 0.7)),
+        box(StudentTMass, "gap_mass_out", (30.0, 294.0, 8.0), (S_MAX, 1.0)),
+        box(StudentTCore, "gap_core", (0.0, 9 * w_core, w_core), (S_MAX, 0.5)),
+        box(StudentTSpread, "gap_spread", (-14.0, 44.0, 1.0), (S_MAX, 0.5)),
+        box(StudentTCore, "gap_onset", (9 * w_core, 8.1, (8.1 - 9 * w_core) / 8), (5.0, 0.5)),
+    )
+
+
+KINDS = {
+    "StudentTCore": StudentTCore,
+    "StudentTFar": StudentTFar,
+    "StudentTMass": StudentTMass,
+    "StudentTSpread": StudentTSpread,
+}
