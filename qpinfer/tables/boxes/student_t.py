@@ -89,6 +89,7 @@ __all__ = [
     "StudentTCore",
     "StudentTFar",
     "StudentTMass",
+    "StudentTSheared",
     "StudentTSpread",
     "gap_boxes",
     "student_t_boxes",
@@ -145,7 +146,7 @@ class StudentTFar(Box):
 
 
 @dataclass(frozen=True)
-class _StudentTSheared(Box):
+class StudentTSheared(Box):
     """``c = z^2/2 - a ln s`` (``a = SHEAR``) and ``log10 s``: a line of constant c follows one
     of the lobes' exchanges as s grows (module docstring). Inverse: ``z = sqrt(2 (c + a ln s))``
     (``a ln s`` is ``a ln(10) log10 s`` both ways). The shears are nu = 4's, the table that
@@ -174,14 +175,14 @@ class _StudentTSheared(Box):
 
 
 @dataclass(frozen=True)
-class StudentTMass(_StudentTSheared):
+class StudentTMass(StudentTSheared):
     """``c = z^2/2 - nu ln s`` (nu = 4): minus the log of the lobes' mass ratio, to O(ln z)."""
 
     SHEAR: ClassVar[float] = 4.0
 
 
 @dataclass(frozen=True)
-class StudentTSpread(_StudentTSheared):
+class StudentTSpread(StudentTSheared):
     """``c = z^2/2 - (nu - 2) ln s`` (nu = 4): the log of the far lobe's share of the variance,
     to O(ln z)."""
 
