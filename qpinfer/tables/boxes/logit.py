@@ -43,10 +43,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from qpinfer.tables.boxes.base import Box
-
-# the log link's boxes lived here until issue #27 (and the 0.1 path qpinfer.reduced_logit maps
-# to this module): still importable from it
-from qpinfer.tables.boxes.poisson_log import PoissonLogBox, poisson_log_boxes  # noqa: F401
 from qpinfer.tables.chebyshev import CellAxis
 
 __all__ = [
