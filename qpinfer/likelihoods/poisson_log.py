@@ -41,7 +41,7 @@ from qpinfer.likelihoods.base import (
     graded_step_edges,
 )
 
-__all__ = ["MAX_COUNT", "SIGMA_MAX", "PoissonLog", "mode_frame"]
+__all__ = ["MAX_COUNT", "SIGMA_MAX", "PoissonLog", "flat_nats", "mode_frame"]
 
 MAX_COUNT = 1e6
 SIGMA_MAX = 1e4
@@ -81,6 +81,17 @@ def mode_frame(mu, sigma, y):
     return m, a, alpha, omega
 
 
+def flat_nats(m, sigma):
+    """``P = -log(Phi(m/s) + exp(m + s^2/2) Phi(-m/s - s)) = -log E[min(1, e^f)]`` under
+    ``N(m, s^2)`` (m the shifted mean m'): it bounds the likelihood's effect on the tilt, whose
+    flat closed form holds where ``P > 40``. Decreasing in m, ``dP/dm = -E[e^f; f < 0] /
+    E[min(1, e^f)]``."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return -np.logaddexp(
+            log_ndtr(m / sigma), m + 0.5 * sigma * sigma + log_ndtr(-m / sigma - sigma)
+        )
+
+
 def _wide(mu, sigma, y):
     """The wide frame (kernel coordinate f itself, graded edges about f = 0): where the tilt's
     width (alpha + 1/s^2)^-1/2 exceeds 1, the scale of e^f."""
@@ -112,14 +123,8 @@ class PoissonLog(Likelihood):
     @staticmethod
     def _masks(mu, sigma, y):
         m, _, _, omega = mode_frame(mu, sigma, y)
+        flat = flat_nats(m, sigma) > _CLOSED_NATS
         with np.errstate(over="ignore", invalid="ignore"):
-            # E[min(1, e^f)] under N(m', s^2) bounds the likelihood's effect on the tilt
-            flat = (
-                np.logaddexp(
-                    log_ndtr(m / sigma), m + 0.5 * sigma * sigma + log_ndtr(-m / sigma - sigma)
-                )
-                < -_CLOSED_NATS
-            )
             # precision (1 + omega)/s^2 and skewness alpha / prec^1.5, without overflow
             width = sigma / np.sqrt(1.0 + omega)
             skew = omega * sigma / (1.0 + omega) ** 1.5

@@ -46,8 +46,13 @@ class Box:
 
     def locate(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
         """``(inside, label_index, coords)`` for canonical cavities: which lie in the box, the
-        index of their label on the box's label axis, and their box coordinates."""
-        raise NotImplementedError
+        index of their label on the box's label axis, and their box coordinates. Here for a box
+        with :meth:`~qpinfer.tables.boxes.base.Box.axis_coords` (one label, the cavities inside
+        its axes' ranges); others override it."""
+        coords = self.axis_coords(mu, sigma, y)
+        if coords is None:
+            raise NotImplementedError
+        return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
 
     def axis_coords(self, mu, sigma, y) -> tuple[np.ndarray, ...] | None:
         """Box coordinates of canonical cavities if the box has one label and holds exactly

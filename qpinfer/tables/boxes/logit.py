@@ -86,6 +86,11 @@ def _centred(mu, sigma):
         return np.abs(np.asarray(mu) + 0.5 * np.asarray(sigma) ** 2) / np.hypot(1.0, sigma)
 
 
+def _uncentred(t, s):
+    """The folded cavity ``(mu, s)`` at distance ``t`` from the fold line (:func:`_centred`)."""
+    return np.asarray(t) * np.hypot(1.0, s) - 0.5 * s * s, s
+
+
 @dataclass(frozen=True)
 class LogitCentred(Box):
     """``T = |mu + s^2/2| / sqrt(1 + s^2)`` (the distance from the fold line; rho is even in
@@ -93,7 +98,7 @@ class LogitCentred(Box):
 
     def cavity(self, label, t, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
-        return np.asarray(t) * np.hypot(1.0, s) - 0.5 * s * s, s
+        return _uncentred(t, s)
 
     def locate(self, mu, sigma, y):
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -108,7 +113,7 @@ class LogitMid(Box):
 
     def cavity(self, label, t, sigma):
         s = np.asarray(sigma, dtype=np.float64)
-        return np.asarray(t) * np.hypot(1.0, s) - 0.5 * s * s, s
+        return _uncentred(t, s)
 
     def locate(self, mu, sigma, y):
         coords = (_centred(mu, sigma), np.asarray(sigma, dtype=np.float64))

@@ -7,7 +7,7 @@ then the first box holding the cavity). Every count y is the y = 0 tilt at ``m' 
 The tilt is ``exp(-e^f) N(f | m', s^2)``, about its mode ``a = log alpha``
 (:func:`qpinfer.likelihoods.poisson_log.mode_frame`) a log-gamma(alpha) density times
 ``N(0, s^2)``: rho depends on (alpha, s) only. The kernel's closed forms: *flat* where
-``P = -log E[min(1, e^f)] > 40`` under ``N(m', s^2)`` (:func:`flat_nats`), *Gaussian* where the
+``P = -log E[min(1, e^f)] > 40`` under ``N(m', s^2)`` (:func:`qpinfer.likelihoods.poisson_log.flat_nats`), *Gaussian* where the
 skewness ``alpha (alpha + 1/s^2)^-3/2 < 1e-8`` (every a > 36.84, and every s < 2.6e-8).
 
 Narrow cavities (s <= 1), coordinates ``a`` and ``log10 s``:
@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr
 
+from qpinfer.likelihoods.poisson_log import flat_nats, mode_frame
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.chebyshev import CellAxis
 
@@ -62,7 +63,6 @@ __all__ = [
     "PoissonLogKappa",
     "PoissonLogNear",
     "PoissonLogWall",
-    "flat_nats",
     "mean_of_flat_nats",
     "poisson_log_boxes",
 ]
@@ -80,14 +80,9 @@ def _shifted_mean(mu, sigma, y):
     return np.asarray(mu, dtype=np.float64) + np.asarray(y) * sigma * sigma
 
 
-def flat_nats(m, sigma):
-    """``P = -log(Phi(m/s) + exp(m + s^2/2) Phi(-m/s - s)) = -log E[min(1, e^f)]`` under
-    ``N(m, s^2)``: the kernel's flat closed form holds where ``P > 40`` (the same expression,
-    ``PoissonLog._masks``). Decreasing in m, ``dP/dm = -E[e^f; f < 0] / E[min(1, e^f)]``."""
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return -np.logaddexp(
-            log_ndtr(m / sigma), m + 0.5 * sigma * sigma + log_ndtr(-m / sigma - sigma)
-        )
+def _mean_of_mode(a, s):
+    """The shifted mean m' whose y = 0 tilt has its mode at ``a``: ``a + s^2 e^a = m'``."""
+    return a + s * s * np.exp(a)
 
 
 def mean_of_flat_nats(p, sigma):
@@ -118,13 +113,9 @@ class PoissonLogBox(Box):
 
     def cavity(self, label, a, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
-        a = np.asarray(a, dtype=np.float64)
-        # mode a of the y = 0 tilt at m': a + s^2 e^a = m'
-        return a + s * s * np.exp(a), s
+        return _mean_of_mode(np.asarray(a, dtype=np.float64), s), s
 
     def locate(self, mu, sigma, y):
-        from qpinfer.likelihoods.poisson_log import mode_frame
-
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             _, a, _, _ = mode_frame(mu, sigma, y)
             coords = (a, np.log10(sigma))
@@ -167,12 +158,9 @@ class PoissonLogKappa(Box):
     def cavity(self, label, b, log10_sigma):
         lg = np.asarray(log10_sigma, dtype=np.float64)
         s = 10.0**lg
-        a = np.asarray(b, dtype=np.float64) - _LN10 * lg
-        return a + s * s * np.exp(a), s
+        return _mean_of_mode(np.asarray(b, dtype=np.float64) - _LN10 * lg, s), s
 
     def locate(self, mu, sigma, y):
-        from qpinfer.likelihoods.poisson_log import mode_frame
-
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             _, a, _, _ = mode_frame(mu, sigma, y)
             lg = np.log10(sigma)

@@ -24,10 +24,6 @@ class ProbitCore(Box):
         s = 10.0**log10_sigma
         return tau * np.hypot(1.0, s), s
 
-    def locate(self, mu, sigma, y):
-        coords = self.axis_coords(mu, sigma, y)
-        return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
-
     def axis_coords(self, mu, sigma, y):
         return mu / np.hypot(1.0, sigma), np.log10(sigma)  # sigma > 0 (validated)
 

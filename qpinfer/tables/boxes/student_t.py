@@ -123,10 +123,6 @@ class StudentTCore(Box):
     def axis_coords(self, mu, sigma, y):
         return _z(mu, sigma), np.log10(sigma)
 
-    def locate(self, mu, sigma, y):
-        coords = self.axis_coords(mu, sigma, y)
-        return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
-
 
 @dataclass(frozen=True)
 class StudentTFar(Box):
@@ -139,10 +135,6 @@ class StudentTFar(Box):
     def axis_coords(self, mu, sigma, y):
         with np.errstate(divide="ignore"):
             return Z_FAR / _z(mu, sigma), np.log10(sigma)  # z = 0: u = inf, outside
-
-    def locate(self, mu, sigma, y):
-        coords = self.axis_coords(mu, sigma, y)
-        return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
 
 
 @dataclass(frozen=True)
@@ -168,10 +160,6 @@ class StudentTSheared(Box):
         ls = np.log10(sigma)
         with np.errstate(over="ignore", invalid="ignore"):  # z = inf: c = inf, outside
             return 0.5 * z * z - (self.SHEAR * _LN10) * ls, ls
-
-    def locate(self, mu, sigma, y):
-        coords = self.axis_coords(mu, sigma, y)
-        return self._inside_axes(coords), np.zeros(np.shape(mu), dtype=np.intp), coords
 
 
 @dataclass(frozen=True)
