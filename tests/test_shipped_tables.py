@@ -243,6 +243,25 @@ def test_poisson_lookups_match_the_exact_kernel_for_counts_to_1000():
     assert table.fallback_count == 1  # contains() only asks
 
 
+def test_poisson_far_single_lobes_are_answered_by_the_lobe_box():
+    """A lookup leaves the kernel's far-single-lobe quadrature (a closed form of the kernel's,
+    issue #27: it held poisson_square's lookups at 0.4M/s) to the ``lobe`` box: there the table
+    matches the kernel's quadrature to 1e-12, with no fallback."""
+    from qpinfer.likelihoods.poisson_moments import sigma_closed_form
+
+    table = open_reduced(shipped_path("poisson_square"))
+    mu, sigma, y = _poisson_cavities(20_000, seed=11)
+    mu = np.abs(mu)  # canonical
+    kernel_mask, _ = sigma_closed_form(mu, sigma, y)
+    table_mask, _ = sigma_closed_form(mu, sigma, y, quadrature=False)
+    lobes = kernel_mask & ~table_mask
+    assert lobes.sum() >= 1000
+    m, s, yy = mu[lobes], sigma[lobes], y[lobes]
+    got = table.sigma_qp(m, s, yy)
+    assert np.max(np.abs(got / qpinfer.sigma_qp("poisson_square", m, s, yy) - 1.0)) <= 1e-12
+    assert table.fallback_count == 0
+
+
 def test_poisson_regressor_uses_the_shipped_table_and_matches_exact_qp():
     from _helpers import coal
 

@@ -100,6 +100,8 @@ class Likelihood(ABC):
     #: closed forms (_sigma_closed_form, _rescale) that may round above sigma_EP: sigma_qp clamps
     #: them too (else only its quadrature points)
     _clamp_closed_forms: bool = False
+    #: _sigma_closed_form takes EP's moments (``moments=``), which a table lookup has already
+    _closed_form_takes_moments: bool = False
     #: cavities wider than this (canonical sigma) have the sigma* kernel check each lobe's
     #: outermost panel edge where it ends (one more log-density evaluation per side) and
     #: re-place one that stopped short of the tail cut (qpinfer.quadrature.level_sets): needed where
@@ -131,6 +133,15 @@ class Likelihood(ABC):
     def _sigma_closed_form(self, mu, sigma, y):
         """``(mask, sigma_star)`` where sigma* is known in closed form, else ``None``."""
         return
+
+    def _table_closed_form(self, mu, sigma, y, moments):
+        """``(mask, sigma*)`` that a v2 table lookup takes before its boxes, or ``None``, given
+        EP's ``moments`` there: the kernel's closed forms (:meth:`_sigma_closed_form`, with the
+        moments where it takes them); a likelihood whose closed forms include a quadrature the
+        boxes answer faster leaves it out."""
+        if self._closed_form_takes_moments:
+            return self._sigma_closed_form(mu, sigma, y, moments=moments)
+        return self._sigma_closed_form(mu, sigma, y)
 
     def _rescale(self, mu, sigma, y):
         """``(mask, mu', sigma', scale)``: where the kernel should compute

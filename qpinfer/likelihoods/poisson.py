@@ -77,6 +77,15 @@ class PoissonSquare(Likelihood):
 
         return sigma_closed_form(mu, sigma, y)
 
+    def _table_closed_form(self, mu, sigma, y, moments):
+        """The closed forms but the far single lobes' quadrature (a table's ``lobe`` box,
+        :mod:`qpinfer.tables.boxes.poisson`, answers those cavities ~20x faster), the Gaussian
+        lobes' sigma* taken from EP's ``moments``."""
+        from qpinfer.likelihoods.poisson_moments import sigma_closed_form
+
+        ep_std = None if moments is None else np.asarray(moments[1], dtype=np.float64)
+        return sigma_closed_form(mu, sigma, y, quadrature=False, ep_std=ep_std)
+
     def _rescale(self, mu, sigma, y):
         """sigma outside [1e-100, 1e100]: sigma* = 2 sv sigma*(b, 1/sqrt(2), y), see
         :func:`qpinfer.likelihoods.poisson_moments.rescale`."""

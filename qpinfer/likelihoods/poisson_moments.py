@@ -356,7 +356,7 @@ def _sigma_mode_relative(u, y) -> np.ndarray:
     return out
 
 
-def sigma_closed_form(mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+def sigma_closed_form(mu, sigma, y, quadrature: bool = True, ep_std=None):
     """``(mask, sigma*)`` for ``PoissonSquare._sigma_closed_form()`` (canonical ``mu >= 0``):
 
     * ``y = 0``: the tilted density is ``N(beta, sv^2)``, sigma* = sv exactly;
@@ -364,7 +364,11 @@ def sigma_closed_form(mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
       ``b = inf``): sigma* = the tilted std;
     * one lobe (the far one > 70 nats down) whose mode lies > ``MODE_RELATIVE_MIN`` widths from
       0: the kernel's quadrature in mode-relative coordinates, times sv (capped at the tilted
-      std, Theorem 2, which only acts within rounding of the Gaussian threshold).
+      std, Theorem 2, which only acts within rounding of the Gaussian threshold); left out
+      with ``quadrature=False`` (a table's lookup, whose boxes answer them).
+
+    ``ep_std``: the tilted std at these cavities if known (a table's lookup has EP's moments),
+    used for the Gaussian lobes instead of computing it again.
 
     Everything in the scaled form of :func:`scaled_cavity`, so no sigma^2 or mu / sigma
     over- or underflows."""
@@ -380,8 +384,11 @@ def sigma_closed_form(mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         gamma = ((n / u) / u) / u * 2.0 / (1.0 + kappa) ** 1.5
     one_lobe = (y > 0) & ((b == np.inf) | (far < _SINGLE_LOBE_CUT))
     gaussian = one_lobe & (gamma <= GAUSSIAN_SKEW)
-    relative = one_lobe & ~gaussian & (u > MODE_RELATIVE_MIN)
+    relative = one_lobe & ~gaussian & (u > MODE_RELATIVE_MIN) & quadrature
     values = np.where(y == 0, sv, np.nan)
+    if ep_std is not None and not relative.any():
+        values[gaussian] = np.broadcast_to(ep_std, values.shape)[gaussian]
+        return (y == 0) | gaussian, values
     idx = np.flatnonzero(gaussian | relative)
     if idx.size:
         (_, _, var_x), _ = _by_method(b[idx], y[idx])

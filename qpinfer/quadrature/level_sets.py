@@ -56,7 +56,8 @@ def level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
                 ok = np.isfinite(x_new) & (side * (x_new - prev) > 0)
                 x_new = np.where(ok, x_new, 0.5 * (x + prev))
                 # stay strictly inside the lobe's hard bound (e.g. f = 0 for Poisson)
-                inside = bound + 0.05 * (prev - bound)  # NaN where bound is infinite
+                with np.errstate(invalid="ignore"):  # NaN where bound is infinite (unused)
+                    inside = bound + 0.05 * (prev - bound)
                 out = side * (x_new - bound) >= 0
                 hit |= out
                 x = np.where(out, inside, x_new)

@@ -176,10 +176,7 @@ class ReducedTable(SigmaTableReader):
         if moments is None:
             moments = lik.tilted_moments(m, s, yy)
         ep = moments[1]
-        if getattr(lik, "_closed_form_takes_moments", False):
-            closed = lik._sigma_closed_form(m, s, yy, moments=moments)
-        else:
-            closed = lik._sigma_closed_form(m, s, yy)
+        closed = lik._table_closed_form(m, s, yy, moments)
         out = np.empty(m.size)
         todo = _Todo(m.size)
         if closed is not None and closed[0].any():
