@@ -49,6 +49,8 @@ _BISECT = 40
 _ROOT_BISECT = 64
 N_NODES = 20  # Gauss-Legendre nodes per panel
 _MOMENT_BATCH = 4096  # points per vectorized moment batch
+#: a shoulder's extra panel edges, mu + sigma k (canonical_moments)
+_SHOULDER_EDGES = np.arange(-6.0, 10.0)
 
 
 def _log_ratio(m_t, m_g, d, sigma, nu):
@@ -235,21 +237,33 @@ def canonical_moments(mu, sigma, nu):
         out[2, series] = sigma[series] * np.sqrt(1.0 + s2 * d2)
         far |= series
     need = graded_need(mu, sigma, nu)
+    # shoulder: unimodal, but G has its two critical points (disc > 0): the cavity's side of
+    # the tilt is a shoulder about to become a lobe, whose mass times its distance squared the
+    # variance needs; the panels get the cavity's own edges too (_SHOULDER_EDGES)
+    c = nu + (nu + 1.0) * sigma * sigma
+    with np.errstate(over="ignore", invalid="ignore"):
+        shoulder = (mu * mu > 3.0 * c) & ~stationary_points(mu, sigma, nu)[3]
     for w in np.unique(need[~far]):
-        sel = np.flatnonzero((need == w) & ~far)
-        for i in range(0, sel.size, _MOMENT_BATCH):  # bounded temporaries (~100 KB per point)
-            b = sel[i : i + _MOMENT_BATCH]
-            out[:, b] = _moments_group(mu[b], sigma[b], nu, int(w))
+        for sh in (False, True):
+            sel = np.flatnonzero((need == w) & ~far & (shoulder == sh))
+            for i in range(0, sel.size, _MOMENT_BATCH):  # bounded temporaries (~100 KB/point)
+                b = sel[i : i + _MOMENT_BATCH]
+                out[:, b] = _moments_group(mu[b], sigma[b], nu, int(w), sh)
     return out[0].reshape(shape), out[1].reshape(shape), out[2].reshape(shape)
 
 
-def _moments_group(mu, sigma, nu, need):
+def _moments_group(mu, sigma, nu, need, shoulder=False):
     x, wts = _gauss_legendre(N_NODES)
     lbs = lobes(mu, sigma, nu)
     anchor = lbs[0][0]
     parts = []
-    for lobe in lbs:
+    for k, lobe in enumerate(lbs):
         off = _lobe_panels(lobe, mu, sigma, nu, need)
+        if shoulder and k == 0:  # (unimodal: the second lobe is empty)
+            extra = (mu[:, None] - lobe[0][:, None]) + sigma[:, None] * _SHOULDER_EDGES
+            # not clipped at the top: the shoulder lies past the last level set (its density is
+            # ~80 nats down, but it spans ~1e9 widths and sits ~1e9 away)
+            off = np.sort(np.concatenate([off, np.maximum(extra, off[:, :1])], axis=-1))
         half = 0.5 * (off[:, 1:] - off[:, :-1])
         d = 0.5 * (off[:, 1:] + off[:, :-1])[..., None] + half[..., None] * x  # (N, P, n)
         mode = lobe[0]

@@ -228,7 +228,8 @@ def _locate(axes: tuple[CellAxis, ...], points: tuple[np.ndarray, ...], first_ro
     for d, x in enumerate(points):  # (cheaper than np.stack on EP-sized batches)
         u[d] = x
     u -= start
-    u *= inv_width
+    with np.errstate(over="ignore"):  # a coordinate far outside: inf, outside the axes
+        u *= inv_width
     inside = None
     if check:
         ok = (u >= 0.0) & (u <= last + 1.0)
