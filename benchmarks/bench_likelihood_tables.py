@@ -1,7 +1,7 @@
 """Every shipped table side by side: lookup speed, fallbacks and error on the issue's domain
 (issue #27), and QP's cost against EP's in fits with the likelihoods added last.
 
-``lookups`` (default): for each of the six shipped tables, ``--points`` random cavities (one
+``lookups`` (default): for each shipped table, ``--points`` random cavities (one
 batch, one thread) spanning |mu| up to 1e4 (half uniform on [-10, 10], half log-uniform
 magnitudes 1e-4 .. 1e4 of either sign) and sigma log-uniform on [1e-4, 1e6] (poisson_log: [1e-4, 1e4], the most it accepts); labels +-1, counts
 0..1000 (Poisson), observations uniform on [-10, 10] (Student-t, scale 1). Printed per table:

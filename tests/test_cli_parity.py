@@ -34,6 +34,7 @@ PLOT_LABEL = {
     "logit": "1",
     "poisson_log": "2",
     "student_t(nu=4.0, scale=1.0)": "0.5",
+    "student_t(nu=5.0, scale=1.0)": "-2",
 }
 #: The check flags the tests use: one mpmath point per box (or per label and corner on the
 #: paper grid) at 20 digits, computed inline.

@@ -2,7 +2,7 @@
 replaces a better one, ``qpinfer list`` shows every table with its coverage and verified error,
 and help and errors name what to do.
 
-The stores are real: the six v2 tables shipped inside qpinfer, and a v1 probit store on the
+The stores are real: the v2 tables shipped inside qpinfer, and a v1 probit store on the
 paper's App. J ranges (mu in [-10, 10], log10 sigma in [-1, 1]) at step 0.05, built, verified
 and published by ``qptables`` (an in-process dask cluster, one worker), then copied into a
 temporary table cache (``$QPINFER_TABLES``) or downloaded into one from a ``file://`` host.

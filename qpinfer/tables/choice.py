@@ -41,7 +41,7 @@ from typing import Any
 from qpinfer.likelihoods.base import Likelihood
 from qpinfer.tables.open import open_table
 from qpinfer.tables.reader import SigmaTableReader
-from qpinfer.tables.shipped import shipped_path, shipped_table
+from qpinfer.tables.shipped import SHIPPED, shipped_path, shipped_table
 from qpinfer.tables.store import TableError, installed_table_path, read_json
 
 __all__ = [
@@ -255,7 +255,9 @@ def choose_default(likelihood: str | Likelihood) -> DefaultChoice:
         return DefaultChoice(name, shipped, None, msg, msg)
     if installed is None:
         if shipped is None:
-            return DefaultChoice(name, None, None, f"no sigma* table for {name!r} at {path}")
+            return DefaultChoice(
+                name, None, None, f"no sigma* table for {name!r} at {path}{_kin(name)}"
+            )
         return DefaultChoice(name, shipped, None, "the only table (shipped with qpinfer)")
     if shipped is None:
         return DefaultChoice(name, installed, None, "the only table (installed)")
@@ -270,6 +272,14 @@ def choose_default(likelihood: str | Likelihood) -> DefaultChoice:
         "silence this warning."
     )
     return DefaultChoice(name, installed, shipped, msg, msg)
+
+
+def _kin(name: str) -> str:
+    """The tables that ship for ``name``'s likelihood family under other parameters (e.g. the
+    Student-t nu that ship), as a clause, or ``""``."""
+    family = name.split("(")[0]
+    kin = [key for key in SHIPPED if key.split("(")[0] == family and key != name]
+    return f" (tables ship for {', '.join(kin)})" if kin else ""
 
 
 def _why_better(a: TableSummary, b: TableSummary) -> str:

@@ -123,7 +123,7 @@ def parser() -> argparse.ArgumentParser:
         "likelihood",
         metavar="LIKELIHOOD",
         help=f"one of {', '.join(names)}; step_noise takes --eps, student_t is nu=4, scale=1 "
-        "unless named as student_t(nu=NU, scale=S)",
+        "unless named as student_t(nu=NU, scale=S) (--grid v2: scale 1, any nu)",
     )
     b.add_argument("out", metavar="OUT", help="destination zarr directory")
     b.add_argument(

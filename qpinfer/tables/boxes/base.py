@@ -88,6 +88,12 @@ class Box:
             "denominator": self.denominator,
         }
 
+    @classmethod
+    def extra_from_attrs(cls, attrs: dict) -> dict:
+        """Keyword arguments of the box's own fields beyond :class:`Box`'s, from its stored
+        description (:meth:`to_attrs`); none here."""
+        return {}
+
     def _inside_axes(self, coords) -> np.ndarray:
         inside = np.ones(np.shape(coords[0]), dtype=bool)
         for ax, x in zip(self.axes, coords, strict=True):

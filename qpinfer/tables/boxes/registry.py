@@ -55,7 +55,7 @@ def boxes_for(likelihood: str) -> tuple[Box, ...]:
                 f"a Student-t v2 table is built for scale 1.0 and serves every scale; got "
                 f"{likelihood!r} (build 'student_t(nu={student_t[0]!r}, scale=1.0)')"
             )
-        return student_t_boxes()
+        return student_t_boxes(student_t[0])
     if likelihood in _LAYOUTS:
         return _LAYOUTS[likelihood]()
     raise ValueError(
@@ -73,4 +73,5 @@ def box_from_attrs(attrs: dict) -> Box:
     denominator = str(attrs.get("denominator", "sigma_ep"))
     if denominator not in ("sigma_ep", "sigma"):
         raise ValueError(f"unknown v2 box denominator {denominator!r}")
-    return kind(str(attrs["name"]), axes, tuple(float(v) for v in attrs["labels"]), denominator)
+    labels = tuple(float(v) for v in attrs["labels"])
+    return kind(str(attrs["name"]), axes, labels, denominator, **kind.extra_from_attrs(attrs))

@@ -100,8 +100,17 @@ S_MAX = 3.0  # log10 s: the wide boxes' upper end, the gap boxes' lower one
 LOG10_S_MIN = -3.25  # below, the kernel's Gaussian closed form for every d
 LOG10_S_TOP = 10.0  # the kernel's limit: s <= 1e10
 U_MIN = Z_FAR / 2500.0  # z > 2236: the Gaussian closed form (r < 1e-3) for every s
-Z_ONSET = float(np.sqrt(20.0))  # sqrt(4 (nu + 1)): the bimodal onset as s -> inf (nu = 4)
 _LN10 = float(np.log(10.0))
+_C_ONSET = -14.0  # c_spread below which gap_onset holds the cavities (z past the onset)
+_C_MASS_OUT = 30.0  # c_mass where gap_mass_out takes over from gap_mass
+
+
+def z_onset(nu: float) -> float:
+    """``sqrt(4 (nu + 1))``: the bimodal onset as s -> inf, gap_core's end and gap_onset's start."""
+    return float(np.sqrt(4.0 * (nu + 1.0)))
+
+
+Z_ONSET = z_onset(4.0)  # the shipped nu = 4's: sqrt(20)
 
 
 def _z(mu, sigma):
@@ -139,46 +148,55 @@ class StudentTFar(Box):
 
 @dataclass(frozen=True)
 class StudentTSheared(Box):
-    """``c = z^2/2 - a ln s`` (``a = SHEAR``) and ``log10 s``: a line of constant c follows one
+    """``c = z^2/2 - a ln s`` (``a = shear``) and ``log10 s``: a line of constant c follows one
     of the lobes' exchanges as s grows (module docstring). Inverse: ``z = sqrt(2 (c + a ln s))``
-    (``a ln s`` is ``a ln(10) log10 s`` both ways). The shears are nu = 4's, the table that
-    ships (``nu`` and ``nu - 2``); a store for another nu gets the same boxes, and its build's
-    verification would show whether they hold there."""
+    (``a ln s`` is ``a ln(10) log10 s`` both ways). The shear is the table's nu (``nu`` or
+    ``nu - 2``), stored with the box; a store written without it is nu = 4's (the default)."""
 
-    SHEAR: ClassVar[float] = 0.0
+    shear: float = 0.0
     AXIS: ClassVar[str] = "c"
+
+    def to_attrs(self) -> dict:
+        return {**super().to_attrs(), "shear": self.shear}
+
+    @classmethod
+    def extra_from_attrs(cls, attrs: dict) -> dict:
+        return {"shear": float(attrs.get("shear", cls.shear))}
 
     def cavity(self, label, c, log10_sigma):
         ls = np.asarray(log10_sigma, dtype=np.float64)
         s = 10.0**ls
         # c below -a ln s would be z^2 < 0: such nodes hold the cavity at d = 0 (never served)
-        z = np.sqrt(np.maximum(2.0 * (np.asarray(c) + (self.SHEAR * _LN10) * ls), 0.0))
+        z = np.sqrt(np.maximum(2.0 * (np.asarray(c) + (self.shear * _LN10) * ls), 0.0))
         return z * np.hypot(1.0, s), s
 
     def axis_coords(self, mu, sigma, y):
         z = _z(mu, sigma)
         ls = np.log10(sigma)
         with np.errstate(over="ignore", invalid="ignore"):  # z = inf: c = inf, outside
-            return 0.5 * z * z - (self.SHEAR * _LN10) * ls, ls
+            return 0.5 * z * z - (self.shear * _LN10) * ls, ls
 
 
 @dataclass(frozen=True)
 class StudentTMass(StudentTSheared):
-    """``c = z^2/2 - nu ln s`` (nu = 4): minus the log of the lobes' mass ratio, to O(ln z)."""
+    """``c = z^2/2 - nu ln s``: minus the log of the lobes' mass ratio, to O(ln z)."""
 
-    SHEAR: ClassVar[float] = 4.0
+    shear: float = 4.0
 
 
 @dataclass(frozen=True)
 class StudentTSpread(StudentTSheared):
-    """``c = z^2/2 - (nu - 2) ln s`` (nu = 4): the log of the far lobe's share of the variance,
-    to O(ln z)."""
+    """``c = z^2/2 - (nu - 2) ln s``: the log of the far lobe's share of the variance, to
+    O(ln z)."""
 
-    SHEAR: ClassVar[float] = 2.0
+    shear: float = 2.0
 
 
-def student_t_boxes(nodes: int = 12) -> tuple[Box, ...]:
-    """The default Student-t boxes (see the module docstring)."""
+def student_t_boxes(nu: float = 4.0, nodes: int = 12) -> tuple[Box, ...]:
+    """The default boxes of the Student-t table of ``nu`` (see the module docstring). The
+    bimodal exchange moves by ~(nu + 1) ln 10 / z in z per decade of s: for nu > 4 the cells of
+    ``mid`` and ``wide`` in ``log10 s`` are halved (measured for nu = 5 on 2e4 random points
+    of ``wide``: 1.1e-12 with nu = 4's cells, 4.4e-14 halved)."""
 
     def z_axis(lo, hi, width):
         return CellAxis("z", lo, width, round((hi - lo) / width), nodes)
@@ -187,10 +205,11 @@ def student_t_boxes(nodes: int = 12) -> tuple[Box, ...]:
         return CellAxis("log10_sigma", lo, width, round((hi - lo) / width), nodes)
 
     z_mid = 0.5 * Z_FAR
+    w = 0.125 / _finer(nu)
     return (
         StudentTCore("narrow", (z_axis(0.0, Z_FAR, 0.5), ls_axis(LOG10_S_MIN, 0.0, 0.25)), (0.0,)),
-        StudentTCore("mid", (z_axis(0.0, Z_FAR, 0.25), ls_axis(0.0, 1.0, 0.125)), (0.0,)),
-        StudentTCore("wide", (z_axis(0.0, z_mid, 0.125), ls_axis(1.0, S_MAX, 0.125)), (0.0,)),
+        StudentTCore("mid", (z_axis(0.0, Z_FAR, 0.25), ls_axis(0.0, 1.0, w)), (0.0,)),
+        StudentTCore("wide", (z_axis(0.0, z_mid, 0.125), ls_axis(1.0, S_MAX, w)), (0.0,)),
         StudentTCore("wide_out", (z_axis(z_mid, Z_FAR, 0.25), ls_axis(1.0, S_MAX, 0.125)), (0.0,)),
         StudentTFar(
             "far",
@@ -200,14 +219,25 @@ def student_t_boxes(nodes: int = 12) -> tuple[Box, ...]:
             ),
             (0.0,),
         ),
-        *gap_boxes(nodes),
+        *gap_boxes(nu, nodes),
     )
 
 
-def gap_boxes(nodes: int = 12) -> tuple[Box, ...]:
-    """The boxes of s in [1e3, 1e10] with z < 25 (module docstring), in lookup order."""
+def _finer(nu: float) -> int:
+    """How many times finer than nu = 4's the cells that follow the exchange are."""
+    return 2 if nu > 4.0 else 1
 
-    def box(kind, name, first, ls):
+
+def gap_boxes(nu: float = 4.0, nodes: int = 12) -> tuple[Box, ...]:
+    """The boxes of s in [1e3, 1e10] with z < 25 (module docstring), in lookup order, for the
+    table of ``nu``. Where nu moves the boxes' ends (nu = 4's in brackets): ``gap_mass_out``
+    reaches ``c_mass`` at z = 25, s = 1e3 (294), ``gap_core`` ends at :func:`z_onset` (sqrt(20)),
+    and ``gap_onset`` holds ``c_spread < -14`` past the onset up to s = 1e10 (z to 8.1, from
+    ``log10 s`` = 5); nu <= 2 has no such cavities and no ``gap_onset``. For nu > 4
+    ``gap_mass_out``'s cells are 4 wide (8): measured for nu = 5, 5.8e-13 with 8, 5.9e-15 with 4
+    (2e4 random points from c = 30)."""
+
+    def box(kind, name, first, ls, **shear):
         (lo, hi, width), (ls_lo, ls_width) = first, ls
         axes = (
             CellAxis(kind.AXIS, lo, width, round((hi - lo) / width), nodes),
@@ -215,16 +245,29 @@ def gap_boxes(nodes: int = 12) -> tuple[Box, ...]:
                 "log10_sigma", ls_lo, ls_width, round((LOG10_S_TOP - ls_lo) / ls_width), nodes
             ),
         )
-        return kind(name, axes, (0.0,))
+        return kind(name, axes, (0.0,), **shear)
 
-    w_core = Z_ONSET / 9  # the core's stop is the onset's start, bit for bit
-    return (
-        box(StudentTMass, "gap_mass", (-3.0, 30.0, 1.0), (S_MAX, 0.7)),
-        box(StudentTMass, "gap_mass_out", (30.0, 294.0, 8.0), (S_MAX, 1.0)),
+    ln_top = LOG10_S_TOP * _LN10
+    mass_top = _C_MASS_OUT + 8.0 * (np.ceil((0.5 * Z_FAR**2 - nu * S_MAX * _LN10 - 30.0) / 8) + 1)
+    z_on = z_onset(nu)
+    w_core = z_on / 9  # the core's stop is the onset's start, bit for bit
+    boxes = [
+        box(StudentTMass, "gap_mass", (-3.0, _C_MASS_OUT, 1.0), (S_MAX, 0.7), shear=nu),
+        box(
+            StudentTMass, "gap_mass_out", (30.0, mass_top, 8.0 / _finer(nu)), (S_MAX, 1.0), shear=nu
+        ),
         box(StudentTCore, "gap_core", (0.0, 9 * w_core, w_core), (S_MAX, 0.5)),
-        box(StudentTSpread, "gap_spread", (-14.0, 44.0, 1.0), (S_MAX, 0.5)),
-        box(StudentTCore, "gap_onset", (9 * w_core, 8.1, (8.1 - 9 * w_core) / 8), (5.0, 0.5)),
-    )
+        box(StudentTSpread, "gap_spread", (_C_ONSET, 44.0, 1.0), (S_MAX, 0.5), shear=nu - 2),
+    ]
+    c_top = _C_ONSET + (nu - 2.0) * ln_top  # z^2/2 of c_spread = -14 at s = 1e10
+    if c_top > 0.5 * z_on**2:
+        z_top = float(np.ceil(10.0 * np.sqrt(2.0 * c_top))) / 10.0
+        # log10 s where c_spread = -14 meets the onset, down to a multiple of 0.5
+        ls_lo = max(S_MAX, np.floor(2.0 * (0.5 * z_on**2 - _C_ONSET) / (nu - 2.0) / _LN10) / 2)
+        n_z = max(1, round((z_top - z_on) / 0.45))
+        first = (9 * w_core, z_top, (z_top - 9 * w_core) / n_z)
+        boxes.append(box(StudentTCore, "gap_onset", first, (float(ls_lo), 0.5)))
+    return tuple(boxes)
 
 
 KINDS = {
