@@ -90,8 +90,9 @@ class Box:
 
     @classmethod
     def extra_from_attrs(cls, attrs: dict) -> dict:
-        """Keyword arguments of the box's own fields beyond :class:`Box`'s, from its stored
-        description (:meth:`to_attrs`); none here."""
+        """Keyword arguments of the box's own fields beyond
+        :class:`~qpinfer.tables.boxes.base.Box`'s, from its stored
+        description (:meth:`~qpinfer.tables.boxes.base.Box.to_attrs`); none here."""
         return {}
 
     def _inside_axes(self, coords) -> np.ndarray:
