@@ -23,7 +23,7 @@ from qpinfer.kernels import ARDSquaredExponential, Kernel
 from qpinfer.likelihoods import Likelihood, PoissonSquare, Probit
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.sigma import sigma_qp, tilted_moments
-from qpinfer.sparse import SparseGPClassifier, SparseGPRegressor
+from qpinfer.sparse import MiniBatchSparseGPClassifier, SparseGPClassifier, SparseGPRegressor
 from qpinfer.tables import SigmaTable, TableError, open_table
 from qpinfer.version import __version__
 
@@ -38,6 +38,7 @@ __all__ = [
     "Kernel",
     "LaplaceResult",
     "Likelihood",
+    "MiniBatchSparseGPClassifier",
     "MomentMatching",
     "PoissonSquare",
     "PowerMomentMatching",

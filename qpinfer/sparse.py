@@ -2,7 +2,7 @@
 
 M pseudo-points ``u = f(Z)`` summarise the N training function values; Power EP approximates
 each likelihood by a rank-one factor of ``u`` (paper 004 eqs. (64)-(77)). This module gathers the
-public names of four modules, one idea each:
+public names of these modules, one idea each:
 
 * :mod:`qpinfer.inference.sparse.pseudo_points` -- the pseudo-point prior (``Kuu``, ``A = Lu^-1
   Kuf``, ``h = diag(Kff - Qff)``), the low-rank posterior (eqs. (119)-(120)), the collapsed
@@ -13,7 +13,11 @@ public names of four modules, one idea each:
 * :mod:`qpinfer.estimators.sparse_regressor`, :mod:`qpinfer.estimators.sparse_classifier` -- the
   estimators :class:`~qpinfer.SparseGPRegressor` and :class:`~qpinfer.SparseGPClassifier` (following
   :class:`qpinfer.GPClassifier`'s conventions; shared parameters in
-  :mod:`qpinfer.estimators.sparse_base`).
+  :mod:`qpinfer.estimators.sparse_base`);
+* :mod:`qpinfer.inference.sparse.stochastic`, :mod:`qpinfer.inference.sparse.minibatch` and
+  :mod:`qpinfer.estimators.minibatch_sparse_classifier` -- minibatch EP / QP with one tied site
+  (stochastic EP) for millions of rows or data larger than memory,
+  :class:`~qpinfer.MiniBatchSparseGPClassifier`.
 
 With ``M = N`` and ``Z = X`` (``h = 0``) both reduce to the full GP (EP / Power EP / exact
 regression).
@@ -21,6 +25,7 @@ regression).
 
 from __future__ import annotations
 
+from qpinfer.estimators.minibatch_sparse_classifier import MiniBatchSparseGPClassifier
 from qpinfer.estimators.sparse_base import DEFAULT_N_INDUCING  # noqa: F401 (re-exported)
 from qpinfer.estimators.sparse_classifier import SparseGPClassifier
 from qpinfer.estimators.sparse_regressor import SparseGPRegressor
@@ -42,6 +47,7 @@ from qpinfer.inference.sparse.sites import (
 
 __all__ = [
     "LowRankPosterior",
+    "MiniBatchSparseGPClassifier",
     "SparseGPClassifier",
     "SparseGPRegressor",
     "SparsePEPResult",

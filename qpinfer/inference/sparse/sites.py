@@ -77,19 +77,27 @@ class _ConditionalProjection:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(d1, d2, var_f)`` at the cavity (eq. (20)); for QP ``d2`` is replaced by the value
         that makes the new variance of ``a_n`` equal to sigma*^2 (see ``_qp_ratio()``)."""
+        d1, d2 = self.log_z_derivatives(cavity_mean, cavity_std, y)
         var_f = cavity_std * cavity_std + self.h
-        if self.wasserstein:
-            m, s = self.inner.likelihood.tilted_moments(cavity_mean, np.sqrt(var_f), y)
-        else:
-            m, s = self.inner.project(cavity_mean, np.sqrt(var_f), y)
-        d1 = (m - cavity_mean) / var_f
-        d2 = (s * s - var_f) / (var_f * var_f)
         if self.wasserstein:
             r = _qp_ratio(self.inner, cavity_mean, cavity_std, self.h, y)
             s_c = cavity_std * cavity_std
             with np.errstate(divide="ignore", invalid="ignore"):
                 d2 = np.where(s_c > 0, r * r * d2 + (r - 1.0) * (r + 1.0) / s_c, d2)
         return d1, d2, var_f
+
+    def log_z_derivatives(
+        self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(d1, d2)``: the first two derivatives in ``mu_c`` of :meth:`log_normalizer` (the
+        moments of the fractional tilted distribution of ``f_n``; QP's too: its site replaces
+        ``d2`` afterwards, :meth:`derivatives`)."""
+        var_f = cavity_std * cavity_std + self.h
+        if self.wasserstein:
+            m, s = self.inner.likelihood.tilted_moments(cavity_mean, np.sqrt(var_f), y)
+        else:
+            m, s = self.inner.project(cavity_mean, np.sqrt(var_f), y)
+        return (m - cavity_mean) / var_f, (s * s - var_f) / (var_f * var_f)
 
     def at(self, sites: slice) -> _ConditionalProjection:
         """The same projection for the sites ``sites`` only (their ``h``)."""

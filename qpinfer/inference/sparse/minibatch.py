@@ -1,0 +1,275 @@
+"""Epochs of minibatch pseudo-point EP / QP (:mod:`qpinfer.inference.sparse.stochastic`): batches
+streamed from memory, a dask array, or a dask cluster's workers, with Adam on the hyperparameters
+and inducing inputs, a progress bar and early stopping on held-out batches.
+
+The rows are cut into consecutive batches of ``batch_size`` (data on disk should be stored in a
+random order, as the benchmark's zarr stores are; every epoch visits the batches in a seeded
+random order). A seeded ``validation_fraction`` of the batches is held out: after every epoch
+their negative log predictive probability (NTLL) is measured and the fit stops when it has not
+improved by ``tol`` for ``n_iter_no_change`` epochs, returning the best epoch's state. Each
+batch is computed as ``batch_parts`` consecutive parts (:class:`LocalRunner`: one after another
+in this process; :class:`DaskRunner`: one dask task each, on the workers, e.g. reading a zarr
+store there) whose statistics are added in the same order: the same fit, bit for bit, either
+way. Memory: O(batch_size x M + M^2) besides the data's own; a dask array is read batch by batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.special import log_ndtr
+
+from qpinfer.inference.sparse.pseudo_points import inducing_factor, whitened_cross
+from qpinfer.inference.sparse.stochastic import (
+    BatchStats,
+    Cavity,
+    TiedSite,
+    average_site_step,
+    batch_statistics,
+    cavity_of,
+    posterior_of,
+    tied_energy,
+)
+
+__all__ = ["DaskRunner", "LocalRunner", "MinibatchResult", "MinibatchSettings", "fit_minibatch"]
+
+
+@dataclass
+class MinibatchSettings:
+    """The knobs of :func:`fit_minibatch` (checked by the estimator)."""
+
+    batch_size: int = 4096
+    batch_parts: int = 2
+    max_epochs: int = 20
+    learning_rate: float = 0.01
+    final_lr_ratio: float = 0.1
+    validation_fraction: float = 0.05
+    n_iter_no_change: int = 3
+    tol: float = 1e-4
+    optimize_kernel: bool = True
+    optimize_inducing: bool = True
+    jitter: float = 1e-6
+    seed: int = 0
+    verbose: bool = False
+
+
+@dataclass
+class MinibatchResult:
+    """The fitted state and its trail: per epoch the mean tied-site energy per row over the
+    epoch's steps (``energy_``) and the held-out NTLL (``validation_ntll_``, empty without a
+    held-out part)."""
+
+    kernel: Any
+    Z: np.ndarray
+    site: TiedSite
+    n_train: int
+    posterior: Cavity
+    Lu: np.ndarray
+    epochs: int
+    best_epoch: int
+    energy: list = field(default_factory=list)
+    validation_ntll: list = field(default_factory=list)
+    skipped: int = 0
+    stopped_early: bool = False
+
+
+# -- where a batch's parts are computed -------------------------------------------------------------
+def _part_stats(X, y, classes, spec, kernel, Z, jitter, cavity, gradient, start) -> BatchStats:
+    """One part of a batch: rows checked, labels mapped to -1/+1, statistics."""
+    from qpinfer.inference.sparse.dask_partitions import check_partition
+
+    X = check_partition(X, slice(start, None))
+    return batch_statistics(
+        kernel, Z, jitter, cavity, spec.build(), X, _labels(y, classes, start), gradient
+    )
+
+
+def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, int, int]:
+    """``(sum -log p(y_n | x_n), rows, errors)`` of held-out rows under the posterior ``post``."""
+    from qpinfer.inference.sparse.dask_partitions import check_partition
+
+    X = check_partition(X, slice(start, None))
+    y = _labels(y, classes, start)
+    _, Lu, _ = inducing_factor(kernel, Z, jitter)
+    A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
+    V = post.Linv.T @ (post.Linv @ A)  # S_q A
+    var = h + np.einsum("mn,mn->n", A, V)
+    mean = post.mean @ A
+    z = y * mean / np.sqrt(1.0 + var)
+    return float(-np.sum(log_ndtr(z))), int(y.size), int(np.count_nonzero(z <= 0))
+
+
+def _labels(y: Any, classes: np.ndarray, start: int) -> np.ndarray:
+    """``y`` as -1/+1 (``classes[1]`` is +1); ``ValueError`` naming the first other label."""
+    y = np.asarray(y)
+    pos, neg = y == classes[1], y == classes[0]
+    if not np.all(pos | neg):
+        bad = int(np.flatnonzero(~(pos | neg))[0])
+        raise ValueError(
+            f"y must hold only the classes {classes.tolist()} seen when the fit started; row "
+            f"{start + bad} holds {y[bad]!r}"
+        )
+    return np.where(pos, 1.0, -1.0)
+
+
+class LocalRunner:
+    """Batches computed in this process; a dask ``X``/``y`` is read part by part."""
+
+    def __init__(self, X: Any, y: Any) -> None:
+        self.X, self.y = X, y
+
+    def map(self, fn, slices: list[slice], *args) -> list:
+        return [fn(np.asarray(self.X[s]), np.asarray(self.y[s]), *args, s.start) for s in slices]
+
+
+class DaskRunner:
+    """Batches computed on a dask cluster: each part one task, its rows sliced from a dask
+    array there (a numpy ``X`` is put on the workers once, in parts of the batch's size)."""
+
+    def __init__(self, client: Any, X: Any, y: Any, part_rows: int) -> None:
+        import dask.array as da
+
+        from qpinfer.inference.sparse.dask_partitions import is_dask_array
+
+        self.client = client
+        if not is_dask_array(X):
+            X = client.persist(da.from_array(np.asarray(X), chunks=(part_rows, -1)))
+        if not is_dask_array(y):
+            y = client.persist(da.from_array(np.asarray(y), chunks=part_rows))
+        self.X, self.y = X, y
+
+    def map(self, fn, slices: list[slice], *args) -> list:
+        import dask
+
+        tasks = [dask.delayed(fn)(self.X[s], self.y[s], *args, s.start) for s in slices]
+        return list(self.client.compute(tasks, sync=True))
+
+
+# -- the epochs -------------------------------------------------------------------------------------
+class _Adam:
+    """Adam (Kingma and Ba 2015) ascending the energy, on one packed vector."""
+
+    def __init__(self, x: np.ndarray, lr: float) -> None:
+        self.x, self.lr = x.copy(), lr
+        self.m, self.v, self.t = np.zeros_like(x), np.zeros_like(x), 0
+
+    def step(self, g: np.ndarray) -> np.ndarray:
+        self.t += 1
+        self.m = 0.9 * self.m + 0.1 * g
+        self.v = 0.999 * self.v + 0.001 * g * g
+        m_hat = self.m / (1.0 - 0.9**self.t)
+        v_hat = self.v / (1.0 - 0.999**self.t)
+        self.x = self.x + self.lr * m_hat / (np.sqrt(v_hat) + 1e-8)
+        return self.x
+
+
+def _batches(n: int, s: MinibatchSettings, rng: np.random.Generator) -> tuple[list, list]:
+    """Training and held-out batches (row slices)."""
+    bounds = [slice(a, min(a + s.batch_size, n)) for a in range(0, n, s.batch_size)]
+    n_val = int(round(s.validation_fraction * len(bounds)))
+    if s.validation_fraction > 0 and len(bounds) >= 2:
+        n_val = min(max(n_val, 1), len(bounds) - 1)
+    else:
+        n_val = 0
+    held = set(rng.choice(len(bounds), size=n_val, replace=False).tolist()) if n_val else set()
+    train = [b for i, b in enumerate(bounds) if i not in held]
+    return train, [b for i, b in enumerate(bounds) if i in held]
+
+
+def _parts(b: slice, k: int) -> list[slice]:
+    """``b`` as ``k`` consecutive near-equal parts (fewer if it has fewer rows)."""
+    edges = np.linspace(b.start, b.stop, min(k, b.stop - b.start) + 1).round().astype(int)
+    return [slice(int(a), int(c)) for a, c in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def _progress(total: int, epoch: int, verbose: bool):
+    """A tqdm bar over an epoch's batches, or ``None``."""
+    if not verbose:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=f"epoch {epoch + 1}", unit="batch", leave=True)
+
+
+def fit_minibatch(
+    kernel: Any,
+    Z: np.ndarray,
+    classes: np.ndarray,
+    n_rows: int,
+    projection: Any,
+    runner: Any,
+    s: MinibatchSettings,
+) -> MinibatchResult:
+    """Minibatch pseudo-point EP/QP over the rows ``[0, n_rows)`` of ``runner``'s data."""
+    from qpinfer.inference.sparse.dask_sweep import _ProjectionSpec
+
+    rng = np.random.default_rng(s.seed)
+    train, held = _batches(n_rows, s, rng)
+    n = sum(b.stop - b.start for b in train)
+    power = float(getattr(projection, "power", 1.0))
+    spec = _ProjectionSpec(projection)
+    n_theta = kernel.theta.size
+    adam = _Adam(np.concatenate([kernel.theta, Z.ravel()]), s.learning_rate)
+    site = TiedSite.zero(Z.shape[0])
+    step, best, stall = 0, (math.inf, None), 0
+    energies, ntlls, skipped, epoch = [], [], 0, 0
+    for epoch in range(s.max_epochs):
+        bar, total = _progress(len(train), epoch, s.verbose), 0.0
+        adam.lr = s.learning_rate * s.final_lr_ratio ** (epoch / max(s.max_epochs - 1, 1))
+        for k, i in enumerate(rng.permutation(len(train))):
+            cav = cavity_of(site, n, power)
+            args = (classes, spec, kernel, Z, s.jitter, cav, s.optimize_kernel)
+            parts = runner.map(_part_stats, _parts(train[i], s.batch_parts), *args)
+            stats = parts[0]
+            for p in parts[1:]:  # in order: the same sum wherever the parts ran
+                stats = stats + p
+            skipped += stats.skipped
+            total += tied_energy(site, n, power, stats) / n
+            site = average_site_step(site, stats, max(stats.rows / n, 1.0 / (step + 1)))
+            step += 1
+            if s.optimize_kernel:
+                g_Z = stats.grad_Z.ravel() if s.optimize_inducing else np.zeros(Z.size)
+                x = adam.step(np.concatenate([stats.grad_theta, g_Z]) * (n / stats.rows))
+                kernel = kernel.with_theta(x[:n_theta])
+                Z = x[n_theta:].reshape(Z.shape)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(energy=f"{total / (k + 1):.5g}")
+        energies.append(total / len(train))
+        state = (kernel, Z.copy(), site, epoch)
+        if held:
+            post = posterior_of(site, n)
+            out = runner.map(_part_ntll, held, classes, kernel, Z, s.jitter, post)
+            ntll = sum(o[0] for o in out) / sum(o[1] for o in out)
+            ntlls.append(ntll)
+            if bar is not None:
+                bar.set_postfix(energy=f"{energies[-1]:.5g}", held_out_ntll=f"{ntll:.5g}")
+            if ntll < best[0] - s.tol:
+                best, stall = (ntll, state), 0
+            else:
+                stall += 1
+        else:
+            best = (math.inf, state)
+        if bar is not None:
+            bar.close()
+        if held and stall >= s.n_iter_no_change:
+            break
+    kernel, Z, site, best_epoch = best[1]
+    _, Lu, _ = inducing_factor(kernel, Z, s.jitter)
+    return MinibatchResult(
+        kernel=kernel,
+        Z=Z,
+        site=site,
+        n_train=n,
+        posterior=posterior_of(site, n),
+        Lu=Lu,
+        epochs=epoch + 1,
+        best_epoch=best_epoch + 1,
+        energy=energies,
+        validation_ntll=ntlls,
+        skipped=skipped,
+        stopped_early=bool(held) and epoch + 1 < s.max_epochs,
+    )
