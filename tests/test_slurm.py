@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Self
 
+import numpy as np
 import pytest
 
 from qptables.store import read_attrs
@@ -307,3 +308,36 @@ def test_sigterm_of_the_launcher_publishes_nothing_and_the_rerun_resumes_bit_ide
     reused = [int(m) for m in re.findall(r"computed \d+ tiles, reused (\d+)", text)]
     assert reused and reused[-1] > 0, f"the re-run reused no tiles: {reused}"
     _assert_published_identical(out, reference)
+
+
+def test_minibatch_sparse_ep_streams_a_zarr_store_on_slurm_workers(slurm, tmp_path):
+    """Issue #32: ``MiniBatchSparseGPClassifier(scheduler=client)`` on two SLURM worker jobs
+    (``dask_jobqueue.SLURMCluster``) reading their batches from a zarr store on disk; the fit
+    equals the same fit in this process (the parts are summed in the same order wherever they
+    ran: BLAS round-off only, 1e-9 after 2 epochs)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.bench_minibatch_cluster import run
+
+    args = dict(n=20_000, epochs=2, fit_epochs=20, store=tmp_path / "data.zarr", chunk=4096)
+    on_slurm = run(cluster_kind="slurm", batch=4096, **args)
+    here = run(cluster_kind="process", batch=4096, **args)
+    print(f"SLURM: {on_slurm}")
+    assert on_slurm["epochs"] == 2 and here["epochs"] == 2
+    assert max(on_slurm["worker_peak_mb"]) < 2048
+    assert abs(on_slurm["test_ntll"] - here["test_ntll"]) <= 1e-9 * here["test_ntll"]
+    assert on_slurm["test_ntll"] < 0.5  # chance is log 2 = 0.69
+    np.testing.assert_allclose(on_slurm["theta"], here["theta"], rtol=1e-9)
+    assert not _wait_queue_named("qpinfer-minibatch"), "worker jobs left in the queue"
+
+
+def _wait_queue_named(name: str, timeout: float = 60.0) -> list[str]:
+    """The queue's jobs named ``name`` once none is left, or at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        p = subprocess.run(
+            ["squeue", "-h", "-n", name, "-o", "%i %T"], capture_output=True, text=True, check=False
+        )
+        left = [line for line in p.stdout.splitlines() if line.strip()]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1.0)

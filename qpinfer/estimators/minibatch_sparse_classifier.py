@@ -20,6 +20,7 @@ from qpinfer.inference.sparse.minibatch import (
     DaskRunner,
     LocalRunner,
     MinibatchSettings,
+    classes_of,
     fit_minibatch,
 )
 from qpinfer.inference.sparse.pseudo_points import (
@@ -220,7 +221,7 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, ParamsMixin):
         y = y if is_dask_array(y) else np.asarray(y)
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},), one label per row, got {y.shape}")
-        classes = np.unique(np.asarray(y) if not is_dask_array(y) else y.compute())
+        classes = classes_of(y)
         if classes.size != 2:
             raise ValueError(
                 f"{type(self).__name__} needs exactly 2 classes in y, got {classes.size}: "

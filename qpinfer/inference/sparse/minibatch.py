@@ -34,7 +34,14 @@ from qpinfer.inference.sparse.stochastic import (
     tied_energy,
 )
 
-__all__ = ["DaskRunner", "LocalRunner", "MinibatchResult", "MinibatchSettings", "fit_minibatch"]
+__all__ = [
+    "DaskRunner",
+    "LocalRunner",
+    "MinibatchResult",
+    "MinibatchSettings",
+    "classes_of",
+    "fit_minibatch",
+]
 
 
 @dataclass
@@ -113,6 +120,18 @@ def _labels(y: Any, classes: np.ndarray, start: int) -> np.ndarray:
             f"{start + bad} holds {y[bad]!r}"
         )
     return np.where(pos, 1.0, -1.0)
+
+
+def classes_of(y: Any) -> np.ndarray:
+    """The sorted distinct labels of ``y``; a dask ``y`` is reduced chunk by chunk by dask
+    (never gathered whole)."""
+    from qpinfer.inference.sparse.dask_partitions import is_dask_array
+
+    if is_dask_array(y):
+        import dask.array as da
+
+        return np.asarray(da.unique(y).compute())
+    return np.unique(np.asarray(y))
 
 
 class LocalRunner:
