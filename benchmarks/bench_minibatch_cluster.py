@@ -126,6 +126,7 @@ def run(
         "fit_epochs": fit_epochs,
         "worker_peak_mb": sorted(peaks.values()),
         "test_ntll": ntll,
+        "theta": model.kernel_.theta.tolist(),
         "test_error": float(np.mean((p1 > 0.5) != (yte > 0))),
     }
     return out
