@@ -191,3 +191,17 @@ def test_bad_input_is_refused_with_the_row_named(tmp_path):
         MiniBatchSparseGPClassifier(5, validation_fraction=0.7).fit(X, y)
     with pytest.raises(ValueError, match="batch_size"):
         MiniBatchSparseGPClassifier(5, batch_size=0).fit(X, y)
+
+
+def test_inducing_inputs_start_on_a_sample_of_whole_batches_of_a_large_x():
+    """Above 20,000 rows k-means runs on a seeded sample of whole batches (a dask X is read only
+    there): with batches of 8,000 rows of 21,000, three batches, so every row can be a sample
+    row and every centroid lies in the data's range."""
+    X, y = _data(21_000, seed=6)
+    m = MiniBatchSparseGPClassifier(
+        8, batch_size=8000, max_epochs=1, optimizer=None, random_state=0
+    ).fit(da.from_array(X, chunks=(5000, 3)), da.from_array(y, chunks=5000))
+    Z = m.inducing_points_
+    assert Z.shape == (8, 3)
+    assert np.all(Z >= X.min(axis=0)) and np.all(Z <= X.max(axis=0))
+    assert 21_000 - m.n_train_ in (8000, 5000)  # one batch held out (5% of 3 rounds up to 1)

@@ -197,13 +197,11 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, ParamsMixin):
         if n <= KMEANS_SAMPLE_ROWS:
             sample = check_X(np.asarray(X), "X", type(self).__name__)
         else:  # a few random batches: a dask X is read only there
-            starts = rng.choice(n // self.batch_size, KMEANS_SAMPLE_ROWS // self.batch_size + 1)
-            sample = np.concatenate(
-                [
-                    np.asarray(X[s * self.batch_size :][: self.batch_size])
-                    for s in np.sort(np.unique(starts))
-                ]
-            )
+            bs = self.batch_size
+            n_batches = -(-n // bs)
+            take = min(n_batches, -(-KMEANS_SAMPLE_ROWS // bs))
+            picked = np.sort(rng.choice(n_batches, size=take, replace=False))
+            sample = np.concatenate([np.asarray(X[i * bs : (i + 1) * bs]) for i in picked])
             sample = check_X(sample, "X", type(self).__name__)
         if m > sample.shape[0]:
             raise ValueError(f"n_inducing={m} exceeds the {sample.shape[0]} rows to place them on")
