@@ -142,6 +142,7 @@ def test_a_zarr_store_on_a_local_cluster_gives_the_in_process_fit(tmp_path):
     part runs the same code on the same rows and the parts are added in the same order, so the
     results agree to BLAS's thread-partitioned round-off (1e-9 after 3 epochs of a contraction)."""
     from distributed import Client, LocalCluster
+    from sklearn.base import clone
 
     X, y = _data(3000, seed=3)
     kw = dict(n_inducing=10, batch_size=500, max_epochs=3, random_state=0, blas_threads=1)
@@ -151,6 +152,8 @@ def test_a_zarr_store_on_a_local_cluster_gives_the_in_process_fit(tmp_path):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster:
         with Client(cluster) as client:
             on_cluster = MiniBatchSparseGPClassifier(**kw, scheduler=client).fit(Xd, yd)
+            copy = clone(on_cluster)  # scikit-learn's clone shares the live client
+            assert copy.scheduler is client and copy.get_params()["batch_size"] == 500
     for other in (streamed, on_cluster):
         np.testing.assert_allclose(other.kernel_.theta, ref.kernel_.theta, rtol=1e-9)
         np.testing.assert_allclose(other.inducing_points_, ref.inducing_points_, rtol=1e-9)

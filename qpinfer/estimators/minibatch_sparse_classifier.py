@@ -13,6 +13,7 @@ from qpinfer.estimators.blas import check_blas_threads, limits_blas
 from qpinfer.estimators.params import estimator, resolve_table
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.estimators.protocol import ParamsMixin
+from qpinfer.estimators.sparse_base import SchedulerCloneMixin, checked_inducing_points
 from qpinfer.inference.power_ep import PowerMomentMatching, check_power
 from qpinfer.inference.projections import QuantileMatching
 from qpinfer.inference.sparse.dask_partitions import is_dask_array
@@ -39,7 +40,7 @@ KMEANS_SAMPLE_ROWS = 20_000
 
 
 @estimator
-class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, ParamsMixin):
+class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, ParamsMixin):
     """Sparse GP classification (probit) with M pseudo-points by minibatch EP or QP.
 
     Stochastic EP with one tied site (:mod:`qpinfer.inference.sparse.stochastic`): the
@@ -186,12 +187,7 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, ParamsMixin):
 
     def _initial_inducing(self, X: Any, m: int, seed: int) -> np.ndarray:
         if self.inducing_points is not None:
-            Z = np.asarray(self.inducing_points, dtype=np.float64)
-            if Z.ndim != 2 or Z.shape[1] != X.shape[1] or not np.all(np.isfinite(Z)):
-                raise ValueError(
-                    f"inducing_points must be a finite (M, {X.shape[1]}) array, got shape {Z.shape}"
-                )
-            return Z.copy()
+            return checked_inducing_points(self.inducing_points, X.shape[1])
         n = X.shape[0]
         rng = np.random.default_rng(seed)
         if n <= KMEANS_SAMPLE_ROWS:

@@ -4,13 +4,20 @@ check and the initial inducing inputs (their parameters, shared with the dense e
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from qpinfer.estimators.params import PseudoPointParams
 from qpinfer.inference.sparse.pseudo_points import _check_kernel as check_sparse_kernel
 from qpinfer.inference.sparse.pseudo_points import kmeans_inducing_points
 
-__all__ = ["DEFAULT_N_INDUCING", "SparseEstimatorBase"]
+__all__ = [
+    "DEFAULT_N_INDUCING",
+    "SchedulerCloneMixin",
+    "SparseEstimatorBase",
+    "checked_inducing_points",
+]
 
 #: pseudo-points used by default (``n_inducing=None``): ``min(DEFAULT_N_INDUCING, n_samples)``
 DEFAULT_N_INDUCING = 50
@@ -50,10 +57,31 @@ class SparseEstimatorBase(PseudoPointParams):
     def _initial_inducing(self, X: np.ndarray) -> np.ndarray:
         m = self._n_inducing_for(X.shape[0])
         if self.inducing_points is not None:
-            Z = np.asarray(self.inducing_points, dtype=np.float64)
-            if Z.ndim != 2 or Z.shape[1] != X.shape[1] or not np.all(np.isfinite(Z)):
-                raise ValueError(
-                    f"inducing_points must be a finite (M, {X.shape[1]}) array, got shape {Z.shape}"
-                )
-            return Z.copy()
+            return checked_inducing_points(self.inducing_points, X.shape[1])
         return kmeans_inducing_points(X, m, self.random_state)
+
+
+def checked_inducing_points(inducing_points: Any, n_features: int) -> np.ndarray:
+    """A copy of ``inducing_points`` as a finite float64 (M, n_features) array, or
+    ``ValueError`` naming the parameter."""
+    Z = np.asarray(inducing_points, dtype=np.float64)
+    if Z.ndim != 2 or Z.shape[1] != n_features or not np.all(np.isfinite(Z)):
+        raise ValueError(
+            f"inducing_points must be a finite (M, {n_features}) array, got shape {Z.shape}"
+        )
+    return Z.copy()
+
+
+class SchedulerCloneMixin:
+    """scikit-learn's ``clone`` (``GridSearchCV``, ``cross_val_score``) for an estimator with a
+    ``scheduler`` parameter: the parameters deep-copied as usual, except a
+    ``distributed.Client`` passed as ``scheduler``, which is shared (a live connection cannot be
+    copied)."""
+
+    def __sklearn_clone__(self):
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)
+        scheduler = params.pop("scheduler")  # None, a string, or a Client: shared as it is
+        copied = {k: clone(v, safe=False) for k, v in params.items()}
+        return type(self)(**copied, scheduler=scheduler)

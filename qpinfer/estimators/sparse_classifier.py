@@ -14,7 +14,7 @@ from qpinfer.estimators.classifier import _check_X, _check_y, binary_labels
 from qpinfer.estimators.multiclass import MultiClassMixin, check_multi_class
 from qpinfer.estimators.params import SiteLoopParams, estimator, resolve_table
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
-from qpinfer.estimators.sparse_base import SparseEstimatorBase
+from qpinfer.estimators.sparse_base import SchedulerCloneMixin, SparseEstimatorBase
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.power_ep import PowerMomentMatching, check_power
 from qpinfer.inference.projections import MomentMatching, QuantileMatching
@@ -30,7 +30,11 @@ __all__ = ["SparseGPClassifier"]
 
 @estimator
 class SparseGPClassifier(
-    MultiClassMixin, ProbitPredictionsMixin, SparseEstimatorBase, SiteLoopParams
+    MultiClassMixin,
+    ProbitPredictionsMixin,
+    SchedulerCloneMixin,
+    SparseEstimatorBase,
+    SiteLoopParams,
 ):
     """Sparse GP classification (probit) with M pseudo-points by Power EP (paper 004).
 
@@ -171,17 +175,6 @@ class SparseGPClassifier(
         if tol is not None:
             options["tol"] = tol
         return run_sparse_pep(prior.A, prior.h, y, projection, init=init, **options)
-
-    def __sklearn_clone__(self):
-        """scikit-learn's ``clone`` (``GridSearchCV``, ``cross_val_score``): the parameters
-        deep-copied as usual, except a ``distributed.Client`` passed as ``scheduler``, which is
-        shared (a live connection cannot be copied)."""
-        from sklearn.base import clone
-
-        params = self.get_params(deep=False)
-        scheduler = params.pop("scheduler")  # None, a string, or a Client: shared as it is
-        copied = {k: clone(v, safe=False) for k, v in params.items()}
-        return type(self)(**copied, scheduler=scheduler)
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPClassifier:
