@@ -66,8 +66,9 @@ class MinibatchSettings:
 @dataclass
 class MinibatchResult:
     """The fitted state and its trail: per epoch the mean tied-site energy per row over the
-    epoch's steps (``energy_``) and the held-out NTLL (``validation_ntll_``, empty without a
-    held-out part)."""
+    epoch's steps (``energy``) and the held-out NTLL (``validation_ntll``, empty without a
+    held-out part); ``skipped``: site updates that failed (no finite, proper site) and were left
+    out of their batch's mean."""
 
     kernel: Any
     Z: np.ndarray
@@ -80,7 +81,6 @@ class MinibatchResult:
     energy: list = field(default_factory=list)
     validation_ntll: list = field(default_factory=list)
     skipped: int = 0
-    stopped_early: bool = False
 
 
 # -- where a batch's parts are computed -------------------------------------------------------------
@@ -94,8 +94,8 @@ def _part_stats(X, y, classes, spec, kernel, Z, jitter, cavity, gradient, start)
     )
 
 
-def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, int, int]:
-    """``(sum -log p(y_n | x_n), rows, errors)`` of held-out rows under the posterior ``post``."""
+def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, int]:
+    """``(sum -log p(y_n | x_n), rows)`` of held-out rows under the posterior ``post``."""
     from qpinfer.inference.sparse.dask_partitions import check_partition
 
     X = check_partition(X, slice(start, None))
@@ -106,7 +106,7 @@ def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, in
     var = h + np.einsum("mn,mn->n", A, V)
     mean = post.mean @ A
     z = y * mean / np.sqrt(1.0 + var)
-    return float(-np.sum(log_ndtr(z))), int(y.size), int(np.count_nonzero(z <= 0))
+    return float(-np.sum(log_ndtr(z))), int(y.size)
 
 
 def _labels(y: Any, classes: np.ndarray, start: int) -> np.ndarray:
@@ -208,7 +208,10 @@ def _progress(total: int, epoch: int, verbose: bool):
     """A tqdm bar over an epoch's batches, or ``None``."""
     if not verbose:
         return None
-    from tqdm.auto import tqdm
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as e:
+        raise ImportError("verbose=True draws its progress bar with tqdm: pip install tqdm") from e
 
     return tqdm(total=total, desc=f"epoch {epoch + 1}", unit="batch", leave=True)
 
@@ -276,7 +279,8 @@ def fit_minibatch(
             bar.close()
         if held and stall >= s.n_iter_no_change:
             break
-    kernel, Z, site, best_epoch = best[1]
+    # no finite held-out NTLL at all (a diverged fit): the last state, as without a held-out part
+    kernel, Z, site, best_epoch = best[1] if best[1] is not None else state
     _, Lu, _ = inducing_factor(kernel, Z, s.jitter)
     return MinibatchResult(
         kernel=kernel,
@@ -290,5 +294,4 @@ def fit_minibatch(
         energy=energies,
         validation_ntll=ntlls,
         skipped=skipped,
-        stopped_early=bool(held) and epoch + 1 < s.max_epochs,
     )
