@@ -208,3 +208,22 @@ def test_inducing_inputs_start_on_a_sample_of_whole_batches_of_a_large_x():
     assert Z.shape == (8, 3)
     assert np.all(Z >= X.min(axis=0)) and np.all(Z <= X.max(axis=0))
     assert 21_000 - m.n_train_ in (8000, 5000)  # one batch held out (5% of 3 rounds up to 1)
+
+
+def test_predictions_on_a_dask_array_are_lazy_and_equal_the_numpy_ones():
+    """A dask ``X`` gets dask arrays back, block by block, equal to the numpy predictions (the
+    same code on each row block: 1e-12 relative for BLAS blocking differences)."""
+    X, y = _data(3000, seed=7)
+    m = MiniBatchSparseGPClassifier(10, batch_size=500, max_epochs=2, random_state=0).fit(X, y)
+    Xd = da.from_array(X, chunks=(700, 2))  # rows and columns both chunked
+    proba = m.predict_proba(Xd)
+    assert type(proba).__module__.startswith("dask")
+    np.testing.assert_allclose(proba.compute(), m.predict_proba(X), rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(m.predict(Xd).compute(), m.predict(X))
+    mean, var = m.predict_latent(Xd)
+    mean_np, var_np = m.predict_latent(X)
+    np.testing.assert_allclose(mean.compute(), mean_np, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(var.compute(), var_np, rtol=1e-12)
+    np.testing.assert_allclose(
+        m.decision_function(Xd).compute(), m.decision_function(X), rtol=1e-12
+    )

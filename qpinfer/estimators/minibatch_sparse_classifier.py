@@ -50,7 +50,7 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
     ``X`` may be a dask array (e.g. ``dask.array.from_zarr``) read batch by batch, in this
     process or, with ``scheduler``, on a dask cluster's workers
     (:mod:`qpinfer.inference.sparse.minibatch`). For the same ``random_state`` the fit is the
-    same either way. Binary labels only.
+    same either way. Predictions on a dask ``X`` are lazy dask arrays. Binary labels only.
 
     Parameters
     ----------
@@ -247,9 +247,43 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
         self.n_train_ = res.n_train
         return self
 
+    def predict_latent(self, X: Any) -> tuple[Any, Any]:
+        """Mean and variance of the latent ``f*`` (eq. (18)) under the fitted posterior; for a
+        dask ``X``, two lazy dask arrays computed block by block."""
+        if is_dask_array(X):
+            both = self._blockwise(lambda b: np.column_stack(self.predict_latent(b)), X, 2)
+            return both[:, 0], both[:, 1]
+        return self._predict_latent(X)
+
+    def predict_proba(self, X: Any) -> Any:
+        """Class probabilities (columns follow ``classes_``); lazy for a dask ``X``."""
+        if is_dask_array(X):
+            return self._blockwise(super().predict_proba, X, 2)
+        return super().predict_proba(X)
+
+    def predict(self, X: Any) -> Any:
+        """The more probable class; lazy for a dask ``X``."""
+        if is_dask_array(X):
+            return self._blockwise(super().predict, X, None, self.classes_.dtype)
+        return super().predict(X)
+
+    def decision_function(self, X: Any) -> Any:
+        """Positive for ``classes_[1]``; lazy for a dask ``X``."""
+        if is_dask_array(X):
+            return self._blockwise(super().decision_function, X, None)
+        return super().decision_function(X)
+
+    def _blockwise(self, method, X: Any, n_columns: int | None, dtype: Any = np.float64) -> Any:
+        """``method`` on each row block of a dask ``X`` (its columns in one chunk): a dask array
+        of one (``n_columns=None``) or ``n_columns`` columns, computed where dask runs it."""
+        self._check_is_fitted()
+        Xc = X.rechunk({1: -1})
+        if n_columns is None:
+            return Xc.map_blocks(method, drop_axis=1, dtype=dtype)
+        return Xc.map_blocks(method, chunks=(Xc.chunks[0], (n_columns,)), dtype=dtype)
+
     @limits_blas
-    def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of the latent ``f*`` (eq. (18)) under the fitted posterior."""
+    def _predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         self._check_is_fitted()
         X = check_X(X, "X", type(self).__name__)
         if X.shape[1] != self.n_features_in_:
