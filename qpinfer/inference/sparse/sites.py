@@ -73,11 +73,16 @@ class _ConditionalProjection:
             )
 
     def derivatives(
-        self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
+        self,
+        cavity_mean: np.ndarray,
+        cavity_std: np.ndarray,
+        y: np.ndarray,
+        log_z: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(d1, d2, var_f)`` at the cavity (eq. (20)); for QP ``d2`` is replaced by the value
-        that makes the new variance of ``a_n`` equal to sigma*^2 (see ``_qp_ratio()``)."""
-        d1, d2 = self.log_z_derivatives(cavity_mean, cavity_std, y)
+        that makes the new variance of ``a_n`` equal to sigma*^2 (see ``_qp_ratio()``).
+        ``log_z``: :meth:`log_z_derivatives` at the same cavity, if the caller has them."""
+        d1, d2 = self.log_z_derivatives(cavity_mean, cavity_std, y) if log_z is None else log_z
         var_f = cavity_std * cavity_std + self.h
         if self.wasserstein:
             r = _qp_ratio(self.inner, cavity_mean, cavity_std, self.h, y)

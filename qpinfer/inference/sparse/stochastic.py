@@ -162,7 +162,8 @@ def batch_statistics(
     mu_c = cavity.mean @ A
     proj = _ConditionalProjection(projection, h)
     power = proj.power
-    d1, d2 = proj.derivatives(mu_c, np.sqrt(s_c), y)[:2]
+    e1, e2 = proj.log_z_derivatives(mu_c, np.sqrt(s_c), y)  # the energy's (EP's, also for QP)
+    d1, d2 = proj.derivatives(mu_c, np.sqrt(s_c), y, log_z=(e1, e2))[:2]  # the site's
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         denom = 1.0 + s_c * d2
         tau = -d2 / denom / power
@@ -174,10 +175,6 @@ def batch_statistics(
     log_z = proj.log_normalizer(mu_c, np.sqrt(s_c), y) / power
     grad_theta = grad_Z = None
     if gradient:
-        if proj.wasserstein:  # the energy's derivatives: log Z~'s (EP's), not QP's variance
-            e1, e2 = proj.log_z_derivatives(mu_c, np.sqrt(s_c), y)
-        else:
-            e1, e2 = d1, d2
         e = (e2 + e1 * e1) / power
         ScA = cavity.Linv.T @ V  # S_c A
         G_A = np.outer(cavity.mean, e1 / power) + (ScA - A) * e
