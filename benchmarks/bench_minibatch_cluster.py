@@ -77,6 +77,7 @@ def _cluster(kind: str, scratch: Path):
         job_name="qpinfer-minibatch",
         job_script_prologue=["export OMP_NUM_THREADS=1", "export OPENBLAS_NUM_THREADS=1"],
         local_directory=str(scratch),
+        log_directory=str(scratch),  # the jobs' slurm-*.out beside the store, not in the cwd
     )
     cluster.scale(jobs=2)
     return cluster
