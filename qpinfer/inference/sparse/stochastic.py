@@ -8,7 +8,7 @@ what is kept is O(M^2), whatever N. Every data point has the same cavity ``q / t
 (precision ``I + (N - alpha) Lam``, shift ``(N - alpha) eta``: :func:`cavity_of`); a minibatch
 of B points takes the marginal of ``a_n = A[:, n]^T v`` under it, projects the fractional tilted
 distribution of ``f_n | a_n ~ N(a_n, h_n)`` as the full-batch sweep does
-(:class:`~qpinfer.inference.sparse.sites._ConditionalProjection`: EP, Power EP, or QP's
+(``qpinfer.inference.sparse.sites._ConditionalProjection``: EP, Power EP, or QP's
 Wasserstein variance from the sigma* tables), forms each point's new rank-one site
 ``tau_n a_n a_n^T, nu_n a_n`` (eqs. (106)-(107)) and moves the average site toward the batch's
 mean site: ``Lam <- (1 - rho) Lam + rho mean_B(tau a a^T)`` (:func:`average_site_step`). With
@@ -27,7 +27,7 @@ at QP's sites, as ``qp_objective="evidence"``) and ``e_n = d2 + d1^2``,
 ``A = Lu^-1 Kuf`` gives the weights ``G_fu = G_A^T Lu^-1`` on ``dKfu`` and
 ``G_uu = -sym(Lu^-T Phi(G_A A^T) Lu^-1)`` on ``dKuu`` (``Phi``: the lower triangle with half its
 diagonal, the derivative of the Cholesky factor), contracted by the kernel as the full-batch
-gradient is (:func:`~qpinfer.inference.sparse.pseudo_points._contract_prior_gradient`).
+gradient is (``qpinfer.inference.sparse.pseudo_points._contract_prior_gradient``).
 
 A batch's statistics are sums over its rows, so a batch may be cut into parts computed anywhere
 (another process, a dask worker) and added in a fixed order: the same numbers whichever way.
@@ -150,8 +150,8 @@ def batch_statistics(
 ) -> BatchStats:
     """The new sites of the rows ``(X, y)`` at ``cavity`` and the energy's gradient there.
 
-    ``projection`` is the local update of ``f_n`` (as :func:`~qpinfer.inference.sparse.sites.
-    run_sparse_pep`'s); the gradient is in the kernel's log hyperparameters and ``Z``, summed
+    ``projection`` is the local update of ``f_n`` (as
+    :func:`~qpinfer.inference.sparse.sites.run_sparse_pep`'s); the gradient is in the kernel's log hyperparameters and ``Z``, summed
     over the rows (unscaled; the module docstring). O(B M^2 + B M D)."""
     Kuu, Lu, jit = inducing_factor(kernel, Z, jitter)
     Kuf = kernel(Z, X)
