@@ -151,8 +151,10 @@ def batch_statistics(
     """The new sites of the rows ``(X, y)`` at ``cavity`` and the energy's gradient there.
 
     ``projection`` is the local update of ``f_n`` (as
-    :func:`~qpinfer.inference.sparse.sites.run_sparse_pep`'s); the gradient is in the kernel's log hyperparameters and ``Z``, summed
-    over the rows (unscaled; the module docstring). O(B M^2 + B M D)."""
+    :func:`~qpinfer.inference.sparse.sites.run_sparse_pep`'s); the gradient is in the kernel's
+    log hyperparameters and ``Z``, summed over the rows (unscaled; the module docstring). A row
+    whose site update fails (no finite, proper site) is left out of the site sums and of the
+    gradient, and counted in ``skipped``. O(B M^2 + B M D)."""
     Kuu, Lu, jit = inducing_factor(kernel, Z, jitter)
     Kuf = kernel(Z, X)
     kdiag = kernel.diag(X)
@@ -175,7 +177,8 @@ def batch_statistics(
     log_z = proj.log_normalizer(mu_c, np.sqrt(s_c), y) / power
     grad_theta = grad_Z = None
     if gradient:
-        e = (e2 + e1 * e1) / power
+        e = np.where(ok, (e2 + e1 * e1) / power, 0.0)
+        e1 = np.where(ok, e1, 0.0)
         ScA = cavity.Linv.T @ V  # S_c A
         G_A = np.outer(cavity.mean, e1 / power) + (ScA - A) * e
         Luinv = _tri_inv(Lu, "Kuu + jitter I")
@@ -190,7 +193,7 @@ def batch_statistics(
         rows=int(X.shape[0]),
         prec_sum=prec_sum,
         shift_sum=shift_sum,
-        log_z_sum=float(np.sum(log_z)),
+        log_z_sum=float(np.sum(log_z[ok])),
         grad_theta=grad_theta,
         grad_Z=grad_Z,
         skipped=int(np.count_nonzero(~ok)),
