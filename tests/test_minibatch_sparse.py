@@ -192,6 +192,8 @@ def test_bad_input_is_refused_with_the_row_named(tmp_path):
         MiniBatchSparseGPClassifier(5).fit(X, np.where(y > 0, 1, np.arange(1000) % 3))
     with pytest.raises(ValueError, match="validation_fraction"):
         MiniBatchSparseGPClassifier(5, validation_fraction=0.7).fit(X, y)
+    with pytest.raises(ValueError, match="length_scale has 2 entries but X has 3 features"):
+        MiniBatchSparseGPClassifier(5, length_scale=[1.0, 2.0]).fit(X, y)
     with pytest.raises(ValueError, match="batch_size"):
         MiniBatchSparseGPClassifier(5, batch_size=0).fit(X, y)
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from qpinfer.checks import check_positive_int, check_X
 from qpinfer.estimators.blas import check_blas_threads, limits_blas
-from qpinfer.estimators.params import estimator, resolve_table
+from qpinfer.estimators.params import estimator, initial_kernel, resolve_table
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.estimators.protocol import ParamsMixin
 from qpinfer.estimators.sparse_base import SchedulerCloneMixin, checked_inducing_points
@@ -30,7 +30,6 @@ from qpinfer.inference.sparse.pseudo_points import (
     kmeans_inducing_points,
     predict_latent_low_rank,
 )
-from qpinfer.kernels import ARDSquaredExponential, as_kernel
 from qpinfer.likelihoods.probit import Probit
 
 __all__ = ["MiniBatchSparseGPClassifier"]
@@ -175,16 +174,6 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
             return QuantileMatching(lik, table), table
         return PowerMomentMatching(lik, check_power(self.alpha)), None
 
-    def _initial_kernel(self, d: int) -> Any:
-        if self.kernel is not None:
-            _check_kernel(self.kernel)
-            k = as_kernel(self.kernel)
-            return k.with_theta(k.theta)
-        ls = np.asarray(self.length_scale, dtype=np.float64)
-        if ls.ndim == 0 and self.ard:
-            ls = np.full(d, float(ls))
-        return ARDSquaredExponential(self.variance, ls)
-
     def _initial_inducing(self, X: Any, m: int, seed: int) -> np.ndarray:
         if self.inducing_points is not None:
             return checked_inducing_points(self.inducing_points, X.shape[1])
@@ -221,7 +210,7 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
                 f"{type(self).__name__} needs exactly 2 classes in y, got {classes.size}: "
                 f"{classes[:10].tolist()}"
             )
-        kernel = self._initial_kernel(X.shape[1])
+        kernel = initial_kernel(self, X.shape[1], _check_kernel)
         Z = self._initial_inducing(X, int(self.n_inducing), s.seed)
         if self.scheduler is None:
             res = fit_minibatch(kernel, Z, classes, X.shape[0], projection, LocalRunner(X, y), s)

@@ -47,6 +47,7 @@ __all__ = [
     "SharedParams",
     "SiteLoopParams",
     "estimator",
+    "initial_kernel",
     "resolve_table",
     "warn_exact_once",
 ]
@@ -257,21 +258,27 @@ class SharedParams(ParamsMixin):
         as_kernel(kernel)
 
     def _initial_kernel(self, n_features: int) -> Any:
-        """A copy of ``kernel`` (a scikit-learn kernel wrapped in
-        :class:`~qpinfer.kernels.sklearn_kernel.SklearnKernel`; checked by
-        :meth:`_check_kernel` first, so that an estimator's own message lists what it takes;
-        the parameter is kept), else the SE kernel of ``variance`` and ``length_scale`` (a
-        scalar becomes one per feature when ``ard``; an array is one per feature)."""
-        if self.kernel is not None:
-            self._check_kernel(self.kernel)
-            kernel = as_kernel(self.kernel)
-            return kernel.with_theta(kernel.theta)
-        ls = np.asarray(self.length_scale, dtype=np.float64)
-        if ls.ndim == 0 and self.ard:
-            ls = np.full(n_features, float(ls))
-        elif ls.ndim == 1 and ls.size not in (1, n_features):
-            raise ValueError(f"length_scale has {ls.size} entries but X has {n_features} features")
-        return ARDSquaredExponential(self.variance, ls)
+        """:func:`initial_kernel` with :meth:`_check_kernel` (so that an estimator's own message
+        lists the kernels it takes); the ``kernel`` parameter itself is kept."""
+        return initial_kernel(self, n_features, self._check_kernel)
+
+
+def initial_kernel(est: Any, n_features: int, check: Any) -> Any:
+    """The initial kernel of an estimator with the parameters ``kernel``, ``variance``,
+    ``length_scale`` and ``ard``: a copy of ``kernel`` (a scikit-learn kernel wrapped in
+    :class:`~qpinfer.kernels.sklearn_kernel.SklearnKernel`) after ``check(kernel)``, else the SE
+    kernel of ``variance`` and ``length_scale`` (a scalar becomes one per feature when ``ard``;
+    an array is one per feature)."""
+    if est.kernel is not None:
+        check(est.kernel)
+        kernel = as_kernel(est.kernel)
+        return kernel.with_theta(kernel.theta)
+    ls = np.asarray(est.length_scale, dtype=np.float64)
+    if ls.ndim == 0 and est.ard:
+        ls = np.full(n_features, float(ls))
+    elif ls.ndim == 1 and ls.size not in (1, n_features):
+        raise ValueError(f"length_scale has {ls.size} entries but X has {n_features} features")
+    return ARDSquaredExponential(est.variance, ls)
 
 
 @_params

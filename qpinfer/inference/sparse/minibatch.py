@@ -86,20 +86,13 @@ class MinibatchResult:
 # -- where a batch's parts are computed -------------------------------------------------------------
 def _part_stats(X, y, classes, spec, kernel, Z, jitter, cavity, gradient, start) -> BatchStats:
     """One part of a batch: rows checked, labels mapped to -1/+1, statistics."""
-    from qpinfer.inference.sparse.dask_partitions import check_partition
-
-    X = check_partition(X, slice(start, None))
-    return batch_statistics(
-        kernel, Z, jitter, cavity, spec.build(), X, _labels(y, classes, start), gradient
-    )
+    X, y = _checked_part(X, y, classes, start)
+    return batch_statistics(kernel, Z, jitter, cavity, spec.build(), X, y, gradient)
 
 
 def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, int]:
     """``(sum -log p(y_n | x_n), rows)`` of held-out rows under the posterior ``post``."""
-    from qpinfer.inference.sparse.dask_partitions import check_partition
-
-    X = check_partition(X, slice(start, None))
-    y = _labels(y, classes, start)
+    X, y = _checked_part(X, y, classes, start)
     _, Lu, _ = inducing_factor(kernel, Z, jitter)
     A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
     V = post.Linv.T @ (post.Linv @ A)  # S_q A
@@ -107,6 +100,14 @@ def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, in
     mean = post.mean @ A
     z = y * mean / np.sqrt(1.0 + var)
     return float(-np.sum(log_ndtr(z))), int(y.size)
+
+
+def _checked_part(X: Any, y: Any, classes: np.ndarray, start: int) -> tuple[np.ndarray, ...]:
+    """The rows of a part from ``start``: ``X`` finite float64, ``y`` as -1/+1; ``ValueError``
+    naming the first bad row otherwise."""
+    from qpinfer.inference.sparse.dask_partitions import check_partition
+
+    return check_partition(X, slice(start, None)), _labels(y, classes, start)
 
 
 def _labels(y: Any, classes: np.ndarray, start: int) -> np.ndarray:
@@ -249,7 +250,7 @@ def fit_minibatch(
             for p in parts[1:]:  # in order: the same sum wherever the parts ran
                 stats = stats + p
             skipped += stats.skipped
-            total += tied_energy(site, n, power, stats) / n
+            total += tied_energy(site, n, power, cav, stats) / n
             site = average_site_step(site, stats, max(stats.rows / n, 1.0 / (step + 1)))
             step += 1
             if s.optimize_kernel:

@@ -211,12 +211,12 @@ def average_site_step(site: TiedSite, stats: BatchStats, rho: float) -> TiedSite
     )
 
 
-def tied_energy(site: TiedSite, n: int, power: float, stats: BatchStats) -> float:
+def tied_energy(site: TiedSite, n: int, power: float, cav: Cavity, stats: BatchStats) -> float:
     """The tied-site Power EP energy (eq. (110) with every site ``tbar``), its data term
     estimated from a batch: ``phi(q) - phi(p) + (N/alpha)(phi(cav) - phi(q)) + (N/B) sum_B log
-    Z~_n / alpha``, ``phi`` the log normaliser of a Gaussian in natural parameters."""
+    Z~_n / alpha``, ``phi`` the log normaliser of a Gaussian in natural parameters; ``cav`` is
+    :func:`cavity_of` ``(site, n, power)``, which the batch's statistics were taken at."""
     q = posterior_of(site, n)
-    cav = cavity_of(site, n, power)
 
     def phi(g: Cavity, weight: float) -> float:  # without the M/2 log 2 pi both sides share
         return 0.5 * float(g.mean @ (weight * site.shift)) - g.half_logdet()
