@@ -68,7 +68,7 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
     ----------
     method : {"qp", "ep", "laplace", "vb"}
     table : None, "exact", path or table object
-        Where QP gets sigma* from. ``None``: the v2 table shipped for ``nu`` (nu = 3, 4 and 5;
+        Where QP gets sigma* from. ``None``: the v2 table shipped for ``nu`` (nu = 4 and 5;
         any scale), or an installed table at least as good in coverage and verified error
         (:mod:`qpinfer.tables.choice`), else exact computation (warned once); ``"exact"``: always
         exact. A scale-1 Student-t table of the same nu serves every scale. Points outside a
