@@ -1,4 +1,5 @@
-"""What the inference benchmarks share: the sigma* table to use, and best-of-N timing."""
+"""What the inference benchmarks share: the sigma* table to use, best-of-N timing, and this
+process's memory from ``/proc/self/status``."""
 
 from __future__ import annotations
 
@@ -46,3 +47,14 @@ def best_time(fit: Callable[[], object], repeats: int) -> float:
         fit()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def proc_status_mb(field: str) -> float | None:
+    """``VmHWM`` / ``VmRSS`` (``field``) of this process in MB (Linux), else ``None``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None

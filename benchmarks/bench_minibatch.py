@@ -35,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import proc_status_mb  # noqa: E402
 from experiments.datasets import magic_split, synthetic_classification  # noqa: E402
 
 M = 100
@@ -46,13 +47,6 @@ def _scores(p1: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     p1 = np.clip(p1, 1e-300, 1.0 - 1e-16)
     p_true = np.where(y > 0, p1, 1.0 - p1)
     return float(np.mean((p1 > 0.5) != (y > 0))), float(-np.mean(np.log(p_true)))
-
-
-def _peak_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
 
 
 VALIDATION = {"fraction": 0.05}  # --validation-fraction: the minibatch fits' held-out share
@@ -97,7 +91,14 @@ def child(which: str, n: int, seed: int, epochs: int, batch: int) -> None:
     err, ntll = _scores(out.pop("p1"), yte)
     print(
         json.dumps(
-            {**out, "which": which, "n": n, "error": err, "ntll": ntll, "peak_mb": _peak_mb()}
+            {
+                **out,
+                "which": which,
+                "n": n,
+                "error": err,
+                "ntll": ntll,
+                "peak_mb": proc_status_mb("VmHWM"),
+            }
         )
     )
 

@@ -55,6 +55,8 @@ def write_store(path: Path, n: int, chunk: int) -> None:
 
 
 def _worker_peak_mb() -> float:
+    # self-contained (not benchmarks._common.proc_status_mb): client.run ships it to workers
+    # that may not have the repository's benchmarks on their path
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024.0

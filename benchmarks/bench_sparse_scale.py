@@ -40,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import proc_status_mb  # noqa: E402
 from experiments.datasets import magic_split, synthetic_classification  # noqa: E402
 from qpinfer import SparseGPClassifier  # noqa: E402
 from qpinfer.inference.site_loop import ConvergenceWarning  # noqa: E402
@@ -107,27 +108,16 @@ def run_magic(repeats: int, seed: int) -> dict:
     return {"n_train": int(ytr.size), "n_test": int(yte.size), "runs": runs, "summary": summary}
 
 
-def _proc_status_mb(field: str) -> float | None:
-    """``VmHWM`` / ``VmRSS`` of this process in MB (Linux), else ``None``."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return None
-
-
 def child(n: int, method: str, seed: int) -> None:
     """One synthetic fit in this (fresh) process; prints one JSON line."""
     Xtr, ytr = synthetic_classification(n, seed=seed)
     Xte, yte = synthetic_classification(SYNTH_TEST, seed=seed + 1000)
-    rss_before = _proc_status_mb("VmRSS")
+    rss_before = proc_status_mb("VmRSS")
     res = fit_once(method, Xtr, ytr, Xte, yte, random_state=seed)
     res.update(
         n=n,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        vmhwm_mb=_proc_status_mb("VmHWM"),
+        vmhwm_mb=proc_status_mb("VmHWM"),
         rss_before_fit_mb=rss_before,
     )
     print(json.dumps(res))
