@@ -10,7 +10,7 @@ scheduler=client)`` for ``--epochs`` epochs on
 * ``--cluster slurm``: ``dask_jobqueue.SLURMCluster`` (2 jobs of one core and 2 GB, queue
   ``debug``: the one-node SLURM of ``cluster/hpc/local-slurm.sh``);
 * ``--cluster process``: no cluster, the batches read from the store in this process (the same
-  fit: ``tests/test_slurm.py`` compares the two).
+  fit: ``tests/pipeline/test_slurm.py`` compares the two).
 
 The workers read their batches' rows from the store themselves; the client holds only the
 O(M^2) state. Printed: the time of each epoch, the extrapolated time of ``--fit-epochs`` epochs,

@@ -1,5 +1,5 @@
 """Sphinx configuration of the quantile-propagation docs (``bash scripts/docs.sh`` builds them,
-warnings as errors; ``tests/test_docs_examples.py`` runs every code example in them)."""
+warnings as errors; ``tests/project/test_docs_examples.py`` runs every code example in them)."""
 
 import qpinfer
 

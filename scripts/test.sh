@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the test suite: install the package with its test extras into .venv, then pytest.
-# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m slow`, `... tests/test_sigma_qp.py`).
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m slow`, `... tests/sigma/test_sigma_qp.py`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # one BLAS thread per process: on 2 cores, threaded BLAS on the suite's small matrices is

@@ -1,6 +1,7 @@
 """Data sets, reference computations and checks shared by several test modules.
 
-Imported as ``from _helpers import ...`` (pytest puts ``tests/`` on ``sys.path``).
+Imported as ``from tests._helpers import ...`` (``tests`` is a package; pytest puts the repository root
+on ``sys.path``).
 """
 
 from __future__ import annotations

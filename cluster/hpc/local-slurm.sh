@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install and start a one-node SLURM (slurmctld + slurmd, with munge) on THIS machine, without
 # systemd -- for testing the dask-jobqueue recipe against a real batch system (the pytest marker
-# `slurm`, tests/test_slurm.py) and for trying the recipe on a workstation. Debian/Ubuntu only.
+# `slurm`, tests/pipeline/test_slurm.py) and for trying the recipe on a workstation. Debian/Ubuntu only.
 #
 #   sudo bash cluster/hpc/local-slurm.sh           # install if needed, configure, start; idempotent
 #   sudo bash cluster/hpc/local-slurm.sh --status  # print sinfo/squeue, exit 0 if the node is up

@@ -284,7 +284,7 @@ def laplace_log_evidence_gradient(
     Explicit part ``1/2 tr((a a^T - Z) dK)`` with ``Z = W^1/2 B^-1 W^1/2``; implicit part (the
     mode moves with K) ``s2^T (I - K Z) dK grad log p`` with
     ``s2 = d(-log|B|/2)/df^ = +1/2 diag((K^-1 + W)^-1) d^3 log p`` (``dW/df = -d^3 log p``; the
-    sign is checked against finite differences in ``tests/test_laplace.py``). Both parts are
+    sign is checked against finite differences in ``tests/inference/test_laplace.py``). Both parts are
     contracted by the kernel (``gradient_contract``) without forming dK/dtheta.
     """
     if K is None:

@@ -152,7 +152,7 @@ def tilted_power_moments(
        two moments about the mode (no cancellation).
 
     Accurate to ~1e-9 relative against adaptive ``scipy.integrate.quad`` over mu in [-30, 30],
-    sigma in [0.05, 40], power in [1e-3, 1] (``tests/test_power_ep.py``).
+    sigma in [0.05, 40], power in [1e-3, 1] (``tests/inference/test_power_ep.py``).
     """
     from qpinfer.quadrature.level_sets import (
         level_edges as _level_edges,  # the sigma* kernel's panels

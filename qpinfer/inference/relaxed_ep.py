@@ -4,7 +4,7 @@
 Derivation of the update implemented here (paper 002 eqs. (4)-(5), (11)-(16), (35)-(40); the
 printed equations have errors -- eq. (16) says "remove r_i" but multiplies by it, ``b_i`` acts as
 a *precision*, eq. (14) drops the label -- so everything below is re-derived and checked against
-objective (5) by quadrature in ``tests/test_rep.py``).
+objective (5) by quadrature in ``tests/inference/test_rep.py``).
 
 Site ``i`` with cavity ``N(f | m_c, 1/tau_c)``, old site mean ``m_i = nu~_i / tau~_i`` (0 while the
 site is still flat, the paper's initialisation) and relaxation factor (eq. (11), ``b >= 0`` a

@@ -34,7 +34,7 @@ VB. The ELBO depends on the scale only through ``sum_i E_q[log p(y_i | f_i)]``; 
 p/dlog s]`` by the quadrature of :mod:`qpinfer.likelihoods.loglik_student_t`.
 
 All three are checked against central finite differences of the re-converged evidence in
-``tests/test_student_t_scale.py``.
+``tests/estimators/test_student_t_scale.py``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Two exact rewritings keep every term O(1) (``m' = mu + s^2``)::
 * *exponential*: ``E_N(m', s^2)[sigma(f)] <= Phi(m'/s) + exp(mu + 3 s^2/2) Phi(-(mu + 2 s^2)/s)
   < e^-40``: the tilt is N(m', s^2) (log Z = mu + s^2/2);
 * *narrow*: ``s < 1e-3``: the tilt is Gaussian to double precision (measured
-  ``1 - sigma*/sigma_EP ~ 2.5e-4 s^6``, < 1e-21 there: ``tests/test_logit_poisson_log.py``), so
+  ``1 - sigma*/sigma_EP ~ 2.5e-4 s^6``, < 1e-21 there: ``tests/likelihoods/test_logit_poisson_log.py``), so
   sigma* = sigma_EP.
 
 **Kernel coordinate.** The quadrature works in ``x = f - A``: for ``s <= 2`` the anchor is

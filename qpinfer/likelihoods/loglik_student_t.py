@@ -20,7 +20,7 @@ Expectations under ``f ~ N(m, v)``: composite Gauss-Legendre (32 nodes per panel
 panel edges at ``t = 0, +-2.5, +-5`` and where ``r = 0, +-sqrt(A) 4^k`` (k = 0..15): every panel
 of the t factor's log is then at most 4x longer than its distance from the poles of
 ``log(1 + r^2/A)`` at ``r = +-i sqrt(A)``, so each panel converges geometrically, for any ratio
-``sqrt(v) / s`` up to ~1e9 (checked against mpmath in ``tests/test_student_t_laplace_vb.py``).
+``sqrt(v) / s`` up to ~1e9 (checked against mpmath in ``tests/likelihoods/test_student_t_laplace_vb.py``).
 ``dE/dm = E[d log p/df]`` and ``dE/dv = E[d^2 log p/df^2] / 2`` (Bonnet's and Price's theorems).
 """
 

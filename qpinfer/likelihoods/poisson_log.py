@@ -23,7 +23,7 @@ Closed forms: the *flat* regime ``Phi(m'/s) + exp(m' + s^2/2) Phi(-m'/s - s) < e
 of ``E[min(1, e^f)]`` under N(m', s^2): the tilt is N(m', s^2), sigma* = s) and the *Gaussian*
 regime where the standardized skewness ``gamma = alpha (alpha + 1/s^2)^-3/2 < 1e-8`` and the
 width ``(alpha + 1/s^2)^-1/2 < 0.05`` (measured 1 - sigma*/sigma_EP ~ gamma^2 / 36 < 3e-18;
-``tests/test_logit_poisson_log.py``): sigma* = sigma_EP. Counts above ``MAX_COUNT`` (1e6)
+``tests/likelihoods/test_logit_poisson_log.py``): sigma* = sigma_EP. Counts above ``MAX_COUNT`` (1e6)
 and cavities with ``s > SIGMA_MAX`` (1e4) are refused with a ValueError naming y or sigma.
 """
 

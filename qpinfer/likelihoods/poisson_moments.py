@@ -25,7 +25,7 @@ The tilted density is ``q(f) ∝ |f|^(2y) N(f | beta, v)`` (``beta = mu / a``, `
   log of the lobe integrals, so no terms of size ``y log y`` cancel either.
 
 Cost per point is O(1) in ``y``; accuracy against mpmath ~1e-15 relative for the moments (tests
-in ``tests/test_robustness_inputs.py``). :func:`lobe_modes` gives the same geometry in ``f``
+in ``tests/estimators/test_robustness_inputs.py``). :func:`lobe_modes` gives the same geometry in ``f``
 units for the sigma* kernel's hooks (``PoissonSquare._lobes`` / ``_log_tilted``).
 """
 

@@ -45,7 +45,7 @@ the singularities sit next to a panel end and no panel is longer than 9.2; a pan
 36 Gauss-Legendre nodes for lengths up to 3, 6 and 9.2 (about 75 per side on the paper domain).
 Against the same sums with 100 nodes per panel the result moves by <= 1e-15 for every eps in
 [0, 0.5) (29 values, 1e-300 to 0.49) and z on a 0.025 grid over [-12, 9] plus -30, -1e4, -1e8;
-against mpmath (``tests/test_step_noise_closed_form.py``) it is within ~1e-15. The Gauss-Legendre
+against mpmath (``tests/likelihoods/test_step_noise_closed_form.py``) it is within ~1e-15. The Gauss-Legendre
 weights are refined in 40-digit decimal arithmetic: numpy's ``leggauss`` weights are off by up to
 1e-12 at n >= 40, which biased sigma* by ~5e-15.
 

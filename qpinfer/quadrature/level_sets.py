@@ -104,7 +104,7 @@ def _replace_strays(
     16-node panel across 33 nats, 2.6e-12 at y = 3, mu = 14.7187, sigma = 2). Both now start
     on the level set (issue #27: ``Logit._level_guess`` by Newton on the drop itself,
     ``PoissonSquare._level_guess`` in log(mode / f)), so for them this is a guard that no scanned
-    cavity triggers any more (``tests/test_kernel_defects_issue27.py``). Re-placed are the
+    cavity triggers any more (``tests/sigma/test_level_set_panel_edges.py``). Re-placed are the
     edges that did not hit the bound and (a) are outermost and less than TAIL - 10 nats down (for
     cavities wider than the likelihood's ``_tail_check_sigma``: every logit and log-link
     cavity, probit ones with sigma > 1; it costs a log-density evaluation per side), or

@@ -35,7 +35,7 @@ from limits exact to double precision (``_sigma_closed_form``) and map others to
 cavity (``_rescale``): the probit's flat, Gaussian and very-wide regimes
 (:mod:`qpinfer.likelihoods.probit_limits`), which keep the quadrature where node positions are
 exact. Accuracy against the 40-digit mpmath reference (``qptables.reference.sigma``;
-``tests/test_sigma_qp.py``, ``tests/test_sigma_wide.py``): ~1e-15 relative over the paper
+``tests/sigma/test_sigma_qp.py``, ``tests/sigma/test_sigma_wide.py``): ~1e-15 relative over the paper
 domain (mu in [-10, 10], sigma in [0.1, 10], Poisson counts to 100); probit <= 1e-12 (measured
 <= ~5e-16 on 400 random points) for every finite mu and sigma > 0 where the reference converges
 (it does not in the deep left tail, where the answer is the EP std, regime 2).

@@ -1,6 +1,6 @@
 """Bicubic Lagrange interpolation on a v1 grid store's slices (``open_table(...,
 interpolation="cubic")``): 4 x 4 grid values about each query, the stencil shifted inwards at
-the grid's edges; error O(h^4) against bilinear's O(h^2) (``tests/test_tables_cubic.py``)."""
+the grid's edges; error O(h^4) against bilinear's O(h^2) (``tests/tables/test_tables_cubic.py``)."""
 
 from __future__ import annotations
 

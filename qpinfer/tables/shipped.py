@@ -2,7 +2,7 @@
 
 ``qptables ship`` builds every table listed in :data:`SHIPPED` into ``qpinfer/tables_data``
 (bit for bit the same on every run: the kernel's results do not depend on scheduling, and the
-stores record no times); ``tests/test_shipped_tables.py`` rebuilds a random sample of their tiles
+stores record no times); ``tests/tables/test_shipped_tables.py`` rebuilds a random sample of their tiles
 and compares the bytes. The estimators' ``table=None`` uses them unless a table installed for
 the likelihood (:func:`qpinfer.tables.remote.install.download` installs one) is at least as good
 in coverage and verified error (:mod:`qpinfer.tables.choice`); an explicitly passed table always

@@ -188,7 +188,7 @@ def completed(client: Any, futures: list) -> Iterator[tuple[Any, Any]]:
     from distributed import as_completed
 
     watch = _ClusterWatch(client)
-    pending = as_completed(futures)
+    pending = as_completed(futures, loop=client.loop)  # not the default client's: ours
     while not pending.is_empty():
         batch = pending.next_batch(block=False)
         if not batch:

@@ -6,7 +6,7 @@ eq. (7)) and :func:`qpinfer.tilted_moments` (EP's sigma, eq. (5)) -- on its tile
 straight into the store (a region write of exactly one chunk per variable).
 
 Bit-identity. The kernel's value at a point never depends on the other points of its call
-(no batch-wide stopping tests; ``tests/test_kernel_determinism.py``), so tiling, worker count,
+(no batch-wide stopping tests; ``tests/sigma/test_kernel_determinism.py``), so tiling, worker count,
 resuming and the probit mirror cannot change a single bit.
 
 Probit mirror. ``sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1)`` exactly (the kernel

@@ -65,7 +65,7 @@ def fan_out(
             futs = client.map(_tagged, [func] * n, *arg_lists, pure=False)
             index = {f.key: i for i, f in enumerate(futs)}
             try:
-                for fut in as_completed(futs):
+                for fut in as_completed(futs, loop=client.loop):
                     out[index[fut.key]] = fut.result()  # raises the task's exception
                     if bar is not None:
                         bar.update(1)

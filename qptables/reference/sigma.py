@@ -30,7 +30,7 @@ weighted by ``f^(2y)``, App. C.2 eqs. (50)-(55)), which the tests use to cross-c
 quadrature.
 
 With the default ``dps = 40`` the results agree with runs at other precisions / panel sizes to
-better than 1e-30 relative (see ``tests/test_reference.py``); the claim made to users is 25
+better than 1e-30 relative (see ``tests/reference/test_reference.py``); the claim made to users is 25
 significant digits. A typical evaluation takes 0.1-0.5 s of CPU.
 
 mpmath's working precision is process-global, so evaluations are serialised within a process

@@ -8,7 +8,7 @@ in no box would go to the exact kernel and be counted: none is, for any s in (0,
 
 Canonical y = +1. Besides the mirror symmetry, ``sigma(f) N(f | mu, s^2)`` is, up to a constant,
 ``sigma(-f) N(f | mu + s^2, s^2)``: rho at ``mu`` equals rho at ``-mu - s^2`` (exact;
-``tests/test_logit_poisson_log.py``): every box holds folded cavities only (nodes on the other
+``tests/likelihoods/test_logit_poisson_log.py``): every box holds folded cavities only (nodes on the other
 side of the fold would be the far mirror image, badly resolved by the cells). In lookup order:
 
 * ``small`` (``log10 s`` in [-3, 0.5], cells of 0.25): ``T = |mu + s^2/2| / sqrt(1 + s^2)``,

@@ -18,7 +18,7 @@ the density has two lobes, near ``t = +-sqrt(2y)`` when r = 0, and rho has two f
 * the *main lobe's shape*, a function of ``beta = |r| / sqrt(8 y)`` through
   ``kappa = exp(-2 asinh(beta))`` (the lobe's curvature share ``2y / mode^2``); measured,
   ``1 - rho = C kappa^3 / y`` with ``C = 0.0556`` for ``beta >= 5`` and every count
-  (``tests/test_reduced_boxes.py``). So ``rho = 1`` to 1e-17 relative beyond
+  (``tests/tables/test_reduced_boxes.py``). So ``rho = 1`` to 1e-17 relative beyond
   ``kappa_end = (1e-17 y / C)^(1/3)``: ``|r| = 594`` for y = 1, ``5950`` for y = 1000.
 
 Three boxes, one 1-D axis each, one slice per count 1..1000 (the label axis):
