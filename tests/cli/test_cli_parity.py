@@ -1,4 +1,4 @@
-"""``qptables`` on every store kind (issue #28, part 3): ``info``, ``verify``, ``plot`` and
+"""``qptables`` on every store kind: ``info``, ``verify``, ``plot`` and
 ``publish`` on each shipped v2 table and on small real builds of both grids; ``build --dry-run``
 writes nothing for any grid; flags that do not apply to a grid are refused in one line; help
 lists every likelihood and the default grid; a missing ``tables`` extra is named; ``ship`` never

@@ -158,7 +158,7 @@ def test_an_installed_table_is_used_by_name_not_over_the_better_shipped_one(
 
     monkeypatch.setenv("QPINFER_TABLES", str(probit_table_path.parent))
     X, y = _blobs(seed=8, n=40)
-    # a v1 grid covering less than the shipped v2 table (issue #28): table=None keeps the shipped
+    # a v1 grid covering less than the shipped v2 table: table=None keeps the shipped
     assert GPClassifier("qp", optimizer=None).fit(X, y).table_ is open_shipped("probit")
     clf = GPClassifier("qp", table="probit", optimizer=None).fit(X, y)  # the installed, by name
     assert clf.table_.path == probit_table_path

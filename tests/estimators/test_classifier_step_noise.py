@@ -40,7 +40,7 @@ def _clf(method, **kw):
         ({"method": "rep", "likelihood": "step_noise", "rep_c": -1.0}, "c "),
         ({"method": "rep", "likelihood": "step_noise", "rep_c": "big"}, "c "),
         ({"method": "rep"}, "likelihood='step_noise'"),
-        ({"likelihood": "cauchit"}, "likelihood"),  # logit exists since issue #15
+        ({"likelihood": "cauchit"}, "likelihood"),  # not a likelihood qpinfer has
         ({"method": "laplace", "likelihood": "step_noise"}, "not available"),
     ],
 )

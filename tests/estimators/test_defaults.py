@@ -1,4 +1,4 @@
-"""Defaults a GP user expects (issue #28, part 4): an isotropic kernel unless ``ard=True``, a
+"""Defaults a GP user expects: an isotropic kernel unless ``ard=True``, a
 :class:`qpinfer.ConvergenceWarning` naming a hyperparameter that ends at its bound, BLAS limited
 to one thread where threading is slower (never against the user's own setting), and a public
 API that ``qpinfer.__all__`` and ``dir(qpinfer)`` show."""

@@ -1,4 +1,4 @@
-"""Every fit ends, and ends honestly (issue #26): hyperparameter searches that hit a failing
+"""Every fit ends, and ends honestly: hyperparameter searches that hit a failing
 evaluation backtrack instead of stopping at their start; a search that fails, stalls or ends on a
 bound says so; EP on Student-t data with outliers at +-1e12 converges; a fit's inner loops have a
 cap; huge dense fits and overflowing feature scales are named before any heavy work."""
@@ -19,7 +19,7 @@ from qpinfer.likelihoods.student_t import StudentT
 
 
 def _counts_with_outlier():
-    """20 counts ~ Poisson(3) on a 1-d grid plus one count of 1000 (issue #26, item 1)."""
+    """20 counts ~ Poisson(3) on a 1-d grid plus one count of 1000."""
     rng = np.random.default_rng(0)
     X = np.linspace(0.0, 10.0, 21)[:, None]
     counts = rng.poisson(3.0, 21)
@@ -89,7 +89,7 @@ def test_large_dense_fit_warns_before_the_heavy_work():
 
 
 def _student_t_outliers():
-    """25 rows, two outliers at +-1e12 (issue #26, item 2)."""
+    """25 rows, two outliers at +-1e12."""
     rng = np.random.default_rng(0)
     X = rng.uniform(0.0, 5.0, (25, 1))
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(25)

@@ -1,4 +1,4 @@
-"""Robustness to inputs (issue #19): large Poisson counts and size defaults that fit small data.
+"""Robustness to inputs: large Poisson counts and size defaults that fit small data.
 
 * Counts far beyond the paper's: the EP tilted moments, ``log Z`` and sigma* of the square-link
   likelihood for counts 1e4 ... 1e8 are answered, each call bounded in time and held to the

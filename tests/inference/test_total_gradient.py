@@ -1,4 +1,4 @@
-"""QP's own objectives (issue #30): total gradients against finite differences of the
+"""QP's own objectives: total gradients against finite differences of the
 re-converged objective, for probit, logit, Poisson (both links) and Student-t.
 
 Reference: Richardson-extrapolated central differences (steps 1e-4 and 2e-4 in log theta) of the

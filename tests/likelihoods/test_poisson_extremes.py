@@ -1,4 +1,4 @@
-"""Poisson square link at every finite cavity (issue #19 item 3).
+"""Poisson square link at every finite cavity.
 
 ``qpinfer.sigma_qp`` and ``qpinfer.tilted_moments`` for ``poisson_square`` answer every finite
 mu, every sigma > 0 and every count 0..1e8 within 1e-12 of the mpmath reference, or raise a

@@ -1,4 +1,4 @@
-"""The step-noise sigma* kernel from the closed-form tilted quantile function (issue #27, item 2;
+"""The step-noise sigma* kernel from the closed-form tilted quantile function (
 :mod:`qpinfer.likelihoods.step_noise_closed`) against mpmath, its scale invariance and its
 continuity where regimes meet.
 

@@ -1,4 +1,4 @@
-"""Laplace and VB for Student-t noise (issue #15): log p derivatives and Gaussian expectations
+"""Laplace and VB for Student-t noise: log p derivatives and Gaussian expectations
 against mpmath, the Laplace mode's stationarity with negative W and its evidence against a dense
 log-determinant, the evidence gradients against finite differences, and the VB bound against a
 brute-force (mpmath + dense linear algebra) evaluation on a tiny problem."""

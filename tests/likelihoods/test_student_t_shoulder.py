@@ -1,4 +1,4 @@
-"""Issue #27: the Student-t tilted std (EP's moments) just before the bimodal onset of a wide
+"""The Student-t tilted std (EP's moments) just before the bimodal onset of a wide
 cavity (``qpinfer.likelihoods.student_t_canonical.canonical_moments``).
 
 There the tilt is unimodal, but on the cavity's side it has a shoulder about to become a lobe:

@@ -1,4 +1,4 @@
-"""A build that cannot go on stops cleanly and says why (issue #26).
+"""A build that cannot go on stops cleanly and says why.
 
 * ``--scheduler`` pointing at something that is not a dask scheduler -- a port that accepts and
   never answers, a real HTTP server, a server that answers HTTP or garbage bytes, a closed port

@@ -311,7 +311,7 @@ def test_sigterm_of_the_launcher_publishes_nothing_and_the_rerun_resumes_bit_ide
 
 
 def test_minibatch_sparse_ep_streams_a_zarr_store_on_slurm_workers(slurm, tmp_path):
-    """Issue #32: ``MiniBatchSparseGPClassifier(scheduler=client)`` on two SLURM worker jobs
+    """``MiniBatchSparseGPClassifier(scheduler=client)`` on two SLURM worker jobs
     (``dask_jobqueue.SLURMCluster``) reading their batches from a zarr store on disk; the fit
     equals the same fit in this process (the parts are summed in the same order wherever they
     ran: BLAS round-off only, 1e-9 after 2 epochs)."""

@@ -1,4 +1,4 @@
-"""``python -m experiments.compare_student_t`` at its smallest size (issue #15 comparison)."""
+"""``python -m experiments.compare_student_t`` at its smallest size."""
 
 from __future__ import annotations
 

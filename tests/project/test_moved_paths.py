@@ -1,4 +1,4 @@
-"""Module paths that moved in the subpackage layout (issue #31) still import, for one release.
+"""Module paths that moved in the subpackage layout still import, for one release.
 
 Each old path of :data:`qpinfer._moved.QPINFER` and :data:`qpinfer._moved.QPTABLES` imports in a
 fresh interpreter, warns :class:`DeprecationWarning` naming the new path, and *is* the new module

@@ -127,7 +127,7 @@ def test_results_are_cached_and_accept_numpy_scalars():
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("cauchit", 0.0, 1.0, 1), "likelihood_name"),  # logit exists since issue #15
+        (("cauchit", 0.0, 1.0, 1), "likelihood_name"),  # not a likelihood qpinfer has
         (("probit", float("nan"), 1.0, 1), "mu"),
         (("probit", 0.0, float("inf"), 1), "sigma"),
         (("probit", 0.0, 0.0, 1), "sigma"),

@@ -1,5 +1,5 @@
 """sigma* (paper 000 eq. (7)) in the narrow islands where the kernel's level-set panels used to
-fail (issue #26 item 6), against the independent mpmath reference, and Theorem 2
+fail, against the independent mpmath reference, and Theorem 2
 (``sigma* <= sigma_EP``) holding exactly against the library's own EP std.
 
 Islands (before the fix, scanned against the kernel with re-placed edges and confirmed by
@@ -80,7 +80,7 @@ def test_poisson_square_sigma_qp_matches_mpmath_near_the_lobe_bound_island(mu, s
     assert abs(got / ref - 1.0) <= TOL
 
 
-def test_theorem_2_holds_exactly_at_the_step_noise_point_of_the_issue():
+def test_theorem_2_holds_exactly_at_a_step_noise_point_that_once_broke_it():
     args = (-2.6561916954875606, 0.32050182654051346, -1)
     q = qpinfer.sigma_qp("step_noise(eps=0.2)", *args)
     _, ep = qpinfer.tilted_moments("step_noise(eps=0.2)", *args)

@@ -1,4 +1,4 @@
-"""Issue #27 item 2: the exact sigma* kernel's level-set panel edges where its Newton steps used to
+"""The exact sigma* kernel's level-set panel edges where its Newton steps used to
 miss them, fixed at the first guesses (``Logit._level_guess``, ``PoissonSquare._level_guess``).
 
 * **logit**, wide cavities whose mass sits many widths from the logistic step (sigma ~ 35..73,

@@ -1,4 +1,4 @@
-"""Acceptance tests of issue 2: the exact QP kernel ``qpinfer.sigma_qp`` / ``tilted_moments``.
+"""The exact QP kernel ``qpinfer.sigma_qp`` / ``tilted_moments``.
 
 Accuracy is judged against the independent mpmath reference :mod:`qptables.reference.sigma`
 (evaluated here at 30 significant digits, far beyond the 1e-12 asserted):
@@ -30,7 +30,7 @@ import qpinfer
 from qptables.reference.sigma import reference_point, tilted_moments_reference
 
 REF_DPS = 30
-DOMAIN_TOL = 1e-12  # issue 2 acceptance: relative error of sigma* on the paper domain
+DOMAIN_TOL = 1e-12  # relative error of sigma* on the paper domain
 # Beyond the paper domain (|mu| <= 50, sigma in [0.01, 100], y <= 100) the issue asks for
 # correct handling but sets no number; the kernel meets the same 1e-12 there (worst seen ~6e-14;
 # the widest tilts, sigma = 100, are the hardest), so we hold it to that.
@@ -330,7 +330,7 @@ def test_bad_input_raises_value_error_naming_argument(func, name, mu, sigma, y, 
 
 @pytest.mark.parametrize("func", [qpinfer.sigma_qp, qpinfer.tilted_moments])
 def test_unknown_likelihood_name_raises(func):
-    with pytest.raises(ValueError, match="cauchit"):  # (logit exists since issue #15)
+    with pytest.raises(ValueError, match="cauchit"):  # (not a likelihood qpinfer has)
         func("cauchit", 0.0, 1.0, 1)
     with pytest.raises(ValueError, match="cauchit"):
         qpinfer.get_likelihood("cauchit")

@@ -18,7 +18,7 @@ from qpinfer.likelihoods import Probit  # noqa: E402
 from qpinfer.sparse import SparseGPClassifier, run_sparse_pep  # noqa: E402
 from qpinfer.tables.shipped import open_shipped  # noqa: E402
 
-TOL = 1e-10  # issue #17: the dask sweep equals the in-process sweep to <= 1e-10
+TOL = 1e-10  # the dask sweep equals the in-process sweep to <= 1e-10
 
 
 @pytest.fixture(scope="module")

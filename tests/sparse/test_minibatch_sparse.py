@@ -1,4 +1,4 @@
-"""Minibatch sparse EP / QP (issue #32): the stochastic tied-site update, its minibatch gradient,
+"""Minibatch sparse EP / QP: the stochastic tied-site update, its minibatch gradient,
 streaming from a zarr store, the same fit on a real dask cluster, early stopping, bad input."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scikit-learn kernels in the sparse (pseudo-point) estimators (issue #29): the contractions of
+"""scikit-learn kernels in the sparse (pseudo-point) estimators: the contractions of
 qpinfer.kernels.cross, the energies' gradients with them, the SE equivalence and the refusals.
 
 References: central finite differences of ``sum W * kernel(X, Z)`` and of the energies
@@ -391,7 +391,7 @@ def test_dask_sweep_with_an_sklearn_kernel_equals_in_process(ionosphere, dask_cl
     np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=1e-10)
 
 
-# scikit-learn's estimator checks with a non-default (scikit-learn) kernel (issue #29)
+# scikit-learn's estimator checks with a non-default (scikit-learn) kernel
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Estimator Sparse.* does not inherit")
     _KERNEL = sk.ConstantKernel() * sk.Matern(nu=2.5) + sk.DotProduct()

@@ -1,4 +1,4 @@
-"""Pseudo-point QP's own objectives (issue #30): total gradients in theta and Z against
+"""Pseudo-point QP's own objectives: total gradients in theta and Z against
 Richardson central differences of the re-converged objective, and the estimator's one search.
 
 Probit only: pseudo-point QP is implemented for the probit likelihood (``_ConditionalProjection``

@@ -1,4 +1,4 @@
-"""Bounded downloads and installs (issue #26, items 3 and 5).
+"""Bounded downloads and installs.
 
 * Every transfer has an overall deadline (``timeout``, ``qpinfer download --timeout``) and a
   per-read socket timeout: a server that trickles one byte at a time or stalls after its headers

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing silently wrong (issue #19): replacing stores, store integrity, the CLIs.
+"""Nothing lost, nothing silently wrong: replacing stores, store integrity, the CLIs.
 
 * ``--force`` (and every replace: publish, download, the default-table link) replaces only a
   table store of this package (complete or unfinished); a plain file, a directory that is not a
@@ -339,7 +339,7 @@ def test_the_verification_report_may_be_rewritten(copy):
 
 
 def test_a_store_without_a_digest_is_refused_like_a_v2_store(copy):
-    """Without the record nothing ties the likelihood to the numbers (issue #26): an unsigned
+    """Without the record nothing ties the likelihood to the numbers: an unsigned
     store whose likelihood was edited would open as the new likelihood. Refused, naming it."""
     edit_root_attrs(copy, **{INTEGRITY_ATTR: None, "likelihood": "step_noise(eps=0.2)"})
     with pytest.raises(TableError, match=r"no integrity record \(attrs\['integrity'\]\)"):

@@ -1,4 +1,4 @@
-"""The logit and poisson_log v2 tables (issues #15, #27; boxes: qpinfer.tables.boxes.logit and
+"""The logit and poisson_log v2 tables (boxes: qpinfer.tables.boxes.logit and
 qpinfer.tables.boxes.poisson_log): every cavity the kernel accepts is answered by a closed form or
 a box, within 1e-12 of the exact kernel, with no fallback to the kernel; the log-link table serves
 every count with no count axis; the stored mpmath verification; the estimators' default use.

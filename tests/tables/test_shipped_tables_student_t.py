@@ -1,4 +1,4 @@
-"""The shipped Student-t v2 tables (issue #15; boxes: qpinfer.tables.boxes.student_t): one table per
+"""The shipped Student-t v2 tables (boxes: qpinfer.tables.boxes.student_t): one table per
 nu (nu = 3, 4 and 5 ship, issue #27; most tests here are nu = 4's), built for scale 1 and serving every scale; lookups within 1e-12 of the exact
 kernel over the claimed domain without fallbacks, including the former gap (s = sigma/scale in
 (1e3, 1e10] with z < 25, issue #27), every cavity the kernel accepts answered without it, bimodal
@@ -26,7 +26,7 @@ from qpinfer.tables.shipped import open_shipped, shipped_path
 from qpinfer.tables.student_t import ScaledTable, for_likelihood
 
 BASE = "student_t(nu=4.0, scale=1.0)"
-OTHER_NUS = (5.0,)  # the other shipped nu (issue #27)
+OTHER_NUS = (5.0,)  # the other shipped nu
 
 
 def _outlier_data(n, seed, noise, every, jump):
@@ -83,7 +83,7 @@ def test_ratio_is_even_in_d_and_the_same_at_every_scale():
         np.testing.assert_allclose(got, q1 * scale, rtol=1e-15)  # (y + d scale) - y
 
 
-# The former gap (issue #27), measured with 12^2 nodes per cell: max 7.5e-14 on 1e5 random points
+# The former gap, measured with 12^2 nodes per cell: max 7.5e-14 on 1e5 random points
 # (benchmarks/probe_v2_boxes.py student_t), 2.4e-13 on the 2e5 of the slow test below, beside
 # the bimodal onset at s ~ 3e7 where the kernel's EP std itself has jumps of ~2e-13 (and of
 # 1.5e-12 at the onset, kept on a box edge); 3.6e-14 at the 99.9% level. Tolerance: twice the

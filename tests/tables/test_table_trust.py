@@ -1,4 +1,4 @@
-"""Tables a user can trust (issue #28, part 5): an installed or downloaded table never silently
+"""Tables a user can trust: an installed or downloaded table never silently
 replaces a better one, ``qpinfer list`` shows every table with its coverage and verified error,
 and help and errors name what to do.
 

@@ -1,4 +1,4 @@
-"""Higher-order (bicubic Lagrange) lookups on v1 grid stores (issue #13 item 2)."""
+"""Higher-order (bicubic Lagrange) lookups on v1 grid stores."""
 
 import numpy as np
 import pytest

@@ -349,7 +349,7 @@ def test_missing_checksum_entry_is_refused(store_copy):
 
 def test_a_store_without_its_integrity_record_is_refused(store_copy):
     """Without the record nothing ties the likelihood to the numbers: an edited likelihood would
-    be served as the new one (issue #26). Refused as v2 stores are, naming the record."""
+    be served as the new one. Refused as v2 stores are, naming the record."""
     _edit_attrs(
         store_copy, resign=False, **{INTEGRITY_ATTR: None, "likelihood": "step_noise(eps=0.2)"}
     )
