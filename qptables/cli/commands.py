@@ -191,8 +191,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from qptables.cli.v2 import verify_v2_command
 
         return verify_v2_command(path, args)
-    if args.kernel_points is not None:
-        raise _Refused(f"--kernel-points: only for v2 stores; {path} is a paper-grid store")
+    for flag, value in (("--kernel-points", args.kernel_points), ("--boxes", args.boxes)):
+        if value is not None:
+            raise _Refused(f"{flag}: only for v2 stores; {path} is a paper-grid store")
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     kwargs = {
         "samples": DEFAULT_SAMPLES if args.samples is None else args.samples,

@@ -219,6 +219,14 @@ def parser() -> argparse.ArgumentParser:
         help="v2 stores: random points checked against the exact kernel (default 20000)",
     )
     v.add_argument(
+        "--boxes",
+        nargs="+",
+        metavar="BOX",
+        default=None,
+        help="v2 stores: check only these boxes (names as `qptables info` lists them; default: "
+        "every box), e.g. the ones a kernel change touched",
+    )
+    v.add_argument(
         "--workers",
         type=_int_at_least(1, "--workers"),
         default=None,

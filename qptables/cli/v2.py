@@ -191,6 +191,7 @@ def verify_v2_command(path: Path, args: argparse.Namespace) -> int:
         "tolerance": args.tolerance,
         "dps": args.verify_dps,
         "workers": args.workers,
+        "boxes": args.boxes,
     }
     try:
         if args.scheduler:
@@ -207,6 +208,8 @@ def verify_v2_command(path: Path, args: argparse.Namespace) -> int:
             report = verify_v2(path, **kwargs)
     except TableError as exc:
         raise _Refused(f"OUT: {exc}") from None
+    except ValueError as exc:  # --boxes naming a box the store does not have
+        raise _Refused(str(exc)) from None
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     print(_format_v2(report), file=sys.stderr)

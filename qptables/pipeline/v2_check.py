@@ -69,6 +69,7 @@ def check_points(
     dps: int | None = None,
     client: Any | None = None,
     workers: int | None = None,
+    boxes: list[str] | None = None,
 ) -> dict[str, Any]:
     """The interpolant of ``table`` against the exact kernel at ``kernel_points`` random box points
     and against mpmath at ``samples`` of them (at least one per box); returns the report
@@ -76,12 +77,18 @@ def check_points(
     ``mpmath_max_rel_err``, ``mpmath_boxes``, ``seed``, and ``dps`` when one was given).
 
     ``client``: a dask client whose workers compute the mpmath points; else ``workers`` local
-    processes (``None``: one per CPU, ``1``: inline).
+    processes (``None``: one per CPU, ``1``: inline). ``boxes``: the names of the boxes to check
+    (``None``: every box); the points are drawn over the chosen boxes only.
+
+    Raises
+    ------
+    ValueError
+        ``boxes`` names a box the table does not have, or is empty.
     """
     rng = np.random.default_rng(seed)
     worst_kernel, n_kernel = 0.0, 0
     strata = []
-    boxes = table._boxes
+    boxes = _chosen_boxes(table, boxes)
     for box in boxes:
         n = max(kernel_points // len(boxes), 1)
         coords = [rng.uniform(ax.start, ax.stop, n) for ax in box.axes]
@@ -118,6 +125,20 @@ def check_points(
     return report
 
 
+def _chosen_boxes(table: ReducedTable, names: list[str] | None) -> tuple:
+    """The boxes of ``table`` named by ``names`` in the table's order (all for ``None``)."""
+    if names is None:
+        return tuple(table._boxes)
+    have = [b.name for b in table._boxes]
+    unknown = sorted(set(names) - set(have))
+    if unknown or not names:
+        raise ValueError(
+            f"--boxes: expected names of this table's boxes ({', '.join(have)}), "
+            f"got {', '.join(unknown) or 'none'}"
+        )
+    return tuple(b for b in table._boxes if b.name in set(names))
+
+
 def verify_v2(
     path: str | Path,
     *,
@@ -128,10 +149,12 @@ def verify_v2(
     dps: int | None = None,
     client: Any | None = None,
     workers: int | None = None,
+    boxes: list[str] | None = None,
 ) -> dict[str, Any]:
     """Re-check the v2 store at ``path`` (``qptables verify``): its integrity record (every file
     and signed attribute re-hashed), then :func:`check_points` (``tolerance`` ``None``: the one the
-    build recorded, else :data:`TOLERANCE`). Nothing is written. The report adds ``integrity``
+    build recorded, else :data:`TOLERANCE`; ``boxes``: the boxes to check, ``None`` for all).
+    Nothing is written. The report adds ``integrity``
     (the changes found, ``[]`` if none), ``complete``, ``build_verification`` (the build's
     record) and ``seconds``; ``passed`` needs all of them to hold.
 
@@ -139,6 +162,8 @@ def verify_v2(
     ------
     qpinfer.tables.TableError
         The store cannot be read as a v2 store at all (schema, boxes, arrays).
+    ValueError
+        ``boxes`` names a box the store does not have, or is empty.
     """
     t0 = time.perf_counter()
     path = Path(path)
@@ -150,7 +175,7 @@ def verify_v2(
         tolerance = float(recorded.get("tolerance", TOLERANCE))
     report = check_points(
         table, attrs["likelihood"], kernel_points=kernel_points, samples=samples, seed=seed,
-        tolerance=tolerance, dps=dps, client=client, workers=workers,
+        tolerance=tolerance, dps=dps, client=client, workers=workers, boxes=boxes,
     )  # fmt: skip
     complete = attrs.get("complete") is True
     report["passed"] = bool(
