@@ -15,6 +15,7 @@ import qpinfer
 import qpinfer.estimators.params as estimator_params
 from qpinfer import ConvergenceWarning, GPClassifier
 from qpinfer.estimators.classifier import DataConversionWarning, NotFittedError
+from tests._helpers import FIT_CHECKS, sklearn_checks
 
 
 def _blobs(n=60, seed=0, d=2):
@@ -313,7 +314,6 @@ def test_breast_cancer_ep_and_qp_fit_predict_well():
 # --------------------------------------------------------------------------------------------
 # scikit-learn's estimator checks
 # --------------------------------------------------------------------------------------------
-sklearn_checks = pytest.importorskip("sklearn.utils.estimator_checks")
 
 #: checks that cannot apply, with the reason. None so far: every check yielded for a multi-class
 #: classifier (tag ``classifier_tags.multi_class=True``: one-vs-rest by default, one-vs-one in
@@ -321,22 +321,18 @@ sklearn_checks = pytest.importorskip("sklearn.utils.estimator_checks")
 #: array-API checks unless SCIPY_ARRAY_API is set (GPClassifier is numpy-only).
 EXPECTED_FAILED_CHECKS: dict[str, str] = {}
 
-with warnings.catch_warnings():
-    # collecting the checks warns that GPClassifier does not inherit sklearn's BaseEstimator:
-    # qpinfer deliberately does not depend on scikit-learn (it implements the protocol itself)
-    warnings.filterwarnings("ignore", message="Estimator GPClassifier does not inherit")
-    _with_sklearn_checks = sklearn_checks.parametrize_with_checks(
-        [
-            GPClassifier("ep"),
-            GPClassifier("qp", table="exact", optimizer=None),
-            GPClassifier("ep", optimizer=None, multi_class="one_vs_one"),
-        ],
-        expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS,
-    )
 
-
-@_with_sklearn_checks
+@sklearn_checks(GPClassifier("ep"), expected_failed=EXPECTED_FAILED_CHECKS)
 def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+@sklearn_checks(
+    GPClassifier("qp", table="exact", optimizer=None),
+    GPClassifier("ep", optimizer=None, multi_class="one_vs_one"),
+    only=FIT_CHECKS,
+)
+def test_sklearn_fit_checks_of_qp_and_one_vs_one(estimator, check):
     check(estimator)
 
 

@@ -4,8 +4,6 @@ differences; the predictive distributions; input refusal; scikit-learn's estimat
 
 from __future__ import annotations
 
-import warnings
-
 import mpmath
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.likelihoods.logit import Logit
 from qpinfer.likelihoods.loglik import expected_log_lik, log_lik_derivatives
 from qpinfer.likelihoods.poisson_log import PoissonLog
-from tests._helpers import blobs, coal, sklearn_checks
+from tests._helpers import FIT_CHECKS, blobs, coal, sklearn_checks
 
 METHODS = ("ep", "qp", "vb", "laplace")
 
@@ -285,22 +283,14 @@ EXPECTED_FAILED = {
     )
 }
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Estimator .* does not inherit")
-    _checks = sklearn_checks(GPClassifier("ep", likelihood="logit", optimizer=None))
-    _regressor_checks = pytest.importorskip(
-        "sklearn.utils.estimator_checks"
-    ).parametrize_with_checks(
-        [GPPoissonRegressor("ep", link="log", optimizer=None)],
-        expected_failed_checks=lambda est: EXPECTED_FAILED,
-    )
 
-
-@_checks
-def test_sklearn_estimator_checks(estimator, check):
+@sklearn_checks(GPClassifier("ep", likelihood="logit", optimizer=None), only=FIT_CHECKS)
+def test_sklearn_fit_checks_of_the_logit_classifier(estimator, check):
     check(estimator)
 
 
-@_regressor_checks
+@sklearn_checks(
+    GPPoissonRegressor("ep", link="log", optimizer=None), expected_failed=EXPECTED_FAILED
+)
 def test_sklearn_estimator_checks_log_link_regressor(estimator, check):
     check(estimator)

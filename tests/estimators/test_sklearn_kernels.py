@@ -17,11 +17,11 @@ from qpinfer.inference.evidence import fixed_site_log_evidence, site_constant
 from qpinfer.inference.search_result import BoundWarning
 from qpinfer.inference.vb import elbo, vb_fixed_point
 from qpinfer.kernels import Kernel, SklearnKernel, as_kernel
-from tests._helpers import coal
+from tests._helpers import FIT_CHECKS, coal, sklearn_checks
 
 datasets = pytest.importorskip("sklearn.datasets")
 sk_kernels = pytest.importorskip("sklearn.gaussian_process.kernels")
-sklearn_checks = pytest.importorskip("sklearn.utils.estimator_checks")
+pytest.importorskip("sklearn.utils.estimator_checks")
 C = sk_kernels.ConstantKernel
 RBF = sk_kernels.RBF
 Matern = sk_kernels.Matern
@@ -358,21 +358,15 @@ def _expected_failed(est):
     return EXPECTED_FAILED_POISSON if isinstance(est, GPPoissonRegressor) else {}
 
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Estimator .* does not inherit")
-    _with_checks = sklearn_checks.parametrize_with_checks(
-        [
-            GPClassifier("ep", kernel=C() * Matern(nu=1.5)),
-            GPClassifier("qp", kernel=Matern(nu=2.5), optimizer=None),
-            GPPoissonRegressor("ep", link="log", kernel=C() * Matern(nu=1.5), optimizer=None),
-            GPStudentTRegressor("ep", kernel=C() * RBF(), optimizer=None, max_iter=200),
-        ],
-        expected_failed_checks=_expected_failed,
-    )
-
-
-@_with_checks
-def test_sklearn_estimator_checks_with_a_sklearn_kernel(estimator, check):
+@sklearn_checks(
+    GPClassifier("ep", kernel=C() * Matern(nu=1.5)),
+    GPClassifier("qp", kernel=Matern(nu=2.5), optimizer=None),
+    GPPoissonRegressor("ep", link="log", kernel=C() * Matern(nu=1.5), optimizer=None),
+    GPStudentTRegressor("ep", kernel=C() * RBF(), optimizer=None, max_iter=200),
+    expected_failed=_expected_failed,
+    only=FIT_CHECKS,
+)
+def test_sklearn_fit_checks_with_a_sklearn_kernel(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BoundWarning)  # tiny random data sets end on bounds
         check(estimator)

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tests._helpers import load_ionosphere
+from tests._helpers import FIT_CHECKS, load_ionosphere, sklearn_checks
 
 sk = pytest.importorskip("sklearn.gaussian_process.kernels")
 
@@ -392,17 +392,13 @@ def test_dask_sweep_with_an_sklearn_kernel_equals_in_process(ionosphere, dask_cl
 
 
 # scikit-learn's estimator checks with a non-default (scikit-learn) kernel
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Estimator Sparse.* does not inherit")
-    _KERNEL = sk.ConstantKernel() * sk.Matern(nu=2.5) + sk.DotProduct()
-    _with_checks = pytest.importorskip("sklearn.utils.estimator_checks").parametrize_with_checks(
-        [
-            SparseGPClassifier(n_inducing=5, optimizer_maxiter=20, kernel=_KERNEL),
-            SparseGPRegressor(n_inducing=5, optimizer_maxiter=20, kernel=_KERNEL),
-        ]
-    )
+_KERNEL = sk.ConstantKernel() * sk.Matern(nu=2.5) + sk.DotProduct()
 
 
-@_with_checks
-def test_sklearn_estimator_checks_pass_with_an_sklearn_kernel(estimator, check):
+@sklearn_checks(
+    SparseGPClassifier(n_inducing=5, optimizer_maxiter=20, kernel=_KERNEL),
+    SparseGPRegressor(n_inducing=5, optimizer_maxiter=20, kernel=_KERNEL),
+    only=FIT_CHECKS,
+)
+def test_sklearn_fit_checks_pass_with_an_sklearn_kernel(estimator, check):
     check(estimator)
