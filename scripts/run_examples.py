@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -77,18 +78,20 @@ def run_page(path: Path, workdir: Path, first: int | None = None) -> None:
     try:
         for lang, code, line in runnable(path)[:first]:
             print(f"--- {path.name}: {lang} block at line {line}", flush=True)
+            start = time.perf_counter()
             if lang == "bash":
                 r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], env=env)
                 if r.returncode:
                     raise RuntimeError(f"{path}:{line}: bash block exited {r.returncode}")
-                continue
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                try:
-                    exec(compile(code, f"{path}:{line}", "exec"), namespace)
-                except BaseException as e:
-                    traceback.print_exc()
-                    raise RuntimeError(f"{path}:{line}: python block failed: {e!r}") from e
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    try:
+                        exec(compile(code, f"{path}:{line}", "exec"), namespace)
+                    except BaseException as e:
+                        traceback.print_exc()
+                        raise RuntimeError(f"{path}:{line}: python block failed: {e!r}") from e
+            print(f"--- {path.name}: line {line} ran in {time.perf_counter() - start:.1f} s")
     finally:
         os.chdir(cwd)
         os.environ.clear()

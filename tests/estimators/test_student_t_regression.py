@@ -46,14 +46,17 @@ def _stars():
     return (X - X.mean()) / X.std(), y
 
 
-@pytest.mark.parametrize("method", ["ep", pytest.param("qp", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method", ["ep", "qp"])
 def test_fits_the_star_cluster_outliers_without_nan(method):
     # from the prior (zero mean, y ~ 5) the first parallel sweep made 46 of 47 sites negative and
-    # K^-1 + S~ indefinite; the loop now halves such a step until the posterior is proper
+    # K^-1 + S~ indefinite; the loop now halves such a step until the posterior is proper. That
+    # happens at the first hyperparameters, so they stay fixed (the searches with negative sites:
+    # tests/inference/test_total_gradient.py, tests/estimators/test_student_t_scale.py)
     X, y = _stars()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)  # allowed; NaN is not
-        r = GPStudentTRegressor(method, nu=4, scale=0.2, optimizer_maxiter=30).fit(X, y)
+        r = GPStudentTRegressor(method, nu=4, scale=0.2, optimizer=None).fit(X, y)
+    assert np.any(r.result_.tau < 0)  # the fixed point still has negative sites
     warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
     assert r.result_.converged or warned
     assert np.all(np.isfinite(r.result_.tau)) and np.all(np.isfinite(r.result_.nu))

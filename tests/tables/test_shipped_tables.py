@@ -282,7 +282,7 @@ def test_poisson_far_single_lobes_are_answered_by_the_lobe_box():
 
 
 def test_poisson_regressor_uses_the_shipped_table_and_matches_exact_qp():
-    from _helpers import coal
+    from tests._helpers import coal
 
     X, y = coal()
     kw = {"method": "qp", "optimizer": None, "variance": 1.0, "length_scale": 1.0}
