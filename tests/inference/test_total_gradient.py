@@ -156,7 +156,7 @@ def test_student_t_scale_gradient_and_negative_sites():
     direction = np.random.default_rng(3).normal(size=p.size)
     scale = np.eye(p.size)[-1]
     for v in (scale, direction / np.linalg.norm(direction)):
-        fd = _richardson(lambda t: run(p + t[0] * v)[0][0], np.zeros(1))[0]
+        fd = _richardson(lambda t, v=v: run(p + t[0] * v)[0][0], np.zeros(1))[0]
         err = abs(grad @ v - fd) / np.linalg.norm(grad)
         print(f"student-t with its scale, direction {np.round(v, 2)}: relative error {err:.1e}")
         assert err <= BOUND, (grad @ v, fd)
