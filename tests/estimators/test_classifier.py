@@ -322,17 +322,18 @@ def test_breast_cancer_ep_and_qp_fit_predict_well():
 EXPECTED_FAILED_CHECKS: dict[str, str] = {}
 
 
-@sklearn_checks(GPClassifier("ep"), expected_failed=EXPECTED_FAILED_CHECKS)
+@sklearn_checks(GPClassifier("ep", optimizer=None), expected_failed=EXPECTED_FAILED_CHECKS)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 
 
 @sklearn_checks(
+    GPClassifier("ep"),  # the default: hyperparameters fitted
     GPClassifier("qp", table="exact", optimizer=None),
     GPClassifier("ep", optimizer=None, multi_class="one_vs_one"),
     only=FIT_CHECKS,
 )
-def test_sklearn_fit_checks_of_qp_and_one_vs_one(estimator, check):
+def test_sklearn_fit_checks_of_the_default_qp_and_one_vs_one(estimator, check):
     check(estimator)
 
 

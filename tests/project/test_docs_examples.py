@@ -2,7 +2,9 @@
 
 The runner is ``scripts/run_examples.py`` (each page's ``python`` and ``bash`` blocks in order,
 in a fresh folder, warnings as errors; a block is left out only under a ``<!-- not run: why -->``
-line). One test per page that has examples; ``-rP`` prints what each page left out and why.
+line). One test per page that has examples (marker ``examples``: real builds and fits, ~3 min on
+two processes, so not in the default run; ``.ci/run`` runs them with ``-m examples``); ``-rP``
+prints what each page left out and why.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def _run(page: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_every_example_on_the_page_runs(page: Path) -> None:
     r = _run(page)

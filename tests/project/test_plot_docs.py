@@ -56,13 +56,13 @@ def test_plot_docs_names_a_missing_record(tmp_path):
 
 def test_accuracy_scan_core_agrees_with_mpmath():
     scan = _import("accuracy_scan")
-    # 3 points per likelihood, sigma in [1e-4, 10] (the reference is seconds a point there)
+    # 1 point per likelihood, sigma in [1e-4, 10] (the reference is seconds a point there)
     small = {
-        name: scan.Spec(spec.labels, False, ((-4.0, 1.0, 3, 1),))
+        name: scan.Spec(spec.labels, False, ((-4.0, 1.0, 1, 1),))
         for name, spec in scan.SPECS.items()
     }
     points = scan.make_points(seed=1, specs=small)
-    assert len(points) == 3 * len(scan.SPECS)
+    assert len(points) == len(scan.SPECS)
     for p in points:
         assert 1e-4 <= p.sigma <= 10.0 and p.tau in scan.TAUS
         assert p.mu == pytest.approx(scan.centre(p.likelihood, p.y) + p.tau * p.sigma, rel=1e-15)
@@ -74,7 +74,7 @@ def test_accuracy_scan_core_agrees_with_mpmath():
             assert r["table_rel_err_vs_kernel"] <= TOL, r
     summary = scan.summarise(records)
     assert set(summary) == set(scan.SPECS)
-    assert all(s["points"] == 3 and s["kernel_points_above_tol"] == 0 for s in summary.values())
+    assert all(s["points"] == 1 and s["kernel_points_above_tol"] == 0 for s in summary.values())
 
 
 def test_accuracy_scan_points_are_seeded_and_checked():

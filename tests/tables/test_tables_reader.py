@@ -25,6 +25,7 @@ import qpinfer
 from qpinfer.tables import TableError, open_table
 from qpinfer.tables.integrity import INTEGRITY_ATTR, integrity_record
 from qpinfer.tables.schema import DATA_VARS, DIMS, SCHEMA_VERSION, grid_axis
+from tests._helpers import FAST
 
 PROBIT = qpinfer.get_likelihood("probit")
 
@@ -444,13 +445,11 @@ def test_store_opens_with_xarray(small_store):
     assert set(DATA_VARS) <= set(ds.data_vars)
 
 
-def test_reads_a_store_built_by_the_pipeline(tmp_path):
+def test_reads_a_store_built_by_the_pipeline(tmp_path, dask_client):
     qptables = pytest.importorskip("qptables")
-    if not hasattr(qptables, "build"):
-        pytest.skip("qptables.build not available")
     out = tmp_path / "probit.zarr"
     grid = qptables.GridSpec((-0.5, 0.5, 0.05), (-0.1, 0.1, 0.05), (-1, 1), tile_mu=4)
-    qptables.build("probit", out, grid, workers=1, progress=False, samples=8, stream=io.StringIO())
+    qptables.build("probit", out, grid, client=dask_client, stream=io.StringIO(), **FAST)
     t = open_table(out, verify_checksums=True)
     rng = np.random.default_rng(3)
     mu = rng.uniform(-0.5, 0.5, 200)
