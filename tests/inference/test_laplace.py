@@ -189,8 +189,12 @@ def test_probit_laplace_matches_gpys_laplace():
     # GPy stops Newton when the objective changes by less than this (its default: 1e-4). Not
     # below ~1e-8: one step later the objective is flat to round-off along the Newton
     # direction, and GPy's line search (scipy's brent) cannot bracket a flat function
-    # (BracketError, on some CPUs). GPy's brent tolerance (1e-4 on the step) leaves its mode
-    # ~1e-9 relative off ours whatever this tolerance, hence the rtols below.
+    # (BracketError, on some CPUs). Its last step is then ~sqrt(1e-8) = 1e-4 long, and its
+    # line search places a step to 1e-4 of its length, so GPy's mode is ~1e-8 off the exact
+    # one (ours); which iteration stops moves with the CPU's last bits. The evidence is
+    # stationary in the mode; the predictions and the gradient move linearly with it (by
+    # factors up to ~10 here), hence the tolerances below (measured: 2.4e-10, 3.7e-8, 5.0e-9,
+    # 1.2e-8 with numpy's AVX2 path, 1e-11 or less on others).
     laplace._mode_finding_tolerance = 1e-8
     laplace._mode_finding_max_iter = 100
     with warnings.catch_warnings():
@@ -204,14 +208,14 @@ def test_probit_laplace_matches_gpys_laplace():
         )
     clf = GPClassifier("laplace", variance=1.5, length_scale=1.2, ard=True, optimizer=None)
     clf.fit(X, y)
-    assert clf.log_marginal_likelihood_ == pytest.approx(m.log_likelihood(), rel=1e-10)
+    assert clf.log_marginal_likelihood_ == pytest.approx(m.log_likelihood(), rel=1e-8)
     mu, var = m._raw_predict(X[:10])
     mean, v = clf.predict_latent(X[:10])
-    np.testing.assert_allclose(mean, mu.ravel(), rtol=5e-9, atol=1e-12)
-    np.testing.assert_allclose(v, var.ravel(), rtol=5e-9)
+    np.testing.assert_allclose(mean, mu.ravel(), rtol=1e-6, atol=1e-7 * np.max(np.abs(mu)))
+    np.testing.assert_allclose(v, var.ravel(), rtol=1e-7)
     _, grad = clf.log_marginal_likelihood(eval_gradient=True)
     # GPy's gradient is in (variance, lengthscales); ours in their logs
-    np.testing.assert_allclose(grad / np.r_[1.5, 1.2, 1.2], m.gradient, rtol=1e-8)
+    np.testing.assert_allclose(grad / np.r_[1.5, 1.2, 1.2], m.gradient, rtol=1e-6)
 
 
 def test_laplace_estimators_fit_hyperparameters():
