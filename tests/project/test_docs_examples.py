@@ -2,7 +2,7 @@
 
 The runner is ``scripts/run_examples.py`` (each page's ``python`` and ``bash`` blocks in order,
 in a fresh folder, warnings as errors; a block is left out only under a ``<!-- not run: why -->``
-line). One test per page that has examples (marker ``examples``: real builds and fits, ~3 min on
+line). One test per page that has examples (marker ``examples``: real builds and fits, ~2 min on
 two processes, so not in the default run; ``.ci/run`` runs them with ``-m examples``); ``-rP``
 prints what each page left out and why.
 """
