@@ -182,6 +182,7 @@ def verify_v2_command(path: Path, args: argparse.Namespace) -> int:
     """``qptables verify`` of a v2 store: :func:`qptables.pipeline.v2_check.verify_v2` (nothing is
     written to the store, so ``--no-write`` holds always)."""
     from qpinfer.tables import TableError
+    from qptables.pipeline.errors import BuildInputError
     from qptables.pipeline.v2_check import DEFAULT_KERNEL_POINTS, DEFAULT_SAMPLES, verify_v2
 
     kwargs = {
@@ -196,19 +197,14 @@ def verify_v2_command(path: Path, args: argparse.Namespace) -> int:
     try:
         if args.scheduler:
             from qptables.pipeline.dask_run import connect_scheduler
-            from qptables.pipeline.errors import BuildInputError
 
-            try:
-                client = connect_scheduler(args.scheduler)
-            except BuildInputError as exc:
-                raise _Refused(str(exc)) from None
-            with client:
+            with connect_scheduler(args.scheduler) as client:
                 report = verify_v2(path, client=client, **kwargs)
         else:
             report = verify_v2(path, **kwargs)
     except TableError as exc:
         raise _Refused(f"OUT: {exc}") from None
-    except ValueError as exc:  # --boxes naming a box the store does not have
+    except BuildInputError as exc:  # a scheduler that does not answer; --boxes it lacks
         raise _Refused(str(exc)) from None
     if args.json:
         print(json.dumps(report, indent=2, default=str))

@@ -22,6 +22,7 @@ import numpy as np
 import qpinfer
 from qpinfer.tables.reduced import ReducedTable, open_reduced
 from qpinfer.tables.reduced_store import integrity_changes, store_files
+from qptables.pipeline.errors import BuildInputError
 from qptables.reference.fanout import fan_out
 
 __all__ = [
@@ -82,8 +83,8 @@ def check_points(
 
     Raises
     ------
-    ValueError
-        ``boxes`` names a box the table does not have, or is empty.
+    qptables.pipeline.errors.BuildInputError
+        ``boxes`` names a box the table does not have, or is empty (a ``ValueError``).
     """
     rng = np.random.default_rng(seed)
     worst_kernel, n_kernel = 0.0, 0
@@ -132,11 +133,11 @@ def _chosen_boxes(table: ReducedTable, names: list[str] | None) -> tuple:
     have = [b.name for b in table._boxes]
     unknown = sorted(set(names) - set(have))
     if unknown or not names:
-        raise ValueError(
+        raise BuildInputError(
             f"--boxes: expected names of this table's boxes ({', '.join(have)}), "
             f"got {', '.join(unknown) or 'none'}"
         )
-    return tuple(b for b in table._boxes if b.name in set(names))
+    return tuple(b for b in table._boxes if b.name in names)
 
 
 def verify_v2(
@@ -162,8 +163,8 @@ def verify_v2(
     ------
     qpinfer.tables.TableError
         The store cannot be read as a v2 store at all (schema, boxes, arrays).
-    ValueError
-        ``boxes`` names a box the store does not have, or is empty.
+    qptables.pipeline.errors.BuildInputError
+        ``boxes`` names a box the store does not have, or is empty (a ``ValueError``).
     """
     t0 = time.perf_counter()
     path = Path(path)
