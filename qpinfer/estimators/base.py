@@ -60,7 +60,7 @@ from qpinfer.checks import (  # check_X, check_positive_int: re-exported (were d
     warn_large_dense_fit,
 )
 from qpinfer.estimators.blas import limits_blas
-from qpinfer.estimators.params import SiteLoopParams, resolve_table
+from qpinfer.estimators.params import SiteLoopParams, resolve_table, with_moment_table
 from qpinfer.estimators.protocol import NotFittedError
 from qpinfer.inference.ep import (
     ConvergenceWarning,
@@ -191,8 +191,9 @@ class GPEstimatorBase(SiteLoopParams):
         """Fit the latent posterior (and hyperparameters) to validated ``X`` and labels ``y``
         (in the likelihood's form); sets the fitted attributes shared by all estimators."""
         warn_large_dense_fit(type(self).__name__, X.shape[0], self._SPARSE_ALTERNATIVE)
-        self.likelihood_ = likelihood
         table = self._resolve_table(likelihood)
+        likelihood = with_moment_table(self, likelihood, table)
+        self.likelihood_ = likelihood
         self.table_ = table
         self.projection_ = self._projection(likelihood, table)
         kernel = self._initial_kernel(X.shape[1])

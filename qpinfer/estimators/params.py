@@ -397,3 +397,21 @@ def resolve_table(est: Any, likelihood: Any) -> Any:
             f"qpinfer.open_table; got {type(table).__name__}"
         )
     return table
+
+
+def with_moment_table(est: Any, likelihood: Any, table: Any) -> Any:
+    """The likelihood the site updates use: where its EP moments have no closed form, with a
+    table serving them (:meth:`qpinfer.Likelihood.with_moment_table`) -- QP's ``table`` if it
+    stores them, else the table shipped for the likelihood; exact moments with
+    ``est.table == "exact"`` or where no table stores them."""
+    if not likelihood._tabulated_moments:
+        return likelihood
+    if isinstance(est.table, str) and est.table == "exact":
+        return likelihood
+    source = None if table is None else table.moment_table
+    if source is None and (table is None or est.table is None):
+        from qpinfer.tables.shipped import shipped_table
+
+        shipped = shipped_table(likelihood)
+        source = None if shipped is None else shipped.moment_table
+    return likelihood.with_moment_table(source)

@@ -109,6 +109,47 @@ class Likelihood(ABC):
     #: probit cavity at sigma 1.8e8 lost 2.5e-13; logit at sigma ~50, 4.4e-10); a tilt that is
     #: nearly Gaussian never stops short (inf: never checked)
     _tail_check_sigma: float = np.inf
+    #: EP's moments have no closed form: a v2 table of this likelihood stores them beside sigma*
+    #: (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`) and serves them to a likelihood that
+    #: was given it (:meth:`with_moment_table`)
+    _tabulated_moments: bool = False
+    #: the table whose moment lookups this instance's ``log_z`` and ``tilted_moments`` take
+    #: (``None``: exact quadrature; set by :meth:`with_moment_table`)
+    _moment_table = None
+
+    def with_moment_table(self, table) -> Likelihood:
+        """A copy of this likelihood whose ``log_z`` and ``tilted_moments`` take EP's moments
+        from ``table`` (an open v2 table of this likelihood that stores them) where they have no
+        closed form, and compute the rest -- cavities in no box -- exactly (counted in
+        ``table.moment_fallback_count``). ``None``: exact moments. Returns ``self`` for a
+        likelihood whose moments have closed forms."""
+        if not self._tabulated_moments or table is self._moment_table:
+            return self
+        import copy
+
+        out = copy.copy(self)
+        out._moment_table = table
+        return out
+
+    def _from_box_moments(self, mu, sigma, y, moments) -> tuple[np.ndarray, ...]:
+        """``(log Z, mean, std)`` at canonical cavities from a table's lookup there, which gives
+        them at the cavity its box holds (:meth:`qpinfer.tables.ReducedTable.stored_moments`):
+        the same one, unless the boxes fold the cavities (a likelihood whose boxes do unfolds
+        them here)."""
+        return moments
+
+    def _table_moments(self, mu, sigma, y, exact) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(log Z, mean, std)`` of canonical 1-D cavities outside the closed forms: from the
+        moment table where it has them, else (and without a table) ``exact(mu, sigma, y)``."""
+        table = self._moment_table
+        if table is None:
+            return exact(mu, sigma, y)
+        moments, rest = table.stored_moments(mu, sigma, y)
+        log_z, mean, std = self._from_box_moments(mu, sigma, y, moments)
+        if rest.size:
+            table.moment_fallback_count += rest.size
+            log_z[rest], mean[rest], std[rest] = exact(mu[rest], sigma[rest], y[rest])
+        return log_z, mean, std
 
     @abstractmethod
     def check_y(self, y) -> np.ndarray:
@@ -125,6 +166,12 @@ class Likelihood(ABC):
     @abstractmethod
     def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of the tilted distribution (EP's projection, eq. (5))."""
+
+    def ep_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(log Z, mean, std)`` of the tilted distribution: :meth:`log_z` and
+        :meth:`tilted_moments` together (a likelihood that computes them in one pass overrides
+        this)."""
+        return (self.log_z(mu, sigma, y), *self.tilted_moments(mu, sigma, y))
 
     def canonical(self, mu, y) -> tuple[np.ndarray, np.ndarray]:
         """Map ``(mu, y)`` to an equivalent pair by an exact symmetry (default: identity)."""

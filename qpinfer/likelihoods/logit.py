@@ -51,6 +51,7 @@ _WIDE = 2.0  # cavities wider than this use A = 0 and graded edges about the ste
 _CLOSED_NATS = 40.0
 _NARROW = 1e-3  # below: sigma* = sigma_EP to double precision
 _TINY = 1e-9  # below: the EP moments by their expansion in s^2
+_HERMITE_NODES = 16  # the narrow regime's EP moments (s < 1e-3): Gauss-Hermite nodes
 SIGMA_MAX = 1e6  # cavity standard deviations above this are refused
 _MODE_STEPS = 64
 _GUESS_STEPS = 3  # Newton steps of the level-set guesses (_level_guess)
@@ -70,6 +71,33 @@ def _frame(mu, sigma):
     anchor = np.where(wide, 0.0, mu)
     c_x = np.where(wide, c, 0.0)
     return anchor, c_x, form2, expanded
+
+
+def _fold(mu, sigma):
+    """The second symmetry's fold, ``max(mu, -mu - s^2)`` (the v2 boxes hold folded
+    cavities, :mod:`qpinfer.tables.boxes.logit`)."""
+    return np.maximum(mu, -mu - sigma * sigma)
+
+
+_HERMITE_X, _HERMITE_W = np.polynomial.hermite_e.hermegauss(_HERMITE_NODES)
+
+
+def _hermite_moments(mu, sigma):
+    """``(log Z, mean, std)`` by the Gauss-Hermite rule of :data:`_HERMITE_NODES` nodes in
+    ``x = (f - mu) / s``: for s < 1e-3 the factor ``sigma(mu + s x)`` is analytic in a strip
+    of half-width ``pi / s > 3000`` about the real x axis, so the rule's error (of order
+    ``(s / pi)^(2n) (2n - 1)!!``) is far below double precision; the weights are taken about
+    their largest term (no overflow for any mu)."""
+    x = _HERMITE_X
+    log_p = -_softplus(-(mu[:, None] + sigma[:, None] * x)) + np.log(_HERMITE_W)
+    top = log_p.max(axis=1, keepdims=True)
+    w = np.exp(log_p - top)
+    total = w.sum(axis=1)
+    log_z = top[:, 0] + np.log(total) - _LOG_SQRT_2PI
+    xbar = (w @ x) / total
+    d = x[None, :] - xbar[:, None]
+    var = np.einsum("ij,ij->i", w, d * d) / total
+    return log_z, mu + sigma * xbar, sigma * np.sqrt(var)
 
 
 def _closed_masks(mu, sigma):
@@ -110,8 +138,12 @@ class Logit(Likelihood):
         return y * mu, np.ones_like(y)
 
     # -- EP ------------------------------------------------------------------------------------
+    _tabulated_moments = True
+
     def _moments(self, mu, sigma):
-        """``(log Z, mean, std)`` for canonical 1-D arrays: closed forms, else quadrature."""
+        """``(log Z, mean, std)`` for canonical 1-D arrays: closed forms and the narrow
+        regime's Gauss-Hermite rule, else the moment table (:meth:`with_moment_table`) or the
+        panel quadrature."""
         from qpinfer.quadrature.tilted import panel_moments
 
         flat, expo, _ = _closed_masks(mu, sigma)
@@ -126,10 +158,26 @@ class Logit(Likelihood):
             log_z[tiny] = -_softplus(-m) + 0.5 * s2 * (1.0 - p) * (1.0 - 2.0 * p)
             mean[tiny] = m + s2 * (1.0 - p)
             std[tiny] = sigma[tiny] * (1.0 - 0.5 * s2 * p * (1.0 - p))
-        rest = ~(flat | expo | tiny)
+        narrow = (sigma < _NARROW) & ~(flat | expo | tiny)
+        if narrow.any():
+            log_z[narrow], mean[narrow], std[narrow] = _hermite_moments(mu[narrow], sigma[narrow])
+        rest = ~(flat | expo | tiny | narrow)
         if rest.any():
             ones = np.ones(int(rest.sum()))
-            log_z[rest], mean[rest], std[rest] = panel_moments(self, mu[rest], sigma[rest], ones)
+            log_z[rest], mean[rest], std[rest] = self._table_moments(
+                mu[rest], sigma[rest], ones, lambda m, s, y: panel_moments(self, m, s, y)
+            )
+        return log_z, mean, std
+
+    def _from_box_moments(self, mu, sigma, y, moments):
+        """The boxes hold folded cavities ``m' = max(mu, -mu - s^2)``: at a folded one, log Z =
+        mu + s^2/2 + log Z(m'), mean = -mean(m'), the same std (module docstring, form 2)."""
+        folded = _fold(mu, sigma)
+        log_z, mean, std = moments
+        moved = folded != mu
+        if moved.any():
+            log_z[moved] += mu[moved] + 0.5 * sigma[moved] ** 2
+            mean[moved] = -mean[moved]
         return log_z, mean, std
 
     def _canonical_arrays(self, mu, sigma, y):
@@ -144,9 +192,13 @@ class Logit(Likelihood):
 
     def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std of sigma(y f) N(f | mu, sigma^2) / Z (EP's projection, eq. (5))."""
+        return self.ep_moments(mu, sigma, y)[1:]
+
+    def ep_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(log Z, mean, std)`` in one pass."""
         shape, m, s, yy = self._canonical_arrays(mu, sigma, y)
-        _, mean, std = self._moments(m, s)
-        return (yy * mean).reshape(shape), std.reshape(shape)
+        log_z, mean, std = self._moments(m, s)
+        return log_z.reshape(shape), (yy * mean).reshape(shape), std.reshape(shape)
 
     # -- hooks of the exact sigma* kernel ----------------------------------------------------
     def _sigma_closed_form(self, mu, sigma, y, moments=None):

@@ -57,6 +57,12 @@ class SigmaTableReader(ABC):
         same likelihood's canonical name)."""
         return self._lik
 
+    @property
+    def moment_table(self) -> SigmaTableReader | None:
+        """The table serving EP's moments of this table's likelihood
+        (:meth:`qpinfer.Likelihood.with_moment_table`), or ``None`` if the store holds none."""
+        return None
+
     @abstractmethod
     def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
         """sigma* at cavities ``(mu, sigma)`` and observations ``y``; ``moments``: EP's

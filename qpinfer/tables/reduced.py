@@ -27,9 +27,16 @@ from qpinfer.sigma.kernel import _prepare
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.boxes.probit import ProbitCore
 from qpinfer.tables.boxes.registry import box_from_attrs
-from qpinfer.tables.chebyshev import coefficients, evaluate, evaluate_inside, power_coefficients
+from qpinfer.tables.chebyshev import (
+    coefficients,
+    evaluate,
+    evaluate_inside,
+    evaluate_many,
+    power_coefficients,
+)
 from qpinfer.tables.reader import SigmaTableReader, flat_moment
 from qpinfer.tables.reduced_store import (
+    MOMENT_ARRAYS,
     SCHEMA_VERSION_V2,
     array_names,
     integrity_changes,
@@ -57,6 +64,11 @@ class ReducedTable(SigmaTableReader):
         The store's root attributes.
     fallback_count : int
         Queries in no box, answered by the exact kernel (never warned: exact is exact).
+    moment_fallback_count : int
+        EP-moment queries of a likelihood given this table
+        (:meth:`qpinfer.Likelihood.with_moment_table`) in no box, computed exactly.
+    has_moments : bool
+        The store holds EP's moments beside sigma* (:meth:`stored_moments`).
     """
 
     def __init__(
@@ -66,6 +78,7 @@ class ReducedTable(SigmaTableReader):
         likelihood: Likelihood,
         boxes: list[Box],
         coefs: list[np.ndarray],
+        moment_coefs: list[list[np.ndarray]] | None = None,
     ):
         self.path = path
         self.attrs = attrs
@@ -87,7 +100,16 @@ class ReducedTable(SigmaTableReader):
         self._fused = isinstance(self._sweep_box, ProbitCore) and hasattr(
             self._lik, "tilted_mean_and_z"
         )
+        self._moment_coefs = moment_coefs
+        self.has_moments = moment_coefs is not None
+        if self.has_moments:  # the lookups' own EP moments (rho's denominator) from the store
+            self._lik = likelihood.with_moment_table(self)
         self.fallback_count = 0
+        self.moment_fallback_count = 0
+
+    @property
+    def moment_table(self) -> ReducedTable | None:
+        return self if self.has_moments else None
 
     def __repr__(self) -> str:
         names = ", ".join(b.name for b in self._boxes)
@@ -147,12 +169,17 @@ class ReducedTable(SigmaTableReader):
                 out[rest] = sigma_qp(lik, mu.ravel()[rest], s[rest], y.ravel()[rest])
         return out, None if moments is None else moments[1], shape, rest
 
-    def _in_box(self, k: int, sub, idx):
+    def _in_box(self, k: int, sub, idx, many=None, with_coords=False):
         """``(selection, stored values)`` of the queries ``sub`` (at flat indices ``idx``, or
-        all) inside box ``k``; ``None`` if none is."""
+        all) inside box ``k``; ``None`` if none is. ``many``: other arrays of the box's cells
+        (Chebyshev coefficients) to evaluate instead of rho, the values then a list;
+        ``with_coords``: a third item, ``(label index, box coordinates)`` of the selection."""
         box = self._boxes[k]
         coords = box.axis_coords(*sub)
-        if coords is not None:  # one pass locates, checks and evaluates
+        label_index, inside_coords = 0, False
+        if coords is not None and many is not None:
+            inside, values = evaluate_many(many, box.moment_axes(), coords, 0, check=True)
+        elif coords is not None:  # one pass locates, checks and evaluates
             inside, values = evaluate_inside(self._coefs[k], box.axes, coords, 0, self._power[k])
         else:
             inside, label_index, coords = box.locate(*sub)
@@ -163,12 +190,53 @@ class ReducedTable(SigmaTableReader):
             else:
                 return None
             first = label_index * self._cells[k]
-            values = evaluate(self._coefs[k], box.axes, coords, first, self._power[k])
+            if many is not None:
+                values = evaluate_many(many, box.moment_axes(), coords, first)[1]
+            else:
+                values = evaluate(self._coefs[k], box.axes, coords, first, self._power[k])
+            inside_coords = True  # (coords are the inside queries' already)
         if inside is None:
-            return (slice(None) if idx is None else idx), values
+            sel = slice(None) if idx is None else idx
+            return (sel, values, (label_index, coords)) if with_coords else (sel, values)
         if not inside.any():
             return None
-        return (np.flatnonzero(inside) if idx is None else idx[inside]), values
+        sel = np.flatnonzero(inside) if idx is None else idx[inside]
+        if not with_coords:
+            return sel, values
+        if not inside_coords:
+            coords = tuple(c[inside] for c in coords)
+        return sel, values, (label_index, coords)
+
+    def stored_moments(self, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """``((log Z, mean, std), rest)``: EP's moments at canonical 1-D cavities from the
+        first box holding each -- at the cavity the box holds (a box of folded cavities gives
+        the folded one's, :meth:`qpinfer.Likelihood._from_box_moments` unfolds them) -- and
+        ``rest``, the indices in no box (NaN there; all of them if the store holds no
+        moments). No input checks: the likelihood asking
+        (:meth:`qpinfer.Likelihood._table_moments`) has made them, and its closed forms taken
+        their cavities."""
+        n = mu.size
+        out = np.full((len(MOMENT_ARRAYS), n), np.nan)
+        if self._moment_coefs is None:
+            return tuple(out), np.arange(n)
+        todo = _Todo(n)
+        with np.errstate(all="ignore"):
+            for k, box in enumerate(self._boxes):
+                idx = todo.indices()
+                if idx is not None and idx.size == 0:
+                    break
+                sub = (mu, sigma, y) if idx is None else (mu[idx], sigma[idx], y[idx])
+                found = self._in_box(k, sub, idx, self._moment_coefs[k], with_coords=True)
+                if found is not None:
+                    sel, (log_z, offset, log_std), (label_index, coords) = found
+                    s = sigma[sel]
+                    anchor = box.mean_anchor(np.asarray(box.labels)[label_index], *coords)
+                    out[0, sel] = log_z
+                    out[1, sel] = anchor + s * offset
+                    out[2, sel] = s * np.exp(log_std)
+                    todo.done(sel)
+        idx = todo.indices()
+        return tuple(out), (np.empty(0, np.intp) if idx is None else idx)
 
     def _ratio_path(self, lik, m, s, yy, moments):
         """``(sigma*, rest)`` of canonical queries along the kernel's path: closed forms,
@@ -371,4 +439,18 @@ def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTa
         if values.shape != want or not np.all((values > 0) & (values <= 1 + 1e-12)):
             raise TableError(f"{what}: array rho_{box.name} is not {want} values in (0, 1]")
         coefs.append(coefficients(values, box.axes))  # one slice per label
-    return ReducedTable(root, attrs, likelihood, boxes, coefs)
+    moment_coefs = None
+    if attrs.get("moments"):  # EP's moments beside rho (reduced_store.MOMENT_ARRAYS)
+        moment_coefs = []
+        for box in boxes:
+            want = (len(box.labels), *(ax.n_cells * ax.n for ax in box.moment_axes()))
+            per_box = []
+            for prefix in MOMENT_ARRAYS:
+                values = read_array(root, files, f"{prefix}_{box.name}", what)
+                if values.shape != want or not np.all(np.isfinite(values)):
+                    raise TableError(
+                        f"{what}: array {prefix}_{box.name} is not {want} finite values"
+                    )
+                per_box.append(coefficients(values, box.moment_axes()))
+            moment_coefs.append(per_box)
+    return ReducedTable(root, attrs, likelihood, boxes, coefs, moment_coefs)

@@ -5,7 +5,13 @@ zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
 :mod:`qpinfer.tables.boxes` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
 <box>_<axis1>])`` (:func:`array_names`): ``rho = sigma* / sigma_EP`` at the Chebyshev-Gauss nodes
 of the box's cells (:mod:`qpinfer.tables.chebyshev`), one slice per label, with the node positions
-as coordinate arrays. Root attributes: ``likelihood``, ``boxes`` (each box's kind, axes and
+as coordinate arrays. Where the likelihood's EP moments have no closed form
+(``Likelihood._tabulated_moments``), every box also holds them at the same nodes, one array per
+quantity (:data:`MOMENT_ARRAYS`): at the node's canonical cavity ``(mu, sigma)``, ``ep_log_z_<box>``
+= log Z, ``ep_mean_<box>`` = (mean - anchor) / sigma (``anchor``: the box's
+:meth:`~qpinfer.tables.boxes.base.Box.mean_anchor`, the cavity mean unless the box says otherwise)
+and ``ep_log_std_<box>`` = log(std / sigma) of the tilted distribution (root attribute
+``moments``). Root attributes: ``likelihood``, ``boxes`` (each box's kind, axes and
 labels), ``grid`` (the same, for tools that read v1's), ``coordinates`` / ``interpolation`` /
 ``claimed_domain`` (prose), ``arrays`` (every array of the store), ``verification`` (the build's
 check against the exact kernel and mpmath), ``integrity`` and ``complete``.
@@ -34,9 +40,11 @@ from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.store import TableError, chunk_key
 
 __all__ = [
+    "MOMENT_ARRAYS",
     "SCHEMA_VERSION_V2",
     "UNSIGNED_ATTRS",
     "array_names",
+    "data_arrays",
     "integrity_changes",
     "integrity_record",
     "read_array",
@@ -45,12 +53,28 @@ __all__ = [
 
 SCHEMA_VERSION_V2 = 2
 UNSIGNED_ATTRS = ("integrity", "verification", "complete")
+#: EP's moments a store holds beside rho (see the module doc), in this order
+MOMENT_ARRAYS = ("ep_log_z", "ep_mean", "ep_log_std")
 
 
-def array_names(box: Box) -> dict[str, tuple[str, ...]]:
-    """``{array: dims}`` of one box: its data array and its coordinate arrays."""
+def data_arrays(moments: bool) -> tuple[str, ...]:
+    """The prefixes of a box's data arrays: ``rho``, and EP's moments if the store holds them."""
+    return ("rho", *MOMENT_ARRAYS) if moments else ("rho",)
+
+
+def array_names(box: Box, moments: bool = False) -> dict[str, tuple[str, ...]]:
+    """``{array: dims}`` of one box: its data arrays (:func:`data_arrays`), then its coordinate
+    arrays."""
     dims = (f"{box.name}_y", *(f"{box.name}_{ax.name}" for ax in box.axes))
-    return {f"rho_{box.name}": dims, **{d: (d,) for d in dims}}
+    data = {f"rho_{box.name}": dims}
+    coords = list(dims)
+    if moments:  # on the box's moment nodes, with their own coordinate arrays if they differ
+        m_dims = dims
+        if box.moment_nodes:
+            m_dims = (dims[0], *(f"{box.name}_moment_{ax.name}" for ax in box.axes))
+            coords += m_dims[1:]
+        data.update({f"{prefix}_{box.name}": m_dims for prefix in MOMENT_ARRAYS})
+    return {**data, **{d: (d,) for d in coords}}
 
 
 def _canonical(obj: Any) -> bytes:

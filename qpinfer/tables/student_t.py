@@ -61,6 +61,12 @@ class ScaledTable(SigmaTableReader):
         self.attrs = base.attrs
         self.fallback_count = 0
 
+    @property
+    def moment_table(self) -> SigmaTableReader | None:
+        """The scale-1 table's (the likelihood's EP moments are looked up in units of the
+        scale)."""
+        return self.base.moment_table
+
     def __repr__(self) -> str:
         return f"ScaledTable({self.base!r}, scale={self._lik.scale!r})"
 

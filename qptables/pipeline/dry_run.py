@@ -37,7 +37,7 @@ from qptables.pipeline.estimate import (
     TILE_OVERHEAD_S,
 )
 from qptables.pipeline.resume import lock_path, partial_path, pid_alive, resumable
-from qptables.pipeline.v2 import _chunk_key, _chunk_sizes, _tiles, resume_check
+from qptables.pipeline.v2 import _chunk_sizes, _tile_done, _tiles, resume_check
 from qptables.store import finished_chunks
 from qptables.units import human_bytes, human_seconds
 
@@ -159,15 +159,16 @@ def plan_v2(
     check_unlocked_readonly(out.parent, out)
     check_destinations(out, force)
     partial = partial_path(out)
-    sizes = _chunk_sizes(boxes)
+    moments = lik._tabulated_moments
+    sizes = _chunk_sizes(boxes, moments)
     done: set[str] = set()
     if resumable(partial, resume_check(lik.name, boxes), force, True, say):
         done = finished_chunks(partial, sizes, clean=False)
     tiles = _tiles(boxes)
     todo_per_box = [0] * len(boxes)
-    for k, label, cell in tiles:
-        if _chunk_key(boxes[k], label, cell) not in done:
-            todo_per_box[k] += 1
+    for tile in tiles:
+        if not _tile_done(boxes, tile, done, moments):
+            todo_per_box[tile[0]] += 1
     n_tiles = [sum(1 for t in tiles if t[0] == k) for k in range(len(boxes))]
     points = [
         _box_points(b) * todo // n for b, todo, n in zip(boxes, todo_per_box, n_tiles, strict=True)

@@ -39,7 +39,13 @@ import qpinfer
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.boxes.registry import box_from_attrs, boxes_for
 from qpinfer.tables.reduced import open_reduced
-from qpinfer.tables.reduced_store import SCHEMA_VERSION_V2, array_names, integrity_record
+from qpinfer.tables.reduced_store import (
+    MOMENT_ARRAYS,
+    SCHEMA_VERSION_V2,
+    array_names,
+    data_arrays,
+    integrity_record,
+)
 from qpinfer.tables.replace import replace_store
 from qptables.pipeline.dask_run import completed, open_client
 from qptables.pipeline.destination import check_destinations, check_writable, clean_stale
@@ -54,7 +60,15 @@ from qptables.pipeline.v2_check import (
 )
 from qptables.store import finished_chunks, write_chunk
 
-__all__ = ["TILE_CELLS", "TILE_LABELS", "V2BuildResult", "build_v2", "chunk_shape", "tile_rho"]
+__all__ = [
+    "TILE_CELLS",
+    "TILE_LABELS",
+    "V2BuildResult",
+    "build_v2",
+    "chunk_shape",
+    "tile_arrays",
+    "tile_rho",
+]
 
 
 @dataclasses.dataclass
@@ -82,9 +96,12 @@ def tile_layout(box: Box) -> tuple[int, int]:
     return 1, TILE_CELLS
 
 
-def chunk_shape(box: Box) -> tuple[int, ...]:
+def chunk_shape(box: Box, prefix: str = "rho") -> tuple[int, ...]:
+    """The chunk (= one tile's values) of the box's array ``prefix``: rho on the box's axes,
+    EP's moments on :meth:`~qpinfer.tables.boxes.base.Box.moment_axes`."""
     labels, cells = tile_layout(box)
-    return (labels, cells * box.axes[0].n, *(ax.n_cells * ax.n for ax in box.axes[1:]))
+    axes = box.axes if prefix == "rho" else box.moment_axes()
+    return (labels, cells * axes[0].n, *(ax.n_cells * ax.n for ax in axes[1:]))
 
 
 def _tiles(boxes: tuple[Box, ...]) -> list[tuple[int, int, int]]:
@@ -98,44 +115,75 @@ def _tiles(boxes: tuple[Box, ...]) -> list[tuple[int, int, int]]:
     return out
 
 
-def tile_rho(likelihood: str, box: Box, first_label: int, first_cell: int) -> np.ndarray:
-    """The box's stored ratio (sigma* over sigma_EP or over sigma, ``box.denominator``) at the
-    nodes of one tile: shape ``(labels, rows, nodes of the other axes...)``."""
+def tile_arrays(likelihood: str, box: Box, first_label: int, first_cell: int) -> dict:
+    """Every data array of the box (:func:`qpinfer.tables.reduced_store.data_arrays`) at the
+    nodes of one tile, each of shape ``(labels, rows, nodes of the other axes...)``: the stored
+    ratio (sigma* over sigma_EP or over sigma, ``box.denominator``) and, where the likelihood's
+    EP moments have no closed form, those moments as the store holds them
+    (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`), all from one computation of EP's
+    moments."""
+    lik = qpinfer.get_likelihood(likelihood)
+    mu, sigma, y, coords, shape = _tile_nodes(box, box.axes, first_label, first_cell)
+    q = qpinfer.sigma_qp(likelihood, mu, sigma, y)
+    if box.denominator == "sigma":
+        out = {"rho": (q / sigma).reshape(shape)}
+    else:
+        out = {"rho": (q / lik.tilted_moments(mu, sigma, y)[1]).reshape(shape)}
+    if lik._tabulated_moments:  # reduced_store.MOMENT_ARRAYS, on the box's moment nodes
+        mu, sigma, y, coords, shape = _tile_nodes(box, box.moment_axes(), first_label, first_cell)
+        log_z, mean, std = lik.ep_moments(mu, sigma, y)
+        anchor = box.mean_anchor(y, *coords)
+        stored = (log_z, (mean - anchor) / sigma, np.log(std / sigma))
+        out.update({k: v.reshape(shape) for k, v in zip(MOMENT_ARRAYS, stored, strict=True)})
+    return out
+
+
+def _tile_nodes(box: Box, axes, first_label: int, first_cell: int):
+    """``(mu, sigma, y, coords, shape)``: the canonical cavities at one tile's nodes on
+    ``axes`` (the box's, or its moment axes), flat, and the tile's array shape."""
     n_labels, n_cells = tile_layout(box)
-    ax0 = box.axes[0]
+    ax0 = axes[0]
     cells = min(n_cells, ax0.n_cells - first_cell)
     x0 = ax0.nodes()[first_cell * ax0.n : (first_cell + cells) * ax0.n]
     labels = np.asarray(box.labels[first_label : first_label + n_labels], dtype=np.float64)
-    grids = np.meshgrid(labels, x0, *(ax.nodes() for ax in box.axes[1:]), indexing="ij")
+    grids = np.meshgrid(labels, x0, *(ax.nodes() for ax in axes[1:]), indexing="ij")
     y = grids[0].ravel()
-    mu, sigma = box.cavity(y, *(g.ravel() for g in grids[1:]))
-    q = qpinfer.sigma_qp(likelihood, mu, sigma, y)
-    if box.denominator == "sigma":
-        return (q / sigma).reshape(grids[0].shape)
-    _, ep = qpinfer.tilted_moments(likelihood, mu, sigma, y)
-    return (q / ep).reshape(grids[0].shape)
+    coords = tuple(g.ravel() for g in grids[1:])
+    mu, sigma = box.cavity(y, *coords)
+    return mu, sigma, y, coords, grids[0].shape
+
+
+def tile_rho(likelihood: str, box: Box, first_label: int, first_cell: int) -> np.ndarray:
+    """The box's stored ratio at the nodes of one tile (:func:`tile_arrays`' ``rho``)."""
+    return tile_arrays(likelihood, box, first_label, first_cell)["rho"]
 
 
 def _run_tile(path: str, likelihood: str, box_attrs: dict, first_label: int, first_cell: int):
-    """Compute one tile and write it as its chunk of ``rho_<box>`` (runs on a worker)."""
+    """Compute one tile and write it as its chunk of each data array (runs on a worker; rho
+    last, so a tile whose rho chunk exists is finished in every array)."""
     box = box_from_attrs(box_attrs)
-    rho = tile_rho(likelihood, box, first_label, first_cell)
-    r0 = first_cell * box.axes[0].n
-    region = (slice(first_label, first_label + rho.shape[0]), slice(r0, r0 + rho.shape[1]))
-    write_chunk(path, f"rho_{box.name}", region, rho)
+    arrays = tile_arrays(likelihood, box, first_label, first_cell)
+    for prefix in sorted(arrays, key=lambda k: k == "rho"):
+        values = arrays[prefix]
+        r0 = first_cell * (box.axes if prefix == "rho" else box.moment_axes())[0].n
+        region = (
+            slice(first_label, first_label + values.shape[0]),
+            slice(r0, r0 + values.shape[1]),
+        )
+        write_chunk(path, f"{prefix}_{box.name}", region, values)
     return first_cell
 
 
-def _chunk_key(box: Box, first_label: int, first_cell: int) -> str:
-    """Store-relative key (= relative file path) of a tile's chunk."""
+def _chunk_key(box: Box, first_label: int, first_cell: int, prefix: str = "rho") -> str:
+    """Store-relative key (= relative file path) of a tile's chunk of array ``prefix``."""
     labels, cells = tile_layout(box)
     parts = [str(first_label // labels), str(first_cell // cells)] + ["0"] * (len(box.axes) - 1)
-    return "/".join([f"rho_{box.name}", "c", *parts])
+    return "/".join([f"{prefix}_{box.name}", "c", *parts])
 
 
-def _chunk_file(path: Path, box: Box, first_label: int, first_cell: int) -> Path:
-    """The chunk file of a tile in the store at ``path``."""
-    return path / _chunk_key(box, first_label, first_cell)
+def _chunk_file(path: Path, box: Box, first_label: int, first_cell: int, prefix="rho") -> Path:
+    """The chunk file of a tile's array ``prefix`` in the store at ``path``."""
+    return path / _chunk_key(box, first_label, first_cell, prefix)
 
 
 def resume_check(likelihood: str, boxes: tuple[Box, ...]) -> Callable[[dict], str | None]:
@@ -146,12 +194,19 @@ def resume_check(likelihood: str, boxes: tuple[Box, ...]) -> Callable[[dict], st
     return lambda attrs: resume_refusal(attrs, record, keys=tuple(record))
 
 
-def _chunk_sizes(boxes: tuple[Box, ...]) -> dict[str, int]:
-    """Every tile's chunk key -> the size of its (uncompressed, full-size) file."""
+def _chunk_sizes(boxes: tuple[Box, ...], moments: bool = False) -> dict[str, int]:
+    """Every tile's chunk key (of every data array, :func:`data_arrays`) -> the size of its
+    (uncompressed, full-size) file."""
     return {
-        _chunk_key(boxes[k], label, cell): 8 * int(np.prod(chunk_shape(boxes[k])))
+        _chunk_key(boxes[k], label, cell, prefix): 8 * int(np.prod(chunk_shape(boxes[k], prefix)))
         for k, label, cell in _tiles(boxes)
+        for prefix in data_arrays(moments)
     }
+
+
+def _tile_done(boxes, tile, done: set, moments: bool) -> bool:
+    """Every chunk of the tile is finished."""
+    return all(_chunk_key(boxes[tile[0]], *tile[1:], p) in done for p in data_arrays(moments))
 
 
 def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
@@ -160,23 +215,26 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
 
     group = zarr.open_group(str(path), mode="w")
     arrays: list[str] = []
+    moments = qpinfer.get_likelihood(likelihood)._tabulated_moments
     for box in boxes:
-        names = array_names(box)
-        shape = (len(box.labels), *(ax.n_cells * ax.n for ax in box.axes))
-        chunks = chunk_shape(box)
-        data_name, dims = next(iter(names.items()))
-        group.create_array(
-            data_name,
-            shape=shape,
-            chunks=chunks,
-            dtype="<f8",
-            dimension_names=dims,
-            compressors=None,
-            fill_value=np.nan,
-        )
-        coords = [np.asarray(box.labels, dtype=np.float64)] + [ax.nodes() for ax in box.axes]
-        for dim, values in zip(dims, coords, strict=True):
-            group.create_array(dim, data=values, dimension_names=(dim,), compressors=None)
+        names = array_names(box, moments)
+        for prefix in data_arrays(moments):
+            axes = box.axes if prefix == "rho" else box.moment_axes()
+            dims = names[f"{prefix}_{box.name}"]
+            group.create_array(
+                f"{prefix}_{box.name}",
+                shape=(len(box.labels), *(ax.n_cells * ax.n for ax in axes)),
+                chunks=chunk_shape(box, prefix),
+                dtype="<f8",
+                dimension_names=dims,
+                compressors=None,
+                fill_value=np.nan,
+            )
+        for name, dims in names.items():
+            if dims == (name,):  # a coordinate array
+                group.create_array(
+                    name, data=_coordinate(box, name), dimension_names=dims, compressors=None
+                )
         arrays += list(names)
     group.attrs.update(
         {
@@ -201,6 +259,28 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
             "complete": False,
         }
     )
+    if moments:
+        group.attrs["moments"] = {
+            "arrays": [f"{p}_<box>" for p in MOMENT_ARRAYS],
+            "quantities": (
+                "EP's tilted moments at each node's canonical cavity (mu, sigma): ep_log_z = "
+                "log Z, ep_mean = (mean - anchor) / sigma (anchor: the box's mean_anchor, the "
+                "cavity mean unless the box says otherwise), ep_log_std = log(std / sigma)"
+            ),
+        }
+
+
+def _coordinate(box: Box, name: str) -> np.ndarray:
+    """The values of a box's coordinate array ``name`` (:func:`array_names`): its labels, its
+    axes' nodes, or its moment axes' nodes."""
+    if name == f"{box.name}_y":
+        return np.asarray(box.labels, dtype=np.float64)
+    for ax, m_ax in zip(box.axes, box.moment_axes(), strict=True):
+        if name == f"{box.name}_{ax.name}":
+            return ax.nodes()
+        if name == f"{box.name}_moment_{ax.name}":
+            return m_ax.nodes()
+    raise KeyError(name)
 
 
 def build_v2(
@@ -243,9 +323,10 @@ def build_v2(
         clean_stale(out, say)
         if not resumable(partial, resume_check(lik.name, boxes), force, False, say):
             create_partial(partial, lambda path: _create(path, lik.name, boxes))
-        sizes = _chunk_sizes(boxes)
+        moments = lik._tabulated_moments
+        sizes = _chunk_sizes(boxes, moments)
         done = finished_chunks(partial, sizes)
-        todo = [t for t in _tiles(boxes) if _chunk_key(boxes[t[0]], *t[1:]) not in done]
+        todo = [t for t in _tiles(boxes) if not _tile_done(boxes, t, done, moments)]
         t0 = time.perf_counter()
         futures = [
             client.submit(_run_tile, str(partial), lik.name, layout[k], li, c, pure=False)
@@ -263,7 +344,8 @@ def build_v2(
                 bar.update(1)
         if bar is not None:
             bar.close()
-        missing = len(sizes) - len(finished_chunks(partial, sizes))
+        done = finished_chunks(partial, sizes)
+        missing = sum(1 for t in _tiles(boxes) if not _tile_done(boxes, t, done, moments))
         if missing:
             raise BuildError(f"{missing} tiles still missing after the run; re-run to resume")
         report = check_points(
@@ -288,4 +370,4 @@ def build_v2(
             f"{report['kernel_max_rel_err']:.1e} on {report['kernel_points']} points, mpmath "
             f"{report['mpmath_max_rel_err']:.1e} on {report['mpmath_points']}"
         )
-    return V2BuildResult(out, lik.name, len(sizes), len(todo), seconds, report)
+    return V2BuildResult(out, lik.name, len(_tiles(boxes)), len(todo), seconds, report)

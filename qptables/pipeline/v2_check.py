@@ -30,7 +30,9 @@ __all__ = [
     "DEFAULT_SAMPLES",
     "TOLERANCE",
     "check_points",
+    "moment_errors",
     "reference_sigma",
+    "reference_values",
     "verify_v2",
 ]
 
@@ -46,6 +48,15 @@ def reference_sigma(likelihood: str, mu: float, sigma: float, y: float, dps: int
     """sigma* by the likelihood's mpmath reference (Student-t: :mod:`qptables.reference.student_t`,
     y real; the others: :func:`qptables.reference.sigma.sigma_qp_reference`, y an integer label),
     at ``dps`` decimal digits (``None``: the reference's own default, 30 for Student-t, 40 else)."""
+    return reference_values(likelihood, mu, sigma, y, dps, False)[0]
+
+
+def reference_values(
+    likelihood: str, mu: float, sigma: float, y: float, dps: int | None, moments: bool = True
+) -> tuple[float, ...]:
+    """``(sigma*, log Z, mean, std)`` by the likelihood's mpmath reference (as
+    :func:`reference_sigma`; ``moments=False``: ``(sigma*,)``); the moments come from the same
+    panels as sigma*."""
     from qpinfer.likelihoods.student_t import parse_name
 
     extra = {} if dps is None else {"dps": int(dps)}
@@ -53,10 +64,32 @@ def reference_sigma(likelihood: str, mu: float, sigma: float, y: float, dps: int
     if student_t is not None:
         from qptables.reference.student_t import student_t_reference
 
-        return float(student_t_reference(*student_t, mu, sigma, y, **extra).sigma_qp)
-    from qptables.reference.sigma import sigma_qp_reference
+        p = student_t_reference(*student_t, mu, sigma, y, **extra)
+    elif not moments:
+        from qptables.reference.sigma import sigma_qp_reference
 
-    return float(sigma_qp_reference(likelihood, mu, sigma, int(y), **extra))
+        return (float(sigma_qp_reference(likelihood, mu, sigma, int(y), **extra)),)
+    else:
+        from qptables.reference.sigma import reference_point
+
+        p = reference_point(likelihood, mu, sigma, int(y), extra.get("dps", 40))
+    values = (p.sigma_qp, p.log_z, p.mean, p.std) if moments else (p.sigma_qp,)
+    return tuple(float(v) for v in values)
+
+
+def moment_errors(got, want, sigma) -> dict[str, float]:
+    """The largest errors of EP's moments ``got = (log Z, mean, std)`` against ``want``: log Z
+    absolute (relative where ``|log Z| > 1``), the mean in units of the cavity std beyond the
+    mean's own rounding (4 units of its last place: a double holds no more), the variance
+    relative."""
+    log_z, mean, std = (np.asarray(a, np.float64) for a in got)
+    w_log_z, w_mean, w_std = (np.asarray(a, np.float64) for a in want)
+    rounding = 4 * np.finfo(np.float64).eps * np.abs(w_mean)
+    return {
+        "log_z": float(np.max(np.abs(log_z - w_log_z) / np.maximum(1.0, np.abs(w_log_z)))),
+        "mean": float(np.max(np.maximum(np.abs(mean - w_mean) - rounding, 0.0) / sigma)),
+        "var": float(np.max(np.abs((std / w_std) ** 2 - 1.0))),
+    }
 
 
 def check_points(
@@ -89,6 +122,9 @@ def check_points(
     rng = np.random.default_rng(seed)
     worst_kernel, n_kernel = 0.0, 0
     strata = []
+    moments = table.has_moments
+    exact_lik, table_lik = qpinfer.get_likelihood(likelihood), table.likelihood_object
+    worst_moments = dict.fromkeys(("log_z", "mean", "var"), 0.0)
     boxes = _chosen_boxes(table, boxes)
     for box in boxes:
         n = max(kernel_points // len(boxes), 1)
@@ -99,18 +135,25 @@ def check_points(
         got = table.sigma_qp(mu, sigma, y)
         exact = qpinfer.sigma_qp(likelihood, mu, sigma, y)
         worst_kernel = max(worst_kernel, float(np.max(np.abs(got / exact - 1.0))))
+        if moments:
+            errs = moment_errors(
+                table_lik.ep_moments(mu, sigma, y), exact_lik.ep_moments(mu, sigma, y), sigma
+            )
+            worst_moments = {k: max(v, errs[k]) for k, v in worst_moments.items()}
         n_kernel += n
         per = max(samples // len(boxes), 1)
         strata += [(box.name, float(mu[i]), float(sigma[i]), float(y[i])) for i in range(per)]
     columns = [[p[i] for p in strata] for i in (1, 2, 3)]  # mu, sigma, y
     refs, _ = fan_out(
-        reference_sigma,
-        [[likelihood] * len(strata), *columns, [dps] * len(strata)],
+        reference_values,
+        [[likelihood] * len(strata), *columns, [dps] * len(strata), [moments] * len(strata)],
         client=client,
         workers=workers,
     )
-    got = table.sigma_qp(*(np.array(c) for c in columns))
-    err = np.abs(got / np.array(refs) - 1.0)
+    refs = np.array(refs).T
+    points = tuple(np.array(c) for c in columns)
+    got = table.sigma_qp(*points)
+    err = np.abs(got / refs[0] - 1.0)
     report = {
         "passed": bool(worst_kernel <= tolerance and err.max() <= tolerance),
         "tolerance": tolerance,
@@ -121,6 +164,15 @@ def check_points(
         "mpmath_boxes": sorted({p[0] for p in strata}),
         "seed": seed,
     }
+    if moments:  # EP's moments beside sigma*: the same points, the same tolerance
+        mp_moments = moment_errors(table_lik.ep_moments(*points), refs[1:], points[1])
+        report["moments_kernel_max_err"] = worst_moments
+        report["moments_mpmath_max_err"] = mp_moments
+        report["passed"] = bool(
+            report["passed"]
+            and max(worst_moments.values()) <= tolerance
+            and max(mp_moments.values()) <= tolerance
+        )
     if dps is not None:  # absent: each reference's default (what the shipped stores record)
         report["dps"] = int(dps)
     return report

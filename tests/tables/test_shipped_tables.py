@@ -18,7 +18,7 @@ from qpinfer.tables import TableError
 from qpinfer.tables.boxes.registry import box_from_attrs, boxes_for
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
-from qptables.pipeline.v2 import _chunk_file, _create, _tiles, chunk_shape, tile_rho
+from qptables.pipeline.v2 import _chunk_file, _create, _tiles, chunk_shape, tile_arrays, tile_rho
 from tests._helpers import load_ionosphere
 
 LIKELIHOODS = sorted(SHIPPED)
@@ -75,12 +75,17 @@ def _rebuild_and_compare(likelihood, tiles_wanted, seed):
     tol = rebuild_tolerance(likelihood)
     for i in rng.choice(len(tiles), size=min(tiles_wanted, len(tiles)), replace=False):
         k, label, first = tiles[i]
-        rho = tile_rho(likelihood, boxes[k], label, first)
-        shipped = np.frombuffer(_chunk_file(path, boxes[k], label, first).read_bytes(), "<f8")
-        shipped = shipped.reshape(chunk_shape(boxes[k]))[tuple(slice(0, n) for n in rho.shape)]
-        assert np.all(np.isfinite(rho)), (likelihood, k, label, first)
-        worst = float(np.max(np.abs(rho / shipped - 1.0)))
-        assert worst <= tol, (likelihood, k, label, first, worst, tol)
+        for prefix, values in tile_arrays(likelihood, boxes[k], label, first).items():
+            chunk = _chunk_file(path, boxes[k], label, first, prefix)
+            shipped = np.frombuffer(chunk.read_bytes(), "<f8").reshape(
+                chunk_shape(boxes[k], prefix)
+            )
+            shipped = shipped[tuple(slice(0, n) for n in values.shape)]
+            assert np.all(np.isfinite(values)), (likelihood, prefix, k, label, first)
+            # rho relative; EP's moments (log Z, offsets, log std) absolute, relative beyond 1
+            scale = np.abs(shipped) if prefix == "rho" else np.maximum(1.0, np.abs(shipped))
+            worst = float(np.max(np.abs(values - shipped) / scale))
+            assert worst <= tol, (likelihood, prefix, k, label, first, worst, tol)
 
 
 @pytest.mark.parametrize("likelihood", LIKELIHOODS)

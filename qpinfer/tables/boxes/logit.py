@@ -38,6 +38,7 @@ against the kernel on 300,000 random cavities with no fallback.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,6 +134,11 @@ class LogitKink(Box):
         tau = -_KINK_TAU * np.exp(np.asarray(v) * _log_r_max(s))
         return tau * np.hypot(1.0, s), s
 
+    def mean_anchor(self, label, v, log10_sigma):
+        """0: the mass of these tilts sits at the logistic step (the cavity mean, ~ -s^2/2 at
+        the fold, would leave an offset of ~s/2 sigmas)."""
+        return np.zeros(np.shape(v))
+
     def locate(self, mu, sigma, y):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             tau = _fold(mu, sigma) / np.hypot(1.0, sigma)
@@ -142,10 +148,10 @@ class LogitKink(Box):
         return inside, np.zeros(np.shape(mu), dtype=np.intp), coords
 
 
-def logit_boxes(nodes: int = 12) -> tuple[Box, ...]:
+def logit_boxes(nodes: int = 12, moment_nodes: int = 16) -> tuple[Box, ...]:
     """The boxes of the module docstring, in lookup order (the first holding a cavity
-    answers)."""
-    return (
+    answers); EP's moments at ``moment_nodes`` per cell and axis."""
+    boxes = (
         LogitCentred(
             "small",
             (CellAxis("t", 0.0, 1.0, 43, nodes), CellAxis("log10_sigma", -3.0, 0.25, 14, nodes)),
@@ -170,6 +176,7 @@ def logit_boxes(nodes: int = 12) -> tuple[Box, ...]:
             (1.0,),
         ),
     )
+    return tuple(dataclasses.replace(b, moment_nodes=moment_nodes) for b in boxes)
 
 
 KINDS = {

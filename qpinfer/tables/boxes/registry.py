@@ -74,4 +74,7 @@ def box_from_attrs(attrs: dict) -> Box:
     if denominator not in ("sigma_ep", "sigma"):
         raise ValueError(f"unknown v2 box denominator {denominator!r}")
     labels = tuple(float(v) for v in attrs["labels"])
-    return kind(str(attrs["name"]), axes, labels, denominator, **kind.extra_from_attrs(attrs))
+    moment_nodes = int(attrs.get("moment_nodes", 0))
+    return kind(
+        str(attrs["name"]), axes, labels, denominator, moment_nodes, **kind.extra_from_attrs(attrs)
+    )

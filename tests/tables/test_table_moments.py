@@ -1,0 +1,118 @@
+"""EP's moments from the tables: the shipped stores that hold them answer ``(log Z, mean, std)``
+to 1e-12 against the exact quadrature and mpmath, with no fallback, and the estimators' site
+updates take them from there by default (``table="exact"``: the quadrature)."""
+
+import json
+
+import numpy as np
+import pytest
+
+import qpinfer
+from qpinfer.likelihoods.registry import get_likelihood
+from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
+from qptables.pipeline.v2_check import moment_errors, reference_values
+from qptables.reference.fanout import fan_out
+from tests._helpers import load_ionosphere
+
+#: the shipped tables that store EP's moments
+WITH_MOMENTS = sorted(
+    name
+    for name in SHIPPED
+    if "moments" in json.loads((shipped_path(name) / "zarr.json").read_text())["attributes"]
+)
+TOLERANCE = 1e-12
+
+
+def _cavities(name, n, seed):
+    """The random-cavity domain of ``benchmarks/bench_likelihood_tables.py``: |mu| up to 1e4
+    (half uniform on [-10, 10]), sigma log-uniform on [1e-4, 1e6], labels +-1."""
+    rng = np.random.default_rng(seed)
+    half = n // 2
+    mu = np.concatenate(
+        [
+            rng.uniform(-10, 10, half),
+            rng.choice([-1.0, 1.0], n - half) * 10.0 ** rng.uniform(-4, 4, n - half),
+        ]
+    )
+    sigma = 10.0 ** rng.uniform(-4, 6, n)
+    return rng.permutation(mu), sigma, rng.choice([-1.0, 1.0], n)
+
+
+def test_the_logit_table_stores_moments():
+    assert "logit" in WITH_MOMENTS
+    assert open_shipped("logit").has_moments and not open_shipped("probit").has_moments
+
+
+@pytest.mark.parametrize("name", WITH_MOMENTS)
+def test_table_moments_match_the_exact_quadrature_on_20000_random_cavities(name):
+    table = open_shipped(name)
+    exact = get_likelihood(name)
+    tabulated = exact.with_moment_table(table.moment_table)
+    mu, sigma, y = _cavities(name, 20_000, seed=1)
+    before = table.moment_fallback_count
+    got = tabulated.ep_moments(mu, sigma, y)
+    assert table.moment_fallback_count == before
+    errors = moment_errors(got, exact.ep_moments(mu, sigma, y), sigma)
+    assert max(errors.values()) <= TOLERANCE, errors
+    # log_z and tilted_moments are the same lookups
+    np.testing.assert_array_equal(tabulated.log_z(mu, sigma, y), got[0])
+    np.testing.assert_array_equal(tabulated.tilted_moments(mu, sigma, y)[1], got[2])
+
+
+@pytest.mark.parametrize("name", WITH_MOMENTS)
+def test_table_moments_match_mpmath_at_20_cavities(name, dask_client):
+    table = open_shipped(name)
+    tabulated = get_likelihood(name).with_moment_table(table.moment_table)
+    mu, sigma, y = _cavities(name, 400, seed=2)
+    # 20 of them that no closed form answers (the table's cavities), spread over the boxes
+    _, rest = table.stored_moments(*_canonical(name, mu, sigma, y))
+    inside = np.setdiff1d(np.arange(mu.size), rest)
+    pick = inside[np.linspace(0, inside.size - 1, 20).astype(int)]
+    mu, sigma, y = mu[pick], sigma[pick], y[pick]
+    refs, _ = fan_out(
+        reference_values,
+        [[name] * 20, list(mu), list(sigma), list(y), [None] * 20],
+        client=dask_client,
+    )
+    refs = np.array(refs).T
+    errors = moment_errors(tabulated.ep_moments(mu, sigma, y), refs[1:], sigma)
+    assert max(errors.values()) <= TOLERANCE, errors
+
+
+def _canonical(name, mu, sigma, y):
+    lik = get_likelihood(name)
+    m, yy = lik.canonical(mu, y)
+    folded = np.maximum(m, -m - sigma * sigma) if name == "logit" else m
+    return folded, sigma, yy
+
+
+@pytest.mark.parametrize("name", WITH_MOMENTS)
+def test_the_store_records_its_moment_verification(name):
+    ver = json.loads((shipped_path(name) / "zarr.json").read_text())["attributes"]["verification"]
+    assert ver["passed"] and ver["mpmath_points"] >= 20 and ver["kernel_points"] >= 20_000
+    for key in ("moments_kernel_max_err", "moments_mpmath_max_err"):
+        assert set(ver[key]) == {"log_z", "mean", "var"}
+        assert max(ver[key].values()) <= ver["tolerance"] == TOLERANCE
+
+
+def test_likelihoods_with_closed_form_moments_take_no_table():
+    probit = qpinfer.get_likelihood("probit")
+    assert probit.with_moment_table(open_shipped("logit")) is probit
+
+
+@pytest.mark.parametrize("method", ["ep", "qp"])
+def test_a_logit_fit_takes_its_moments_from_the_shipped_table(method):
+    """EP's and QP's site updates use the table's moments by default, and give the evidence and
+    predictions of the quadrature path (``table="exact"``) to 1e-9."""
+    X, y = load_ionosphere()
+    X, y = X[:120, :6], y[:120]
+    params = dict(likelihood="logit", optimizer=None, length_scale=3.0)
+    table = open_shipped("logit")
+    before = table.moment_fallback_count, table.fallback_count
+    fast = qpinfer.GPClassifier(method, **params).fit(X, y)
+    assert fast.likelihood_._moment_table is table
+    assert (table.moment_fallback_count, table.fallback_count) == before
+    exact = qpinfer.GPClassifier(method, table="exact", **params).fit(X, y)
+    assert exact.likelihood_._moment_table is None
+    assert fast.log_marginal_likelihood_ == pytest.approx(exact.log_marginal_likelihood_, abs=1e-9)
+    np.testing.assert_allclose(fast.predict_proba(X), exact.predict_proba(X), rtol=0, atol=1e-9)
