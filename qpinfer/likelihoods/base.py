@@ -138,6 +138,12 @@ class Likelihood(ABC):
         them here)."""
         return moments
 
+    def _equivalent_cavities(self, mu, sigma, y, rng) -> tuple[np.ndarray, np.ndarray]:
+        """``(mu', y')``: cavities with other labels whose tilts a table answers from the same
+        stored values as ``(mu, sigma, y)`` (drawn with ``rng``), so that a table's check covers
+        the labels its boxes do not hold; default the cavities themselves."""
+        return mu, y
+
     def _table_moments(self, mu, sigma, y, exact) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(log Z, mean, std)`` of canonical 1-D cavities outside the closed forms: from the
         moment table where it has them, else (and without a table) ``exact(mu, sigma, y)``."""

@@ -92,6 +92,16 @@ def flat_nats(m, sigma):
         )
 
 
+def laplace_moments(mu, sigma, y):
+    """``(log Z, mean, std)`` of the plain Laplace approximation of the tilt: its mode a, width
+    ``s / sqrt(1 + omega)``, and ``log q(a) + log(width sqrt(2 pi))`` (no corrections: smooth and
+    finite for every cavity, a reference for the table's stored moments)."""
+    _, a, alpha, omega = mode_frame(mu, sigma, y)
+    log_q = y * a - alpha - gammaln(y + 1.0) - 0.5 * ((a - mu) / sigma) ** 2
+    log_z = log_q - 0.5 * np.log1p(omega)
+    return log_z, a, sigma / np.sqrt(1.0 + omega)
+
+
 def _wide(mu, sigma, y):
     """The wide frame (kernel coordinate f itself, graded edges about f = 0): where the tilt's
     width (alpha + 1/s^2)^-1/2 exceeds 1, the scale of e^f."""
@@ -138,13 +148,18 @@ class PoissonLog(Likelihood):
         flat, gauss, m = self._masks(mu, sigma, y)
         s2 = sigma * sigma
         with np.errstate(over="ignore"):
-            log_z = y * mu + 0.5 * y * y * s2 - gammaln(y + 1.0) - np.exp(m + 0.5 * s2)
+            # flat: log E[exp(-e^f)] = -(1 - Z0) to e^-80, and 1 - Z0 lies below both E[e^f]
+            # and E[min(1, e^f)] = exp(-P) < e^-40 (the former overflows for wide cavities)
+            drop = np.minimum(np.exp(m + 0.5 * s2), np.exp(-flat_nats(m, sigma)))
+            log_z = y * mu + 0.5 * y * y * s2 - gammaln(y + 1.0) - drop
         mean, std = m.copy(), sigma.copy()
         if gauss.any():
             log_z[gauss], mean[gauss], std[gauss] = self._laplace(mu[gauss], sigma[gauss], y[gauss])
         rest = ~(flat | gauss)
         if rest.any():
-            log_z[rest], mean[rest], std[rest] = panel_moments(self, mu[rest], sigma[rest], y[rest])
+            log_z[rest], mean[rest], std[rest] = self._table_moments(
+                mu[rest], sigma[rest], y[rest], lambda m, s, yy: panel_moments(self, m, s, yy)
+            )
         return log_z, mean, std
 
     def _laplace(self, mu, sigma, y):
@@ -165,14 +180,57 @@ class PoissonLog(Likelihood):
 
     def log_z(self, mu, sigma, y) -> np.ndarray:
         """log E[Poisson(y | e^f)], f ~ N(mu, sigma^2): about the mode (no terms of size y^2)."""
-        shape, m, s, yy = flat_cavities(mu, sigma, y, self.check_sigma)
-        return self._moments(m, s, yy)[0].reshape(shape)
+        return self.ep_moments(mu, sigma, y)[0]
 
     def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std of exp(y f - e^f) N(f | mu, sigma^2) / Z (EP's projection, eq. (5))."""
+        return self.ep_moments(mu, sigma, y)[1:]
+
+    def ep_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(log Z, mean, std)`` in one pass: closed forms, else the moment table
+        (:meth:`with_moment_table`) or the panel quadrature."""
         shape, m, s, yy = flat_cavities(mu, sigma, y, self.check_sigma)
-        _, mean, std = self._moments(m, s, yy)
-        return mean.reshape(shape), std.reshape(shape)
+        return tuple(a.reshape(shape) for a in self._moments(m, s, yy))
+
+    #: the boxes hold the y = 0 tilt at m' = mu + y s^2 and measure log Z against a reference
+    #: at the count itself (qpinfer.tables.boxes.poisson_log): what they give is the query's
+    _tabulated_moments = True
+
+    def _equivalent_cavities(self, mu, sigma, y, rng):
+        """Counts 0..1000 at ``mu - y' s^2``: the same tilt as count y at mu (``m'`` kept)."""
+        counts = rng.integers(0, 1001, np.shape(mu)).astype(np.float64)
+        return mu + (y - counts) * sigma * sigma, counts
+
+    def laplace_residual(self, mu, sigma) -> np.ndarray:
+        """log Z of the y = 0 tilt at ``mu`` (1-D arrays) minus its plain Laplace approximation's
+        (:func:`laplace_moments`), without the terms of size ``(omega / s)^2`` both carry (a
+        table stores it; a count y at ``mu - y s^2`` adds the same terms to both): the
+        expansion's corrections where the tilt is Gaussian; elsewhere the quadrature's log
+        integral, about the mode (narrow frame: log Z + offset = L, the offset being -log q(a))
+        or about f = 0 (wide frame: the offset ``log(s sqrt(2 pi)) + mu^2 / (2 s^2)`` and the
+        Laplace terms combine into ``a^2 / (2 s^2) + a alpha`` with ``mu = a + omega``)."""
+        from qpinfer.quadrature.tilted import panel_moments
+
+        y = np.zeros(mu.shape)
+        flat, gauss, _ = self._masks(mu, sigma, y)
+        _, a, alpha, omega = mode_frame(mu, sigma, y)
+        half_log1p = 0.5 * np.log1p(omega)
+        with np.errstate(over="ignore"):
+            shift = omega * sigma * sigma / (1.0 + omega) ** 2
+            skew = omega * sigma / (1.0 + omega) ** 1.5
+        out = -shift / 8.0 + 5.0 * skew * skew / 24.0  # gauss (_laplace's corrections)
+        if flat.any():
+            log_z = self._moments(mu[flat], sigma[flat], y[flat])[0]
+            out[flat] = log_z - laplace_moments(mu[flat], sigma[flat], y[flat])[0]
+        rest = ~(flat | gauss)
+        if rest.any():
+            m, s = mu[rest], sigma[rest]
+            big_l = panel_moments(self, m, s, y[rest], offset=False)[0]
+            narrow = big_l - np.log(s) - _LOG_SQRT_2PI + half_log1p[rest]
+            ar, alr = a[rest], alpha[rest]
+            wide = narrow - 0.5 * (ar / s) ** 2 - ar * alr + alr
+            out[rest] = np.where(_wide(m, s, y[rest]), wide, narrow)
+        return out
 
     # -- hooks of the exact sigma* kernel (coordinate g = f - a) -----------------------------
     _closed_form_takes_moments = True

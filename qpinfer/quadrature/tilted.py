@@ -28,9 +28,11 @@ from qpinfer.quadrature.panels import panel_rule as _panel_rule
 __all__ = ["panel_moments"]
 
 
-def panel_moments(lik, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def panel_moments(lik, mu, sigma, y, offset=True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(log Z, mean, std)`` of the tilted distribution for 1-D canonical arrays (every point
-    computed by quadrature; closed-form regimes are the caller's). The likelihood has one lobe."""
+    computed by quadrature; closed-form regimes are the caller's). The likelihood has one lobe.
+    ``offset=False``: ``log Z + lik._log_tilted_offset(...)`` in place of log Z (the log of the
+    integral of ``exp(lik._log_tilted)``, free of the offset's large terms)."""
     mu, sigma, y = (np.asarray(a, dtype=np.float64).ravel() for a in (mu, sigma, y))
     log_z, mean, std = (np.empty(mu.shape) for _ in range(3))
     if mu.size == 0:
@@ -50,11 +52,11 @@ def panel_moments(lik, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray
                     np.concatenate([ed, np.clip(extra[None, :], ed[:, :1], ed[:, -1:])], axis=-1),
                     axis=-1,
                 )
-            log_z[sel], mean[sel], std[sel] = _moments_on(lik, ed, m, s, yy)
+            log_z[sel], mean[sel], std[sel] = _moments_on(lik, ed, m, s, yy, offset)
     return log_z, mean, std
 
 
-def _moments_on(lik, ed, mu, sigma, y):
+def _moments_on(lik, ed, mu, sigma, y, offset=True):
     lo, hi = ed[:, :-1], ed[:, 1:]
     half = 0.5 * (hi - lo)
     nodes, weights, _ = _panel_rule(lik._n_nodes)
@@ -63,5 +65,7 @@ def _moments_on(lik, ed, mu, sigma, y):
     log_q, _ = lik._log_tilted(x, mu[col], sigma[col], y[col], derivative=False)
     peak = log_q.max(axis=(1, 2), keepdims=True)
     total, m1, std = _panel_moments_of(np.exp(log_q - peak), x, half, weights)
-    log_z = np.log(total) + peak[:, 0, 0] - lik._log_tilted_offset(mu, sigma, y)
+    log_z = np.log(total) + peak[:, 0, 0]
+    if offset:
+        log_z = log_z - lik._log_tilted_offset(mu, sigma, y)
     return log_z, lik._anchor(mu, sigma, y) + m1, std

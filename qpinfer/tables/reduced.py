@@ -169,14 +169,12 @@ class ReducedTable(SigmaTableReader):
                 out[rest] = sigma_qp(lik, mu.ravel()[rest], s[rest], y.ravel()[rest])
         return out, None if moments is None else moments[1], shape, rest
 
-    def _in_box(self, k: int, sub, idx, many=None, with_coords=False):
+    def _in_box(self, k: int, sub, idx, many=None):
         """``(selection, stored values)`` of the queries ``sub`` (at flat indices ``idx``, or
         all) inside box ``k``; ``None`` if none is. ``many``: other arrays of the box's cells
-        (Chebyshev coefficients) to evaluate instead of rho, the values then a list;
-        ``with_coords``: a third item, ``(label index, box coordinates)`` of the selection."""
+        (Chebyshev coefficients) to evaluate instead of rho, the values then a list."""
         box = self._boxes[k]
         coords = box.axis_coords(*sub)
-        label_index, inside_coords = 0, False
         if coords is not None and many is not None:
             inside, values = evaluate_many(many, box.moment_axes(), coords, 0, check=True)
         elif coords is not None:  # one pass locates, checks and evaluates
@@ -194,18 +192,11 @@ class ReducedTable(SigmaTableReader):
                 values = evaluate_many(many, box.moment_axes(), coords, first)[1]
             else:
                 values = evaluate(self._coefs[k], box.axes, coords, first, self._power[k])
-            inside_coords = True  # (coords are the inside queries' already)
         if inside is None:
-            sel = slice(None) if idx is None else idx
-            return (sel, values, (label_index, coords)) if with_coords else (sel, values)
+            return (slice(None) if idx is None else idx), values
         if not inside.any():
             return None
-        sel = np.flatnonzero(inside) if idx is None else idx[inside]
-        if not with_coords:
-            return sel, values
-        if not inside_coords:
-            coords = tuple(c[inside] for c in coords)
-        return sel, values, (label_index, coords)
+        return (np.flatnonzero(inside) if idx is None else idx[inside]), values
 
     def stored_moments(self, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """``((log Z, mean, std), rest)``: EP's moments at canonical 1-D cavities from the
@@ -226,14 +217,14 @@ class ReducedTable(SigmaTableReader):
                 if idx is not None and idx.size == 0:
                     break
                 sub = (mu, sigma, y) if idx is None else (mu[idx], sigma[idx], y[idx])
-                found = self._in_box(k, sub, idx, self._moment_coefs[k], with_coords=True)
+                found = self._in_box(k, sub, idx, self._moment_coefs[k])
                 if found is not None:
-                    sel, (log_z, offset, log_std), (label_index, coords) = found
+                    sel, (log_z, offset, log_std) = found
                     s = sigma[sel]
-                    anchor = box.mean_anchor(np.asarray(box.labels)[label_index], *coords)
-                    out[0, sel] = log_z
-                    out[1, sel] = anchor + s * offset
-                    out[2, sel] = s * np.exp(log_std)
+                    ref = box.reference_moments(mu[sel], s, y[sel])
+                    out[0, sel] = ref[0] + log_z
+                    out[1, sel] = ref[1] + s * offset
+                    out[2, sel] = ref[2] * np.exp(log_std)
                     todo.done(sel)
         idx = todo.indices()
         return tuple(out), (np.empty(0, np.intp) if idx is None else idx)

@@ -7,11 +7,11 @@ zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
 of the box's cells (:mod:`qpinfer.tables.chebyshev`), one slice per label, with the node positions
 as coordinate arrays. Where the likelihood's EP moments have no closed form
 (``Likelihood._tabulated_moments``), every box also holds them at the same nodes, one array per
-quantity (:data:`MOMENT_ARRAYS`): at the node's canonical cavity ``(mu, sigma)``, ``ep_log_z_<box>``
-= log Z, ``ep_mean_<box>`` = (mean - anchor) / sigma (``anchor``: the box's
-:meth:`~qpinfer.tables.boxes.base.Box.mean_anchor`, the cavity mean unless the box says otherwise)
-and ``ep_log_std_<box>`` = log(std / sigma) of the tilted distribution (root attribute
-``moments``). Root attributes: ``likelihood``, ``boxes`` (each box's kind, axes and
+quantity (:data:`MOMENT_ARRAYS`), measured against the box's
+:meth:`~qpinfer.tables.boxes.base.Box.reference_moments` ``(log Z_ref, mean_ref, std_ref)`` (the
+cavity itself, ``(0, mu, sigma)``, unless the box says otherwise): ``ep_log_z_<box>`` = log Z -
+log Z_ref, ``ep_mean_<box>`` = (mean - mean_ref) / sigma and ``ep_log_std_<box>`` = log(std /
+std_ref) of the tilted distribution (root attribute ``moments``). Root attributes: ``likelihood``, ``boxes`` (each box's kind, axes and
 labels), ``grid`` (the same, for tools that read v1's), ``coordinates`` / ``interpolation`` /
 ``claimed_domain`` (prose), ``arrays`` (every array of the store), ``verification`` (the build's
 check against the exact kernel and mpmath), ``integrity`` and ``complete``.

@@ -123,24 +123,25 @@ def tile_arrays(likelihood: str, box: Box, first_label: int, first_cell: int) ->
     (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`), all from one computation of EP's
     moments."""
     lik = qpinfer.get_likelihood(likelihood)
-    mu, sigma, y, coords, shape = _tile_nodes(box, box.axes, first_label, first_cell)
+    mu, sigma, y, shape = _tile_nodes(box, box.axes, first_label, first_cell)
     q = qpinfer.sigma_qp(likelihood, mu, sigma, y)
     if box.denominator == "sigma":
         out = {"rho": (q / sigma).reshape(shape)}
     else:
         out = {"rho": (q / lik.tilted_moments(mu, sigma, y)[1]).reshape(shape)}
     if lik._tabulated_moments:  # reduced_store.MOMENT_ARRAYS, on the box's moment nodes
-        mu, sigma, y, coords, shape = _tile_nodes(box, box.moment_axes(), first_label, first_cell)
+        mu, sigma, y, shape = _tile_nodes(box, box.moment_axes(), first_label, first_cell)
         log_z, mean, std = lik.ep_moments(mu, sigma, y)
-        anchor = box.mean_anchor(y, *coords)
-        stored = (log_z, (mean - anchor) / sigma, np.log(std / sigma))
+        ref = box.reference_moments(mu, sigma, y)
+        stored_log_z = box.stored_log_z(lik, mu, sigma, y, log_z)
+        stored = (stored_log_z, (mean - ref[1]) / sigma, np.log(std / ref[2]))
         out.update({k: v.reshape(shape) for k, v in zip(MOMENT_ARRAYS, stored, strict=True)})
     return out
 
 
 def _tile_nodes(box: Box, axes, first_label: int, first_cell: int):
-    """``(mu, sigma, y, coords, shape)``: the canonical cavities at one tile's nodes on
-    ``axes`` (the box's, or its moment axes), flat, and the tile's array shape."""
+    """``(mu, sigma, y, shape)``: the canonical cavities at one tile's nodes on ``axes`` (the
+    box's, or its moment axes), flat, and the tile's array shape."""
     n_labels, n_cells = tile_layout(box)
     ax0 = axes[0]
     cells = min(n_cells, ax0.n_cells - first_cell)
@@ -148,9 +149,8 @@ def _tile_nodes(box: Box, axes, first_label: int, first_cell: int):
     labels = np.asarray(box.labels[first_label : first_label + n_labels], dtype=np.float64)
     grids = np.meshgrid(labels, x0, *(ax.nodes() for ax in axes[1:]), indexing="ij")
     y = grids[0].ravel()
-    coords = tuple(g.ravel() for g in grids[1:])
-    mu, sigma = box.cavity(y, *coords)
-    return mu, sigma, y, coords, grids[0].shape
+    mu, sigma = box.cavity(y, *(g.ravel() for g in grids[1:]))
+    return mu, sigma, y, grids[0].shape
 
 
 def tile_rho(likelihood: str, box: Box, first_label: int, first_cell: int) -> np.ndarray:
@@ -264,8 +264,9 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
             "arrays": [f"{p}_<box>" for p in MOMENT_ARRAYS],
             "quantities": (
                 "EP's tilted moments at each node's canonical cavity (mu, sigma): ep_log_z = "
-                "log Z, ep_mean = (mean - anchor) / sigma (anchor: the box's mean_anchor, the "
-                "cavity mean unless the box says otherwise), ep_log_std = log(std / sigma)"
+                "log Z - log Z_ref, ep_mean = (mean - mean_ref) / sigma, ep_log_std = log(std / "
+                "std_ref), against the box's reference_moments (the cavity itself, (0, mu, "
+                "sigma), unless the box says otherwise)"
             ),
         }
 

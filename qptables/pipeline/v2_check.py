@@ -135,11 +135,12 @@ def check_points(
         got = table.sigma_qp(mu, sigma, y)
         exact = qpinfer.sigma_qp(likelihood, mu, sigma, y)
         worst_kernel = max(worst_kernel, float(np.max(np.abs(got / exact - 1.0))))
-        if moments:
-            errs = moment_errors(
-                table_lik.ep_moments(mu, sigma, y), exact_lik.ep_moments(mu, sigma, y), sigma
-            )
-            worst_moments = {k: max(v, errs[k]) for k, v in worst_moments.items()}
+        if moments:  # at the box's cavities, and at equivalent ones of other labels
+            for m, yy in ((mu, y), exact_lik._equivalent_cavities(mu, sigma, y, rng)):
+                errs = moment_errors(
+                    table_lik.ep_moments(m, sigma, yy), exact_lik.ep_moments(m, sigma, yy), sigma
+                )
+                worst_moments = {k: max(v, errs[k]) for k, v in worst_moments.items()}
         n_kernel += n
         per = max(samples // len(boxes), 1)
         strata += [(box.name, float(mu[i]), float(sigma[i]), float(y[i])) for i in range(per)]

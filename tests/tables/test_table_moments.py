@@ -12,7 +12,7 @@ from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
 from qptables.pipeline.v2_check import moment_errors, reference_values
 from qptables.reference.fanout import fan_out
-from tests._helpers import load_ionosphere
+from tests._helpers import coal, load_ionosphere
 
 #: the shipped tables that store EP's moments
 WITH_MOMENTS = sorted(
@@ -25,21 +25,22 @@ TOLERANCE = 1e-12
 
 def _cavities(name, n, seed):
     """The random-cavity domain of ``benchmarks/bench_likelihood_tables.py``: |mu| up to 1e4
-    (half uniform on [-10, 10]), sigma log-uniform on [1e-4, 1e6], labels +-1."""
+    (half uniform on [-10, 10]), sigma log-uniform on [1e-4, 1e6] (the log link: to 1e4, the most
+    it accepts), labels +-1 or counts 0..1000."""
     rng = np.random.default_rng(seed)
     half = n // 2
-    mu = np.concatenate(
-        [
-            rng.uniform(-10, 10, half),
-            rng.choice([-1.0, 1.0], n - half) * 10.0 ** rng.uniform(-4, 4, n - half),
-        ]
-    )
-    sigma = 10.0 ** rng.uniform(-4, 6, n)
-    return rng.permutation(mu), sigma, rng.choice([-1.0, 1.0], n)
+    magnitude = 10.0 ** rng.uniform(-4, 4, n - half)
+    mu = np.concatenate([rng.uniform(-10, 10, half), rng.choice([-1.0, 1.0], n - half) * magnitude])
+    sigma = 10.0 ** rng.uniform(-4, 4 if name == "poisson_log" else 6, n)
+    if name.startswith("poisson"):
+        y = rng.integers(0, 1001, n).astype(np.float64)
+    else:
+        y = rng.choice([-1.0, 1.0], n)
+    return rng.permutation(mu), sigma, y
 
 
-def test_the_logit_table_stores_moments():
-    assert "logit" in WITH_MOMENTS
+def test_the_logit_and_log_link_tables_store_moments():
+    assert {"logit", "poisson_log"} <= set(WITH_MOMENTS)
     assert open_shipped("logit").has_moments and not open_shipped("probit").has_moments
 
 
@@ -116,3 +117,17 @@ def test_a_logit_fit_takes_its_moments_from_the_shipped_table(method):
     assert exact.likelihood_._moment_table is None
     assert fast.log_marginal_likelihood_ == pytest.approx(exact.log_marginal_likelihood_, abs=1e-9)
     np.testing.assert_allclose(fast.predict_proba(X), exact.predict_proba(X), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["ep", "qp"])
+def test_a_log_link_poisson_fit_takes_its_moments_from_the_shipped_table(method):
+    X, y = coal()
+    params = dict(link="log", optimizer=None, length_scale=0.3)
+    table = open_shipped("poisson_log")
+    before = table.moment_fallback_count, table.fallback_count
+    fast = qpinfer.GPPoissonRegressor(method, **params).fit(X, y)
+    assert fast.likelihood_._moment_table is table
+    assert (table.moment_fallback_count, table.fallback_count) == before
+    exact = qpinfer.GPPoissonRegressor(method, table="exact", **params).fit(X, y)
+    assert fast.log_marginal_likelihood_ == pytest.approx(exact.log_marginal_likelihood_, abs=1e-9)
+    np.testing.assert_allclose(fast.predict(X), exact.predict(X), rtol=1e-9, atol=0)

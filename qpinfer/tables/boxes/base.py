@@ -59,13 +59,23 @@ class Box:
             CellAxis(ax.name, ax.start, ax.width, ax.n_cells, self.moment_nodes) for ax in self.axes
         )
 
-    def mean_anchor(self, label, *coords: np.ndarray) -> np.ndarray:
-        """Where the box's stored EP mean is measured from, at box coordinates ``coords``
-        (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`: ``(mean - anchor) / sigma``): a
-        point within a few sigma of the tilted mean, so that the stored offset is O(1) and the
-        mean keeps an absolute accuracy of a small fraction of sigma. Default: the cavity
-        mean."""
-        return self.cavity(label, *coords)[0]
+    def reference_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(log Z, mean, std)`` a box's stored EP moments are measured against
+        (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`: ``log Z - log Z_ref``, ``(mean -
+        mean_ref) / sigma``, ``log(std / std_ref)``), for canonical cavities in the box (the
+        queries of :meth:`locate`, or a node's :meth:`cavity`): reference plus stored value are
+        the moments :meth:`qpinfer.Likelihood._from_box_moments` takes (a box of folded cavities:
+        the folded one's). A smooth function of the box's coordinates close to the moments, so
+        that what is stored is O(1) and smooth, and the mean keeps an absolute accuracy of a
+        small fraction of sigma. Default: the cavity, ``(0, mu, sigma)``."""
+        mu = np.asarray(mu, dtype=np.float64)
+        return np.zeros(mu.shape), mu, np.asarray(sigma, dtype=np.float64)
+
+    def stored_log_z(self, likelihood, mu, sigma, y, log_z) -> np.ndarray:
+        """What the box stores of log Z at its nodes' cavities: ``log_z`` minus the reference's
+        (:meth:`reference_moments`). A box whose reference shares large terms with log Z
+        computes the difference without forming them."""
+        return log_z - self.reference_moments(mu, sigma, y)[0]
 
     def locate(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
         """``(inside, label_index, coords)`` for canonical cavities: which lie in the box, the
