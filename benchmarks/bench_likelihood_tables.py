@@ -6,13 +6,16 @@ batch, one thread) spanning |mu| up to 1e4 (half uniform on [-10, 10], half log-
 magnitudes 1e-4 .. 1e4 of either sign) and sigma log-uniform on [1e-4, 1e6] (poisson_log: [1e-4, 1e4], the most it accepts); labels +-1, counts
 0..1000 (Poisson), observations uniform on [-10, 10] (Student-t, scale 1). Printed per table:
 
-* ``lookup/s``: the table's ``sigma_ratio`` with EP's moments given -- what QP's projection
-  calls (:class:`qpinfer.inference.projections.QuantileMatching` computes EP's moments for the
-  mean update anyway);
-* ``sigma_qp/s``: the table's ``sigma_qp``, EP's moments computed inside;
-* ``EP moments/s``: the likelihood's ``tilted_moments`` alone (EP's own cost);
-* ``fallbacks``: cavities the table did not answer (the exact kernel did);
-* ``max rel err``: against the exact kernel on the first ``--check`` cavities.
+* ``lookup/s``: the table's ``sigma_ratio`` with EP's moments given;
+* ``sigma_qp/s``: the table's ``sigma_qp``, EP's moments computed inside (from the table where
+  it stores them);
+* ``moments/s``: EP's ``(log Z, mean, std)`` as the estimators' site updates get them: the
+  likelihood given the table's moments (:meth:`qpinfer.Likelihood.with_moment_table`), or its
+  closed forms / quadrature where the table stores none (``exact`` then);
+* ``quadrature/s``: the same moments by the exact quadrature (on the first ``--check`` cavities);
+* ``fallbacks``: cavities the table did not answer, sigma* and moments (the exact kernel did);
+* ``max err``: against the exact kernel on the first ``--check`` cavities: sigma* relative;
+  log Z absolute (relative beyond 1), the mean in cavity stds, the variance relative.
 
 ``fits``: QP (table) and EP at fixed hyperparameters (EP's fitted kernel), interleaved in one process, median of
 ``--repeats``: logit on Ionosphere (KEEL), Poisson with the log link on the coal-mining counts,
@@ -60,27 +63,41 @@ def cavities(name: str, n: int, seed: int = 0):
 
 
 def lookups(points: int, check: int) -> None:
+    from qptables.pipeline.v2_check import moment_errors
+
     print(f"{points} cavities per table, one batch, one thread")
-    head = f"{'table':30s} {'lookup/s':>11s} {'sigma_qp/s':>11s} {'EP moments/s':>13s}"
-    print(head + f" {'fallbacks':>10s} {'max rel err':>12s}")
+    head = f"{'table':30s} {'lookup/s':>9s} {'sigma_qp/s':>10s} {'moments/s':>10s} {'quadrature/s':>12s}"
+    print(
+        head
+        + f" {'fallbacks':>9s} {'sigma* err':>10s} {'log Z err':>9s} {'mean err':>9s} {'var err':>9s}"
+    )
     for name in SHIPPED:
         lik, table = get_likelihood(name), open_shipped(name)
+        tabulated = lik.with_moment_table(table.moment_table)
         mu, sigma, y = cavities(name, points)
         t0 = time.perf_counter()
-        moments = lik.tilted_moments(mu, sigma, y)
+        moments = tabulated.ep_moments(mu, sigma, y)
         t1 = time.perf_counter()
-        before = table.fallback_count
-        table.sigma_ratio(mu, sigma, y, moments=moments)
+        before = table.fallback_count + table.moment_fallback_count
+        table.sigma_ratio(mu, sigma, y, moments=moments[1:])
         t2 = time.perf_counter()
-        fallbacks = table.fallback_count - before
         sig = table.sigma_qp(mu, sigma, y)
         t3 = time.perf_counter()
+        fallbacks = table.fallback_count + table.moment_fallback_count - before
         m, s, yy = mu[:check], sigma[:check], y[:check]
         exact = qpinfer.sigma_qp(lik, m, s, yy)
         err = float(np.max(np.abs(sig[:check] / exact - 1.0)))
-        rates = (points / (t2 - t1), points / (t3 - t2), points / (t1 - t0))
+        t4 = time.perf_counter()
+        reference = lik.ep_moments(m, s, yy)
+        t5 = time.perf_counter()
+        errors = moment_errors([a[:check] for a in moments], reference, s)
+        rates = (points / (t2 - t1), points / (t3 - t2), points / (t1 - t0), check / (t5 - t4))
+        source = "" if table.moment_table is not None else " (exact)"
         print(
-            f"{name:30s} {rates[0]:11.3g} {rates[1]:11.3g} {rates[2]:13.3g} {fallbacks:10d} {err:12.2e}"
+            f"{name:30s} {rates[0]:9.3g} {rates[1]:10.3g} {rates[2]:10.3g} {rates[3]:12.3g} "
+            f"{fallbacks:9d} {err:10.1e} {errors['log_z']:9.1e} {errors['mean']:9.1e} "
+            f"{errors['var']:9.1e}{source}",
+            flush=True,
         )
 
 
@@ -127,7 +144,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("part", nargs="?", choices=("lookups", "fits"), default="lookups")
     ap.add_argument("--points", type=int, default=1_000_000)
-    ap.add_argument("--check", type=int, default=2000, help="cavities checked against the kernel")
+    ap.add_argument("--check", type=int, default=20000, help="cavities checked against the kernel")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     if args.part == "lookups":

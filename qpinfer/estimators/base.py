@@ -11,10 +11,10 @@ validation and the predictions.
 
 Inference methods (``method=``):
 
-* ``"ep"``, ``"qp"`` (and any other projection a subclass adds, e.g. Power EP) -- the site
-  updates of :func:`qpinfer.inference.ep.run_ep` with :class:`~qpinfer.MomentMatching`
-  (eq. (5)) or :class:`~qpinfer.QuantileMatching` (eq. (7); sigma* from a table, exact
-  outside it); evidence eq. (4), gradient R&W eq. (5.27);
+* ``"ep"``, ``"qp"`` (and other projections, e.g. Power EP) -- the Anderson-accelerated site
+  updates of :func:`qpinfer.inference.ep.run_ep` with :class:`~qpinfer.MomentMatching` (eq. (5))
+  or :class:`~qpinfer.QuantileMatching` (eq. (7)), EP's moments and sigma* from the tables
+  (:func:`~qpinfer.estimators.tables.with_moment_table`); evidence eq. (4), R&W eq. (5.27);
 * ``"laplace"`` -- :func:`qpinfer.inference.laplace.laplace_mode` (R&W Alg. 3.1), evidence R&W eq.
   (3.32), gradient R&W Alg. 5.1;
 * ``"vb"`` -- :func:`qpinfer.inference.vb.vb_fixed_point` (Opper & Archambeau's Gaussian VB), the
@@ -32,9 +32,8 @@ a bound warns (:class:`qpinfer.inference.search_result.OptimizerWarning`); it st
 ``qpinfer.checks.DENSE_WARN_N`` rows warn first (:class:`~qpinfer.checks.LargeDenseFitWarning`). QP
 maximises its own ``qp_objective`` in one search with the total gradient through its site fixed
 point (:mod:`qpinfer.inference.total_gradient`), or with ``qp_objective="ep"`` first EP's
-evidence and then polishes its own from there (see ``GPEstimatorBase._optimize()``). See
-:mod:`qpinfer.estimators.classifier` for why the inner loop is nested rather than alternated with
-whole L-BFGS-B runs.
+evidence and then polishes its own from there (see ``GPEstimatorBase._optimize()``); why the
+inner loop is nested, not alternated with whole L-BFGS-B runs: :mod:`qpinfer.estimators.classifier`.
 
 Starting points: for the square link the posterior is symmetric under ``f -> -f`` and the
 symmetric state (posterior mean 0) is a saddle that EP's and VB's updates never leave; every
@@ -60,8 +59,9 @@ from qpinfer.checks import (  # check_X, check_positive_int: re-exported (were d
     warn_large_dense_fit,
 )
 from qpinfer.estimators.blas import limits_blas
-from qpinfer.estimators.params import SiteLoopParams, resolve_table, with_moment_table
+from qpinfer.estimators.params import SiteLoopParams
 from qpinfer.estimators.protocol import NotFittedError
+from qpinfer.estimators.tables import resolve_table, with_moment_table
 from qpinfer.inference.ep import (
     ConvergenceWarning,
     EPResult,
@@ -116,7 +116,7 @@ class GPEstimatorBase(SiteLoopParams):
         self._check_site_loop()
 
     def _resolve_table(self, likelihood: Any) -> Any:
-        """QP's sigma* table (:func:`qpinfer.estimators.params.resolve_table`)."""
+        """QP's sigma* table (:func:`qpinfer.estimators.tables.resolve_table`)."""
         return resolve_table(self, likelihood)
 
     def _projection(self, likelihood: Any, table: Any) -> Any:
@@ -127,7 +127,7 @@ class GPEstimatorBase(SiteLoopParams):
         return QuantileMatching(likelihood, table)
 
     def _run(self, K: np.ndarray, y: np.ndarray, projection: Any, init=None) -> EPResult:
-        return run_ep(K, y, projection, init=init, **self._site_loop_options())
+        return run_ep(K, y, projection, init=init, acceleration=True, **self._site_loop_options())
 
     # -- one inner fit at fixed hyperparameters, and its gradient ----------------------------
     def _inner(
@@ -192,8 +192,7 @@ class GPEstimatorBase(SiteLoopParams):
         (in the likelihood's form); sets the fitted attributes shared by all estimators."""
         warn_large_dense_fit(type(self).__name__, X.shape[0], self._SPARSE_ALTERNATIVE)
         table = self._resolve_table(likelihood)
-        likelihood = with_moment_table(self, likelihood, table)
-        self.likelihood_ = likelihood
+        self.likelihood_ = likelihood = with_moment_table(self, likelihood, table)
         self.table_ = table
         self.projection_ = self._projection(likelihood, table)
         kernel = self._initial_kernel(X.shape[1])

@@ -10,10 +10,11 @@ import numpy as np
 
 from qpinfer.checks import check_positive_int, check_X
 from qpinfer.estimators.blas import check_blas_threads, limits_blas
-from qpinfer.estimators.params import estimator, initial_kernel, resolve_table
+from qpinfer.estimators.params import estimator, initial_kernel
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.estimators.protocol import ParamsMixin
 from qpinfer.estimators.sparse_base import SchedulerCloneMixin, checked_inducing_points
+from qpinfer.estimators.tables import resolve_table
 from qpinfer.inference.power_ep import PowerMomentMatching, check_power
 from qpinfer.inference.projections import QuantileMatching
 from qpinfer.inference.sparse.dask_partitions import is_dask_array

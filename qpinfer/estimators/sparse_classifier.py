@@ -12,9 +12,10 @@ import numpy as np
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X, _check_y, binary_labels
 from qpinfer.estimators.multiclass import MultiClassMixin, check_multi_class
-from qpinfer.estimators.params import SiteLoopParams, estimator, resolve_table
+from qpinfer.estimators.params import SiteLoopParams, estimator
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.estimators.sparse_base import SchedulerCloneMixin, SparseEstimatorBase
+from qpinfer.estimators.tables import resolve_table
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.power_ep import PowerMomentMatching, check_power
 from qpinfer.inference.projections import MomentMatching, QuantileMatching

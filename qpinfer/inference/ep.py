@@ -138,6 +138,7 @@ def run_ep(
     compute_evidence: bool = True,
     min_site_precision: float | str | None = "auto",
     adaptive_damping: bool = False,
+    acceleration: bool = False,
 ) -> EPResult:
     """Run the site updates of Algorithm 1 (inner loop) to convergence.
 
@@ -172,6 +173,10 @@ def run_ep(
         Parallel schedule: halve the damping (down to 1/64) whenever 20 sweeps pass without a new
         smallest RMS change, as :func:`qpinfer.inference.sparse.sites.run_sparse_pep` always does.
         Off by default here, so that existing fits keep their exact sweep sequence.
+    acceleration:
+        Parallel schedule: Anderson acceleration of the sweeps (:mod:`qpinfer.inference.anderson`;
+        the same fixed points and stopping rule, fewer sweeps). Off by default here; the
+        estimators turn it on.
     """
     K = np.asarray(K, dtype=np.float64)
     y = np.asarray(y)
@@ -181,7 +186,9 @@ def run_ep(
     if y.shape != (n,):
         raise ValueError(f"y must have shape ({n},), got {y.shape}")
     floor = resolve_floor(min_site_precision, projection)
-    settings = SweepSettings.checked(schedule, damping, max_iter, tol, floor, adaptive_damping)
+    settings = SweepSettings.checked(
+        schedule, damping, max_iter, tol, floor, adaptive_damping, acceleration
+    )
     representation = DenseSiteRepresentation(K, block_size)
     update = _ProjectedSites(projection, y, floor)
     return run_sites(representation, update, init, settings, compute_evidence, EPResult, _WHAT)

@@ -30,7 +30,7 @@ is below ``tol``. If that does not happen within ``max_iter`` sweeps a :class:`C
 is issued and the sites with the smallest change seen are returned (the prior if no sweep
 succeeded). A sweep that raises ``LinAlgError`` or produces non-finite sites ends the loop. With
 negative sites (no precision floor) a parallel step that would make the posterior improper is
-halved until it is proper (``_proper_step()``), so the best state is always a proper one.
+halved until it is proper (``:func:`qpinfer.inference.sweeps.proper_step```), so the best state is always a proper one.
 
 :class:`SweepControl` is that loop without the sweep itself (:meth:`SweepControl.run` takes one
 sweep as a function of the state): :func:`run_sites` sweeps a posterior representation in
@@ -48,6 +48,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from qpinfer.inference.anderson import AcceleratedSweep
 from qpinfer.inference.dense_posterior import PosteriorMoments
 from qpinfer.inference.site_update import (  # noqa: F401 (re-exported: here before site_update)
     MIN_SITE_PRECISION,
@@ -55,6 +56,7 @@ from qpinfer.inference.site_update import (  # noqa: F401 (re-exported: here bef
     resolve_floor,
     site_proposal,
 )
+from qpinfer.inference.sweeps import parallel_sweep, sequential_sweep
 
 __all__ = [
     "SCHEDULES",
@@ -71,9 +73,6 @@ SCHEDULES = ("parallel", "sequential")
 #: new smallest RMS change (iris at damping 0.5 kept RMS ~2e-3 for 1000 sweeps)
 STALL_SWEEPS = 20
 MIN_DAMPING = 1.0 / 64.0
-#: parallel schedule with negative sites: how often a step that makes the posterior improper is
-#: halved before the loop gives up (``_proper_step()``)
-MAX_STEP_HALVINGS = 30
 
 
 class ConvergenceWarning(UserWarning):
@@ -141,6 +140,8 @@ class SweepSettings:
     tol: float
     floor: float | None
     adaptive_damping: bool
+    #: Anderson acceleration of the parallel schedule (:mod:`qpinfer.inference.anderson`)
+    acceleration: bool = False
 
     @classmethod
     def checked(
@@ -151,6 +152,7 @@ class SweepSettings:
         tol: float,
         floor: float | None,
         adaptive_damping: bool = False,
+        acceleration: bool = False,
     ) -> SweepSettings:
         """Validated settings; ``damping=None`` is 1.0 for the sequential, 0.5 for the parallel
         schedule."""
@@ -164,7 +166,9 @@ class SweepSettings:
             raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
         if not (tol > 0):
             raise ValueError(f"tol must be positive, got {tol!r}")
-        return cls(schedule, damping, max_iter, tol, floor, bool(adaptive_damping))
+        return cls(
+            schedule, damping, max_iter, tol, floor, bool(adaptive_damping), bool(acceleration)
+        )
 
 
 class SweepControl:
@@ -300,64 +304,6 @@ def initial_sites(init: Any, n: int, floor: float | None) -> tuple[np.ndarray, n
     return tau, nu
 
 
-def _damped(old: np.ndarray, new: np.ndarray, damping: float) -> np.ndarray:
-    return (1.0 - damping) * old + damping * new
-
-
-def _parallel_sweep(rep, update, tau, nu, damping, floor):
-    post = rep.refresh(tau, nu)
-    tau_p, nu_p, ok, clipped = update.propose(slice(None), post.mean, post.var, tau, nu)
-    tau_new = np.where(ok, _damped(tau, tau_p, damping), tau)
-    nu_new = np.where(ok, _damped(nu, nu_p, damping), nu)
-    if floor is not None:
-        tau_new = np.maximum(tau_new, floor)
-    elif np.any(tau_new < 0):
-        tau_new, nu_new = _proper_step(rep, tau, nu, tau_new, nu_new)
-    return tau_new, nu_new, int(np.count_nonzero(clipped)), int(np.count_nonzero(~ok))
-
-
-def _proper_step(rep, tau, nu, tau_new, nu_new):
-    """Negative sites (no floor): halve the step from ``(tau, nu)`` towards ``(tau_new, nu_new)``
-    until the posterior it implies is proper (at most :data:`MAX_STEP_HALVINGS` times, then
-    ``LinAlgError``, which ends the loop with the best proper state). Every site moving at once
-    can make ``K^-1 + S~`` indefinite where each site alone would not (starsCYG: 46 of 47 sites
-    negative after the first sweep from the prior)."""
-    for _ in range(MAX_STEP_HALVINGS):
-        try:
-            rep.refresh(tau_new, nu_new)
-            return tau_new, nu_new
-        except np.linalg.LinAlgError:
-            tau_new = 0.5 * (tau + tau_new)
-            nu_new = 0.5 * (nu + nu_new)
-    rep.refresh(tau_new, nu_new)  # LinAlgError if still improper
-    return tau_new, nu_new
-
-
-def _sequential_sweep(rep, update, tau, nu, damping, floor):
-    tau = tau.copy()
-    nu = nu.copy()
-    state = rep.sequential(tau, nu)
-    n_clipped = n_skipped = 0
-    for i in range(rep.n_sites):
-        mean_i, var_i = state.marginal(i)
-        site = slice(i, i + 1)
-        tau_p, nu_p, ok, clipped = update.propose(site, mean_i, var_i, tau[site], nu[site])
-        if not ok[0]:
-            n_skipped += 1
-            continue
-        tau_i = _damped(tau[i], tau_p[0], damping)
-        if floor is not None:
-            tau_i = max(tau_i, floor)
-        nu_i = _damped(nu[i], nu_p[0], damping)
-        if not state.apply(i, tau_i - tau[i], nu_i - nu[i]):
-            n_skipped += 1
-            continue
-        n_clipped += int(clipped[0])
-        tau[i] = tau_i
-        nu[i] = nu_i
-    return tau, nu, n_clipped, n_skipped
-
-
 def run_sites(
     representation: PosteriorRepresentation,
     update: SiteUpdate,
@@ -373,15 +319,25 @@ def run_sites(
     their posterior and (``compute_evidence``) their evidence; ``what`` names the method in the
     warning."""
     n = representation.n_sites
-    sweep = _parallel_sweep if settings.schedule == "parallel" else _sequential_sweep
+    sweep = parallel_sweep if settings.schedule == "parallel" else sequential_sweep
 
-    def one_sweep(sites: tuple[np.ndarray, np.ndarray], damping: float):
-        tau, nu = sites
+    def plain(tau, nu, damping):
         tau_new, nu_new, n_clipped, n_skipped = sweep(
             representation, update, tau, nu, damping, settings.floor
         )
         if not (np.all(np.isfinite(tau_new)) and np.all(np.isfinite(nu_new))):
             return None
+        return tau_new, nu_new, n_clipped, n_skipped
+
+    step = lambda tau, nu, damping: (tau, nu, plain(tau, nu, damping))  # noqa: E731
+    if settings.acceleration and settings.schedule == "parallel":
+        step = AcceleratedSweep(plain, n, settings.floor)
+
+    def one_sweep(sites: tuple[np.ndarray, np.ndarray], damping: float):
+        tau, nu, out = step(*sites, damping)  # (tau, nu): where the sweep started
+        if out is None:
+            return None
+        tau_new, nu_new, n_clipped, n_skipped = out
         diff = np.concatenate((tau_new - tau, nu_new - nu))
         return (tau_new, nu_new), float(np.sqrt(np.mean(diff * diff))), n_clipped, n_skipped
 

@@ -1,3 +1,4 @@
+# Over 400 lines: one interpolation scheme -- its coefficients, two bases and two evaluation orders share the private locate and basis helpers.
 """Piecewise Chebyshev interpolation on tensor grids of equal cells (the v2 tables' scheme).
 
 An axis ``[start, start + n_cells * width]`` is cut into ``n_cells`` equal cells; each cell holds
@@ -298,18 +299,9 @@ def evaluate_inside(
     return inside, _evaluate_located(coef, axes, rows, local, power)
 
 
-def evaluate_many(
-    coefs: list[np.ndarray],
-    axes: tuple[CellAxis, ...],
-    points: tuple[np.ndarray, ...],
-    first_row: np.ndarray | int = 0,
-    check: bool = False,
-) -> tuple[np.ndarray | None, list[np.ndarray]]:
-    """``(inside, values)``: several interpolants on the same cells (Chebyshev coefficients,
-    :func:`coefficients`) at ``points``, located once -- a table's EP moments beside each
-    other. With ``check``, ``inside`` is the mask of the points inside the axes' ranges
-    (``None``: all) and the values are those points'; else every point must be inside and
-    ``inside`` is ``None``."""
+def evaluate_many(coefs, axes, points, first_row=0, check=False):
+    """``(inside, values)``: :func:`evaluate_inside` (``check``) or :func:`evaluate` of several
+    interpolants on the same cells (a list of coefficient arrays), the points located once."""
     rows, local, inside = _locate(axes, points, first_row, check=check)
     return inside, [_evaluate_located(c, axes, rows, local, False) for c in coefs]
 

@@ -24,7 +24,7 @@ replaces a better one. If neither dominates, the installed table (what the user 
 and a :class:`TableChoiceWarning` names both tables and why, once per process. An installed
 table that cannot be used (unreadable, for another likelihood, failing validation) is refused
 with a :class:`TableChoiceWarning` and the shipped one used. An explicit ``table=`` is never
-second-guessed (:func:`qpinfer.estimators.params.resolve_table`). ``qpinfer list`` shows every
+second-guessed (:func:`qpinfer.estimators.tables.resolve_table`). ``qpinfer list`` shows every
 table with its coverage and verified error and marks each likelihood's default.
 """
 

@@ -35,8 +35,8 @@ from qpinfer.tables.chebyshev import (
     power_coefficients,
 )
 from qpinfer.tables.reader import SigmaTableReader, flat_moment
+from qpinfer.tables.reduced_moments import _Todo, read_moment_coefficients, stored_moments
 from qpinfer.tables.reduced_store import (
-    MOMENT_ARRAYS,
     SCHEMA_VERSION_V2,
     array_names,
     integrity_changes,
@@ -199,35 +199,9 @@ class ReducedTable(SigmaTableReader):
         return (np.flatnonzero(inside) if idx is None else idx[inside]), values
 
     def stored_moments(self, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-        """``((log Z, mean, std), rest)``: EP's moments at canonical 1-D cavities from the
-        first box holding each -- at the cavity the box holds (a box of folded cavities gives
-        the folded one's, :meth:`qpinfer.Likelihood._from_box_moments` unfolds them) -- and
-        ``rest``, the indices in no box (NaN there; all of them if the store holds no
-        moments). No input checks: the likelihood asking
-        (:meth:`qpinfer.Likelihood._table_moments`) has made them, and its closed forms taken
-        their cavities."""
-        n = mu.size
-        out = np.full((len(MOMENT_ARRAYS), n), np.nan)
-        if self._moment_coefs is None:
-            return tuple(out), np.arange(n)
-        todo = _Todo(n)
-        with np.errstate(all="ignore"):
-            for k, box in enumerate(self._boxes):
-                idx = todo.indices()
-                if idx is not None and idx.size == 0:
-                    break
-                sub = (mu, sigma, y) if idx is None else (mu[idx], sigma[idx], y[idx])
-                found = self._in_box(k, sub, idx, self._moment_coefs[k])
-                if found is not None:
-                    sel, (log_z, offset, log_std) = found
-                    s = sigma[sel]
-                    ref = box.reference_moments(mu[sel], s, y[sel])
-                    out[0, sel] = ref[0] + log_z
-                    out[1, sel] = ref[1] + s * offset
-                    out[2, sel] = ref[2] * np.exp(log_std)
-                    todo.done(sel)
-        idx = todo.indices()
-        return tuple(out), (np.empty(0, np.intp) if idx is None else idx)
+        """``((log Z, mean, std), rest)`` at canonical 1-D cavities
+        (:func:`qpinfer.tables.reduced_moments.stored_moments`)."""
+        return stored_moments(self, mu, sigma, y)
 
     def _ratio_path(self, lik, m, s, yy, moments):
         """``(sigma*, rest)`` of canonical queries along the kernel's path: closed forms,
@@ -369,29 +343,6 @@ class ReducedTable(SigmaTableReader):
         return out.reshape(shape)
 
 
-class _Todo:
-    """Which of ``n`` queries are still unanswered, without an index array while all are."""
-
-    def __init__(self, n: int):
-        self.mask = None  # None: all
-        self.n = n
-
-    def indices(self):
-        """Flat indices still to answer, or ``None`` for all of them."""
-        return None if self.mask is None else np.flatnonzero(self.mask)
-
-    def done(self, sel) -> None:
-        if self.mask is None:
-            if isinstance(sel, slice) and sel == slice(None):
-                self.mask = np.zeros(self.n, dtype=bool)
-                return
-            self.mask = np.ones(self.n, dtype=bool)
-        self.mask[sel] = False
-
-    def restrict(self, mask: np.ndarray) -> np.ndarray:
-        return mask if self.mask is None else mask & self.mask
-
-
 def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTable:
     """Open and validate a v2 store (schema, completeness, verification, integrity, arrays).
 
@@ -432,16 +383,5 @@ def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTa
         coefs.append(coefficients(values, box.axes))  # one slice per label
     moment_coefs = None
     if attrs.get("moments"):  # EP's moments beside rho (reduced_store.MOMENT_ARRAYS)
-        moment_coefs = []
-        for box in boxes:
-            want = (len(box.labels), *(ax.n_cells * ax.n for ax in box.moment_axes()))
-            per_box = []
-            for prefix in MOMENT_ARRAYS:
-                values = read_array(root, files, f"{prefix}_{box.name}", what)
-                if values.shape != want or not np.all(np.isfinite(values)):
-                    raise TableError(
-                        f"{what}: array {prefix}_{box.name} is not {want} finite values"
-                    )
-                per_box.append(coefficients(values, box.moment_axes()))
-            moment_coefs.append(per_box)
+        moment_coefs = read_moment_coefficients(root, files, boxes, what)
     return ReducedTable(root, attrs, likelihood, boxes, coefs, moment_coefs)

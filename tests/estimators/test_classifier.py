@@ -12,7 +12,7 @@ import pytest
 from scipy.special import ndtr
 
 import qpinfer
-import qpinfer.estimators.params as estimator_params
+import qpinfer.estimators.tables as estimator_tables
 from qpinfer import ConvergenceWarning, GPClassifier
 from qpinfer.estimators.classifier import DataConversionWarning, NotFittedError
 from tests._helpers import FIT_CHECKS, sklearn_checks
@@ -178,7 +178,7 @@ def test_table_none_without_an_installed_table_uses_the_shipped_one(monkeypatch)
 def test_table_none_with_no_installed_or_shipped_table_warns_once_and_computes_exactly(
     monkeypatch,
 ):
-    monkeypatch.setattr(estimator_params, "_warned_exact", set())
+    monkeypatch.setattr(estimator_tables, "_warned_exact", set())
     X, y = _blobs(seed=8, n=30)
     kw = {"likelihood": "step_noise", "eps": 0.1, "optimizer": None}  # only eps = 0.2 ships
     with pytest.warns(RuntimeWarning, match="exactly"):

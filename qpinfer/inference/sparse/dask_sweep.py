@@ -8,7 +8,7 @@ sites, ``B = I + sum_p A_p diag(tau_p) A_p^T`` and ``b = sum_p A_p nu_p``. So on
 * **map** (one task per partition ``p``, on the worker that holds it): from the broadcast
   ``L = chol(B)`` and ``mean_v = B^-1 b``, the marginals of the partition's site variables
   (:func:`~qpinfer.inference.sparse.pseudo_points.low_rank_marginals`), their damped site updates
-  (``qpinfer.inference.site_loop._parallel_sweep()`` with the partition's own
+  (``qpinfer.inference.sweeps.parallel_sweep()`` with the partition's own
   ``_PseudoPointSites``), and the partition's new partial sums
   ``A_p S_p A_p^T``, ``A_p nu_p`` and squared site change;
 * **reduce** (on the client): the M x M and M-vector sums, ``L`` and ``mean_v``
@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.inference.projections import QuantileMatching
-from qpinfer.inference.site_loop import SweepControl, SweepSettings, _parallel_sweep, initial_sites
+from qpinfer.inference.site_loop import SweepControl, SweepSettings, initial_sites
 from qpinfer.inference.site_update import MIN_SITE_PRECISION
 from qpinfer.inference.sparse.dask_partitions import (
     check_data,
@@ -63,6 +63,7 @@ from qpinfer.inference.sparse.pseudo_points import (
     whitened_cross,
 )
 from qpinfer.inference.sparse.sites import SparsePEPResult, _PseudoPointSites
+from qpinfer.inference.sweeps import parallel_sweep
 from qpinfer.malloc import tune_malloc
 
 __all__ = ["run_sparse_pep_dask"]
@@ -105,7 +106,7 @@ class _ProjectionSpec:
 @dataclass
 class _Marginals:
     """The marginals of one partition's site variables under the broadcast posterior: what
-    ``_parallel_sweep()`` reads from ``refresh`` (``mean``, ``var``),
+    ``parallel_sweep()`` reads from ``refresh`` (``mean``, ``var``),
     and :func:`~qpinfer.inference.power_ep.power_ep_log_evidence` (the global ``log det B`` term is
     added on the client, so it is 0 here)."""
 
@@ -117,7 +118,7 @@ class _Marginals:
 
 
 class _BroadcastPosterior:
-    """The representation ``_parallel_sweep()`` refreshes on a
+    """The representation ``parallel_sweep()`` refreshes on a
     worker: the posterior of the current sites was reduced on the client (``L``, ``mean_v``);
     ``refresh`` returns its marginals on this partition."""
 
@@ -152,7 +153,7 @@ class _PartitionActor:
         if keep_as_best:
             self.best = (self.tau, self.nu)
         rep = _BroadcastPosterior(self.A, L, mean_v)
-        tau, nu, nc, ns = _parallel_sweep(rep, self.sites, self.tau, self.nu, damping, floor)
+        tau, nu, nc, ns = parallel_sweep(rep, self.sites, self.tau, self.nu, damping, floor)
         diff = np.concatenate((tau - self.tau, nu - self.nu))
         self.tau, self.nu = tau, nu
         if not (np.all(np.isfinite(tau)) and np.all(np.isfinite(nu))):

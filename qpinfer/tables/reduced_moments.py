@@ -1,0 +1,99 @@
+"""EP's moments from a v2 table: reading a store's moment arrays and looking them up.
+
+Where a likelihood's EP moments have no closed form its v2 store holds, beside rho, the arrays
+of :data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS` on every box (at the box's moment nodes,
+:meth:`qpinfer.tables.boxes.base.Box.moment_axes`): log Z, the mean and log std, each measured
+against the box's :meth:`~qpinfer.tables.boxes.base.Box.reference_moments`.
+:func:`read_moment_coefficients` turns them into Chebyshev coefficients at open;
+:func:`stored_moments` answers canonical cavities from the first box holding each, what
+:meth:`qpinfer.Likelihood._table_moments` asks for (a likelihood given the table by
+:meth:`qpinfer.Likelihood.with_moment_table`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qpinfer.tables.boxes.base import Box
+from qpinfer.tables.chebyshev import coefficients
+from qpinfer.tables.reduced_store import MOMENT_ARRAYS, read_array
+from qpinfer.tables.store import TableError
+
+__all__ = ["read_moment_coefficients", "stored_moments"]
+
+
+def read_moment_coefficients(
+    root: Path, files: dict[str, bytes], boxes: list[Box], what: str
+) -> list[list[np.ndarray]]:
+    """Per box, the Chebyshev coefficients of its moment arrays (in :data:`MOMENT_ARRAYS`
+    order); :class:`~qpinfer.TableError` naming an array that is missing, of another shape or
+    not finite."""
+    out = []
+    for box in boxes:
+        axes = box.moment_axes()
+        want = (len(box.labels), *(ax.n_cells * ax.n for ax in axes))
+        per_box = []
+        for prefix in MOMENT_ARRAYS:
+            values = read_array(root, files, f"{prefix}_{box.name}", what)
+            if values.shape != want or not np.all(np.isfinite(values)):
+                raise TableError(f"{what}: array {prefix}_{box.name} is not {want} finite values")
+            per_box.append(coefficients(values, axes))
+        out.append(per_box)
+    return out
+
+
+def stored_moments(table: Any, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """``((log Z, mean, std), rest)``: EP's moments at canonical 1-D cavities from the first box
+    of ``table`` (a :class:`~qpinfer.tables.reduced.ReducedTable`) holding each -- at the
+    cavity the box holds (a box of folded cavities gives the folded one's,
+    :meth:`qpinfer.Likelihood._from_box_moments` unfolds them) -- and ``rest``, the indices in
+    no box (NaN there; all of them if the store holds no moments). No input checks: the
+    likelihood asking has made them, and its closed forms taken their cavities."""
+    n = mu.size
+    out = np.full((len(MOMENT_ARRAYS), n), np.nan)
+    if table._moment_coefs is None:
+        return tuple(out), np.arange(n)
+    todo = _Todo(n)
+    with np.errstate(all="ignore"):
+        for k, box in enumerate(table._boxes):
+            idx = todo.indices()
+            if idx is not None and idx.size == 0:
+                break
+            sub = (mu, sigma, y) if idx is None else (mu[idx], sigma[idx], y[idx])
+            found = table._in_box(k, sub, idx, table._moment_coefs[k])
+            if found is not None:
+                sel, (log_z, offset, log_std) = found
+                s = sigma[sel]
+                ref = box.reference_moments(mu[sel], s, y[sel])
+                out[0, sel] = ref[0] + log_z
+                out[1, sel] = ref[1] + s * offset
+                out[2, sel] = ref[2] * np.exp(log_std)
+                todo.done(sel)
+    idx = todo.indices()
+    return tuple(out), (np.empty(0, np.intp) if idx is None else idx)
+
+
+class _Todo:
+    """Which of ``n`` queries are still unanswered, without an index array while all are."""
+
+    def __init__(self, n: int):
+        self.mask = None  # None: all
+        self.n = n
+
+    def indices(self):
+        """Flat indices still to answer, or ``None`` for all of them."""
+        return None if self.mask is None else np.flatnonzero(self.mask)
+
+    def done(self, sel) -> None:
+        if self.mask is None:
+            if isinstance(sel, slice) and sel == slice(None):
+                self.mask = np.zeros(self.n, dtype=bool)
+                return
+            self.mask = np.ones(self.n, dtype=bool)
+        self.mask[sel] = False
+
+    def restrict(self, mask: np.ndarray) -> np.ndarray:
+        return mask if self.mask is None else mask & self.mask
