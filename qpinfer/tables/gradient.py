@@ -13,8 +13,8 @@ Two routes, per query (:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradient`
   interpolant's kink there, ~the table's accuracy over the step.
 
 Queries the table does not answer (its exact fallbacks), and those of likelihoods whose EP
-moments are themselves a quadrature (logit, poisson_log, Student-t: a lookup there costs about a
-kernel call), take the exact kernel's derivatives
+moments are themselves a quadrature (Student-t; logit and poisson_log where no table serves their
+moments: a lookup there costs about a kernel call), take the exact kernel's derivatives
 (:func:`qpinfer.sigma.derivatives.sigma_qp_gradient`), within the table's error over a cell of
 the lookup's (measured <= 1e-10 of sigma*).
 """
@@ -122,8 +122,11 @@ def lookup_richardson(lookup, mu, sigma, y, value):
 
 
 def _quadrature_moments(lik) -> bool:
-    """Whether the likelihood's EP moments are a quadrature of their own (logit, poisson_log,
-    Student-t): a lookup outside the sigma*/sigma boxes then costs about one kernel call."""
+    """Whether the likelihood's EP moments are a quadrature of their own (Student-t; logit and
+    poisson_log unless a table serves them, :meth:`qpinfer.Likelihood.with_moment_table`): a
+    lookup outside the sigma*/sigma boxes then costs about one kernel call."""
+    if lik._moment_table is not None:
+        return False
     return bool(getattr(lik, "_ep_from_panels", False)) or lik.name.startswith("student_t")
 
 
