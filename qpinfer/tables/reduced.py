@@ -35,7 +35,12 @@ from qpinfer.tables.chebyshev import (
     power_coefficients,
 )
 from qpinfer.tables.reader import SigmaTableReader, flat_moment
-from qpinfer.tables.reduced_moments import _Todo, read_moment_coefficients, stored_moments
+from qpinfer.tables.reduced_moments import (
+    _Todo,
+    read_moment_coefficients,
+    sigma_from_moment_boxes,
+    stored_moments,
+)
 from qpinfer.tables.reduced_store import (
     SCHEMA_VERSION_V2,
     array_names,
@@ -104,6 +109,9 @@ class ReducedTable(SigmaTableReader):
         self.has_moments = moment_coefs is not None
         if self.has_moments:  # the lookups' own EP moments (rho's denominator) from the store
             self._lik = likelihood.with_moment_table(self)
+        # sigma* without EP's moments given: rho and the stored std in one pass over the boxes
+        # (reduced_moments.sigma_from_moment_boxes), where no cavity is rescaled first
+        self._fused_sigma = self.has_moments and type(likelihood)._rescale is Likelihood._rescale
         self.fallback_count = 0
         self.moment_fallback_count = 0
 
@@ -156,7 +164,10 @@ class ReducedTable(SigmaTableReader):
             if moments is not None and idx is not None:
                 sub_moments = tuple(a[idx] for a in moments)
             with np.errstate(all="ignore"):
-                sig, rest = self._ratio_path(lik, *sub, sub_moments)
+                if sub_moments is None and self._fused_sigma:  # one pass: rho and EP's std
+                    sig, rest = sigma_from_moment_boxes(self, lik, *sub)
+                else:
+                    sig, rest = self._ratio_path(lik, *sub, sub_moments)
             if idx is None:
                 out = sig
             else:

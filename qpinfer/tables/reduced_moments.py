@@ -7,7 +7,8 @@ against the box's :meth:`~qpinfer.tables.boxes.base.Box.reference_moments`.
 :func:`read_moment_coefficients` turns them into Chebyshev coefficients at open;
 :func:`stored_moments` answers canonical cavities from the first box holding each, what
 :meth:`qpinfer.Likelihood._table_moments` asks for (a likelihood given the table by
-:meth:`qpinfer.Likelihood.with_moment_table`).
+:meth:`qpinfer.Likelihood.with_moment_table`); :func:`sigma_from_moment_boxes` is sigma* of a
+lookup without EP's moments, rho and the stored std from one pass over the boxes.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import coefficients
+from qpinfer.tables.chebyshev import coefficients, evaluate
 from qpinfer.tables.reduced_store import MOMENT_ARRAYS, read_array
 from qpinfer.tables.store import TableError
 
-__all__ = ["read_moment_coefficients", "stored_moments"]
+__all__ = ["read_moment_coefficients", "sigma_from_moment_boxes", "stored_moments"]
 
 
 def read_moment_coefficients(
@@ -74,6 +75,39 @@ def stored_moments(table: Any, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np
                 todo.done(sel)
     idx = todo.indices()
     return tuple(out), (np.empty(0, np.intp) if idx is None else idx)
+
+
+def sigma_from_moment_boxes(table: Any, lik: Any, m, s, y) -> tuple[np.ndarray, np.ndarray]:
+    """``(sigma*, rest)`` of canonical 1-D cavities of a table storing EP's moments (none given):
+    the likelihood's closed forms (which compute EP's std where they need it), then each box
+    located once for rho and the stored std (``sigma* = rho std``; the logit's fold and the log
+    link's counts leave the std unchanged); ``rest``: indices in no box."""
+    out = np.empty(m.size)
+    todo = _Todo(m.size)
+    closed = lik._table_closed_form(m, s, y, None)
+    if closed is not None and closed[0].any():
+        out[closed[0]] = closed[1][closed[0]]
+        todo.done(np.flatnonzero(closed[0]))
+    for k, box in enumerate(table._boxes):
+        idx = todo.indices()
+        if idx is not None and idx.size == 0:
+            break
+        sub = (m, s, y) if idx is None else (m[idx], s[idx], y[idx])
+        inside, label_index, coords = box.locate(*sub)
+        if not inside.any():
+            continue
+        sel = np.flatnonzero(inside)
+        if sel.size < inside.size:
+            label_index, coords = label_index[sel], tuple(c[sel] for c in coords)
+        first = label_index * table._cells[k]
+        rho = evaluate(table._coefs[k], box.axes, coords, first, table._power[k])
+        log_std = evaluate(table._moment_coefs[k][2], box.moment_axes(), coords, first)
+        pts = sel if idx is None else idx[sel]
+        std = box.reference_moments(m[pts], s[pts], y[pts])[2] * np.exp(log_std)
+        out[pts] = rho * (s[pts] if box.denominator == "sigma" else std)
+        todo.done(pts)
+    idx = todo.indices()
+    return out, (np.empty(0, np.intp) if idx is None else idx)
 
 
 class _Todo:
