@@ -126,10 +126,9 @@ def mean_of_flat_nats(p, sigma):
     return m
 
 
-@dataclass(frozen=True)
-class PoissonLogBox(Box):
-    """``a`` (the tilted mode, log alpha) and ``log10 s``; one label (0): every count maps to
-    y = 0 at ``m' = mu + y s^2``."""
+class _LaplaceReference:
+    """EP's moments measured against the Laplace approximation of the tilt (boxes over the mode
+    a, or b = a + ln s)."""
 
     def reference_moments(self, mu, sigma, y):
         """The Laplace approximation of the tilt (:func:`_laplace_moments`)."""
@@ -140,6 +139,22 @@ class PoissonLogBox(Box):
         ``(alpha s)^2`` (:meth:`qpinfer.likelihoods.poisson_log.PoissonLog.laplace_residual`;
         the nodes' label is 0)."""
         return likelihood.laplace_residual(mu, sigma)
+
+
+class _ShiftedReference:
+    """EP's moments measured against the shifted cavity (boxes over the wall's position)."""
+
+    def reference_moments(self, mu, sigma, y):
+        """The shifted cavity ``(log Z(m', 0) - log Z(mu, y), m', s)`` (:func:`_shift`; the mode
+        moves from ~m' to ~0 within O(1) of m', a kink on the box's scale; the tilt's mean stays
+        within a few s of m')."""
+        return _shift(mu, sigma, y), _shifted_mean(mu, sigma, y), np.asarray(sigma, np.float64)
+
+
+@dataclass(frozen=True)
+class PoissonLogBox(_LaplaceReference, Box):
+    """``a`` (the tilted mode, log alpha) and ``log10 s``; one label (0): every count maps to
+    y = 0 at ``m' = mu + y s^2``."""
 
     def cavity(self, label, a, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
@@ -153,14 +168,8 @@ class PoissonLogBox(Box):
 
 
 @dataclass(frozen=True)
-class PoissonLogWall(Box):
+class PoissonLogWall(_ShiftedReference, Box):
     """``P = flat_nats(m', s)`` and ``log10 s``: the wall far out in the cavity's tail."""
-
-    def reference_moments(self, mu, sigma, y):
-        """The shifted cavity ``(log Z(m', 0) - log Z(mu, y), m', s)`` (:func:`_shift`; the mode
-        moves from ~m' to ~0 within O(1) of m', a kink on the box's scale; the tilt's mean stays
-        within a few s of m')."""
-        return _shift(mu, sigma, y), _shifted_mean(mu, sigma, y), np.asarray(sigma, np.float64)
 
     def cavity(self, label, p, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
@@ -173,14 +182,8 @@ class PoissonLogWall(Box):
 
 
 @dataclass(frozen=True)
-class PoissonLogNear(Box):
+class PoissonLogNear(_ShiftedReference, Box):
     """``w = m'/s`` and ``log10 s``: the wall within a few cavity standard deviations."""
-
-    def reference_moments(self, mu, sigma, y):
-        """The shifted cavity ``(log Z(m', 0) - log Z(mu, y), m', s)`` (:func:`_shift`; the mode
-        moves from ~m' to ~0 within O(1) of m', a kink on the box's scale; the tilt's mean stays
-        within a few s of m')."""
-        return _shift(mu, sigma, y), _shifted_mean(mu, sigma, y), np.asarray(sigma, np.float64)
 
     def cavity(self, label, w, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
@@ -193,19 +196,9 @@ class PoissonLogNear(Box):
 
 
 @dataclass(frozen=True)
-class PoissonLogKappa(Box):
+class PoissonLogKappa(_LaplaceReference, Box):
     """``b = a + ln s = ln(alpha s)`` and ``log10 s``: the mass at the wall, the log-gamma's
     left tail (scale 1/alpha) shorter than the cavity's width for b >> 0."""
-
-    def reference_moments(self, mu, sigma, y):
-        """The Laplace approximation of the tilt (:func:`_laplace_moments`)."""
-        return _laplace_moments(mu, sigma, y)
-
-    def stored_log_z(self, likelihood, mu, sigma, y, log_z):
-        """log Z minus the Laplace approximation's, without their shared terms of size
-        ``(alpha s)^2`` (:meth:`qpinfer.likelihoods.poisson_log.PoissonLog.laplace_residual`;
-        the nodes' label is 0)."""
-        return likelihood.laplace_residual(mu, sigma)
 
     def cavity(self, label, b, log10_sigma):
         lg = np.asarray(log10_sigma, dtype=np.float64)
