@@ -1,6 +1,7 @@
-"""Which tables a dense or sparse estimator's site updates use: QP's sigma* table
-(:func:`resolve_table`, by the estimator's ``table`` parameter) and the table serving EP's
-moments (:func:`with_moment_table`), for EP and QP alike."""
+"""Which tables a dense or sparse estimator's site updates use: QP's sigma* table (by the
+estimator's ``table`` parameter) and the table serving EP's moments, for EP and QP alike.
+
+:func:`resolve_table` is the first, :func:`with_moment_table` the second."""
 
 from __future__ import annotations
 

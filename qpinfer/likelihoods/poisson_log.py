@@ -188,7 +188,7 @@ class PoissonLog(Likelihood):
 
     def ep_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(log Z, mean, std)`` in one pass: closed forms, else the moment table
-        (:meth:`with_moment_table`) or the panel quadrature."""
+        (:meth:`~qpinfer.Likelihood.with_moment_table`) or the panel quadrature."""
         shape, m, s, yy = flat_cavities(mu, sigma, y, self.check_sigma)
         return tuple(a.reshape(shape) for a in self._moments(m, s, yy))
 

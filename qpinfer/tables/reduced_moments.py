@@ -6,7 +6,7 @@ of :data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS` on every box (at the box's
 against the box's :meth:`~qpinfer.tables.boxes.base.Box.reference_moments`.
 :func:`read_moment_coefficients` turns them into Chebyshev coefficients at open;
 :func:`stored_moments` answers canonical cavities from the first box holding each, what
-:meth:`qpinfer.Likelihood._table_moments` asks for (a likelihood given the table by
+``Likelihood._table_moments`` asks for (a likelihood given the table by
 :meth:`qpinfer.Likelihood.with_moment_table`); :func:`sigma_from_moment_boxes` is sigma* of a
 lookup without EP's moments, rho and the stored std from one pass over the boxes.
 """
@@ -29,7 +29,7 @@ __all__ = ["read_moment_coefficients", "sigma_from_moment_boxes", "stored_moment
 def read_moment_coefficients(
     root: Path, files: dict[str, bytes], boxes: list[Box], what: str
 ) -> list[list[np.ndarray]]:
-    """Per box, the Chebyshev coefficients of its moment arrays (in :data:`MOMENT_ARRAYS`
+    """Per box, the Chebyshev coefficients of its moment arrays (in :data:`~qpinfer.tables.reduced_store.MOMENT_ARRAYS`
     order); :class:`~qpinfer.TableError` naming an array that is missing, of another shape or
     not finite."""
     out = []
@@ -50,7 +50,7 @@ def stored_moments(table: Any, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np
     """``((log Z, mean, std), rest)``: EP's moments at canonical 1-D cavities from the first box
     of ``table`` (a :class:`~qpinfer.tables.reduced.ReducedTable`) holding each -- at the
     cavity the box holds (a box of folded cavities gives the folded one's,
-    :meth:`qpinfer.Likelihood._from_box_moments` unfolds them) -- and ``rest``, the indices in
+    ``Likelihood._from_box_moments`` unfolds them) -- and ``rest``, the indices in
     no box (NaN there; all of them if the store holds no moments). No input checks: the
     likelihood asking has made them, and its closed forms taken their cavities."""
     n = mu.size

@@ -64,7 +64,7 @@ class Box:
         (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`: ``log Z - log Z_ref``, ``(mean -
         mean_ref) / sigma``, ``log(std / std_ref)``), for canonical cavities in the box (the
         queries of :meth:`locate`, or a node's :meth:`cavity`): reference plus stored value are
-        the moments :meth:`qpinfer.Likelihood._from_box_moments` takes (a box of folded cavities:
+        the moments ``Likelihood._from_box_moments`` takes (a box of folded cavities:
         the folded one's). A smooth function of the box's coordinates close to the moments, so
         that what is stored is O(1) and smooth, and the mean keeps an absolute accuracy of a
         small fraction of sigma. Default: the cavity, ``(0, mu, sigma)``."""

@@ -60,10 +60,12 @@ from qpinfer.tables.chebyshev import CellAxis
 
 __all__ = [
     "KINDS",
+    "LaplaceReference",
     "PoissonLogBox",
     "PoissonLogKappa",
     "PoissonLogNear",
     "PoissonLogWall",
+    "ShiftedReference",
     "mean_of_flat_nats",
     "poisson_log_boxes",
 ]
@@ -126,12 +128,12 @@ def mean_of_flat_nats(p, sigma):
     return m
 
 
-class _LaplaceReference:
+class LaplaceReference:
     """EP's moments measured against the Laplace approximation of the tilt (boxes over the mode
     a, or b = a + ln s)."""
 
     def reference_moments(self, mu, sigma, y):
-        """The Laplace approximation of the tilt (:func:`_laplace_moments`)."""
+        """The Laplace approximation of the tilt (``_laplace_moments``)."""
         return _laplace_moments(mu, sigma, y)
 
     def stored_log_z(self, likelihood, mu, sigma, y, log_z):
@@ -141,18 +143,18 @@ class _LaplaceReference:
         return likelihood.laplace_residual(mu, sigma)
 
 
-class _ShiftedReference:
+class ShiftedReference:
     """EP's moments measured against the shifted cavity (boxes over the wall's position)."""
 
     def reference_moments(self, mu, sigma, y):
-        """The shifted cavity ``(log Z(m', 0) - log Z(mu, y), m', s)`` (:func:`_shift`; the mode
+        """The shifted cavity ``(log Z(m', 0) - log Z(mu, y), m', s)`` (``_shift``; the mode
         moves from ~m' to ~0 within O(1) of m', a kink on the box's scale; the tilt's mean stays
         within a few s of m')."""
         return _shift(mu, sigma, y), _shifted_mean(mu, sigma, y), np.asarray(sigma, np.float64)
 
 
 @dataclass(frozen=True)
-class PoissonLogBox(_LaplaceReference, Box):
+class PoissonLogBox(LaplaceReference, Box):
     """``a`` (the tilted mode, log alpha) and ``log10 s``; one label (0): every count maps to
     y = 0 at ``m' = mu + y s^2``."""
 
@@ -168,7 +170,7 @@ class PoissonLogBox(_LaplaceReference, Box):
 
 
 @dataclass(frozen=True)
-class PoissonLogWall(_ShiftedReference, Box):
+class PoissonLogWall(ShiftedReference, Box):
     """``P = flat_nats(m', s)`` and ``log10 s``: the wall far out in the cavity's tail."""
 
     def cavity(self, label, p, log10_sigma):
@@ -182,7 +184,7 @@ class PoissonLogWall(_ShiftedReference, Box):
 
 
 @dataclass(frozen=True)
-class PoissonLogNear(_ShiftedReference, Box):
+class PoissonLogNear(ShiftedReference, Box):
     """``w = m'/s`` and ``log10 s``: the wall within a few cavity standard deviations."""
 
     def cavity(self, label, w, log10_sigma):
@@ -196,7 +198,7 @@ class PoissonLogNear(_ShiftedReference, Box):
 
 
 @dataclass(frozen=True)
-class PoissonLogKappa(_LaplaceReference, Box):
+class PoissonLogKappa(LaplaceReference, Box):
     """``b = a + ln s = ln(alpha s)`` and ``log10 s``: the mass at the wall, the log-gamma's
     left tail (scale 1/alpha) shorter than the cavity's width for b >> 0."""
 
