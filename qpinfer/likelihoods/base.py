@@ -125,6 +125,14 @@ class Likelihood(ABC):
         likelihood whose moments have closed forms."""
         if not self._tabulated_moments or table is self._moment_table:
             return self
+        if table is not None and (
+            getattr(table, "likelihood", None) != self.name
+            or not getattr(table, "has_moments", False)
+        ):
+            raise ValueError(
+                f"table must be an open table of {self.name!r} that stores EP's moments (see "
+                f"qpinfer.tables.shipped.shipped_table) or None; got {table!r}"
+            )
         import copy
 
         out = copy.copy(self)

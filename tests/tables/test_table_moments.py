@@ -130,3 +130,12 @@ def test_a_fit_takes_its_moments_from_the_shipped_table(problem, method):
     np.testing.assert_allclose(
         getattr(fast, predict)(X), getattr(exact, predict)(X), rtol=1e-9, atol=1e-12
     )
+
+
+def test_a_table_of_another_likelihood_or_without_moments_is_refused():
+    logit = qpinfer.get_likelihood("logit")
+    with pytest.raises(ValueError, match="table must be an open table of 'logit'"):
+        logit.with_moment_table(open_shipped("poisson_log"))
+    with pytest.raises(ValueError, match="stores EP's moments"):
+        logit.with_moment_table(open_shipped("probit"))
+    assert logit.with_moment_table(None) is logit
