@@ -13,8 +13,8 @@ Two routes, per query (:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradient`
   interpolant's kink there, ~the table's accuracy over the step.
 
 Queries the table does not answer (its exact fallbacks), and those of likelihoods whose EP
-moments are themselves a quadrature (Student-t; logit and poisson_log where no table serves their
-moments: a lookup there costs about a kernel call), take the exact kernel's derivatives
+moments are themselves a quadrature (logit, poisson_log, Student-t: see ``_quadrature_moments``),
+take the exact kernel's derivatives
 (:func:`qpinfer.sigma.derivatives.sigma_qp_gradient`), within the table's error over a cell of
 the lookup's (measured <= 1e-10 of sigma*).
 """
@@ -122,11 +122,12 @@ def lookup_richardson(lookup, mu, sigma, y, value):
 
 
 def _quadrature_moments(lik) -> bool:
-    """Whether the likelihood's EP moments are a quadrature of their own (Student-t; logit and
-    poisson_log unless a table serves them, :meth:`qpinfer.Likelihood.with_moment_table`): a
-    lookup outside the sigma*/sigma boxes then costs about one kernel call."""
-    if lik._moment_table is not None:
-        return False
+    """Whether the likelihood's EP moments are a quadrature of their own (logit, poisson_log,
+    Student-t): a lookup outside the sigma*/sigma boxes then costs about one kernel call without
+    a table serving them. With one (:meth:`qpinfer.Likelihood.with_moment_table`) the lookups
+    are fast, but their Richardson differences (~1e-9 of sigma* where a stencil straddles a
+    cell edge) left QP's total-gradient search of a Poisson log-link fit at a length-scale bound
+    on one OpenBLAS kernel (Haswell) and inside on another: the kernel's derivatives stay."""
     return bool(getattr(lik, "_ep_from_panels", False)) or lik.name.startswith("student_t")
 
 
