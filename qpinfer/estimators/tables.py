@@ -64,8 +64,9 @@ def resolve_table(est: Any, likelihood: Any) -> Any:
 def with_moment_table(est: Any, likelihood: Any, table: Any) -> Any:
     """The likelihood the site updates use: where its EP moments have no closed form, with a
     table serving them (:meth:`qpinfer.Likelihood.with_moment_table`) -- QP's ``table`` if it
-    stores them, else the table shipped for the likelihood; exact moments with
-    ``est.table == "exact"`` or where no table stores them."""
+    stores them, else, for the default ``est.table=None`` (and for EP, which has no sigma*
+    table), the table shipped for the likelihood; exact moments with ``est.table == "exact"``,
+    with a table of the user's that stores none, or where none ships."""
     if not likelihood._tabulated_moments:
         return likelihood
     if isinstance(est.table, str) and est.table == "exact":

@@ -30,7 +30,8 @@ is below ``tol``. If that does not happen within ``max_iter`` sweeps a :class:`C
 is issued and the sites with the smallest change seen are returned (the prior if no sweep
 succeeded). A sweep that raises ``LinAlgError`` or produces non-finite sites ends the loop. With
 negative sites (no precision floor) a parallel step that would make the posterior improper is
-halved until it is proper (``:func:`qpinfer.inference.sweeps.proper_step```), so the best state is always a proper one.
+halved until it is proper (:func:`qpinfer.inference.sweeps.proper_step`), so the best state is
+always a proper one.
 
 :class:`SweepControl` is that loop without the sweep itself (:meth:`SweepControl.run` takes one
 sweep as a function of the state): :func:`run_sites` sweeps a posterior representation in

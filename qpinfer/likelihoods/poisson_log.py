@@ -102,6 +102,13 @@ def laplace_moments(mu, sigma, y):
     return log_z, a, sigma / np.sqrt(1.0 + omega)
 
 
+def _laplace_corrections(sigma, omega):
+    """``(delta, gamma)`` of the Laplace expansion about the mode (``PoissonLog._laplace``):
+    ``delta = alpha / P^2``, the skewness ``gamma = alpha / P^1.5``, ``P = (1 + omega) / s^2``."""
+    with np.errstate(over="ignore"):
+        return omega * sigma * sigma / (1.0 + omega) ** 2, omega * sigma / (1.0 + omega) ** 1.5
+
+
 def _wide(mu, sigma, y):
     """The wide frame (kernel coordinate f itself, graded edges about f = 0): where the tilt's
     width (alpha + 1/s^2)^-1/2 exceeds 1, the scale of e^f."""
@@ -169,9 +176,8 @@ class PoissonLog(Likelihood):
         a - delta/2, std P^-1/2 (1 - delta/4 + gamma^2/2), log Z = log q(a) + log(2 pi / P)/2 -
         delta/8 + 5 gamma^2/24; what is left is O(delta^2, gamma^2 delta) relative."""
         _, a, _, omega = mode_frame(mu, sigma, y)
+        shift, skew = _laplace_corrections(sigma, omega)
         with np.errstate(over="ignore"):
-            shift = omega * sigma * sigma / (1.0 + omega) ** 2  # alpha / P^2
-            skew = omega * sigma / (1.0 + omega) ** 1.5
             log_q = -self._narrow_offset(mu, sigma, y)
             log_z = log_q + np.log(sigma) - 0.5 * np.log1p(omega) + _LOG_SQRT_2PI
             log_z += -shift / 8.0 + 5.0 * skew * skew / 24.0
@@ -215,9 +221,7 @@ class PoissonLog(Likelihood):
         flat, gauss, _ = self._masks(mu, sigma, y)
         _, a, alpha, omega = mode_frame(mu, sigma, y)
         half_log1p = 0.5 * np.log1p(omega)
-        with np.errstate(over="ignore"):
-            shift = omega * sigma * sigma / (1.0 + omega) ** 2
-            skew = omega * sigma / (1.0 + omega) ** 1.5
+        shift, skew = _laplace_corrections(sigma, omega)
         out = -shift / 8.0 + 5.0 * skew * skew / 24.0  # gauss (_laplace's corrections)
         if flat.any():
             log_z = self._moments(mu[flat], sigma[flat], y[flat])[0]

@@ -100,8 +100,14 @@ def chunk_shape(box: Box, prefix: str = "rho") -> tuple[int, ...]:
     """The chunk (= one tile's values) of the box's array ``prefix``: rho on the box's axes,
     EP's moments on :meth:`~qpinfer.tables.boxes.base.Box.moment_axes`."""
     labels, cells = tile_layout(box)
-    axes = box.axes if prefix == "rho" else box.moment_axes()
+    axes = _array_axes(box, prefix)
     return (labels, cells * axes[0].n, *(ax.n_cells * ax.n for ax in axes[1:]))
+
+
+def _array_axes(box: Box, prefix: str) -> tuple:
+    """The axes of the box's data array ``prefix``: rho on the box's own, EP's moments on its
+    moment axes."""
+    return box.axes if prefix == "rho" else box.moment_axes()
 
 
 def _tiles(boxes: tuple[Box, ...]) -> list[tuple[int, int, int]]:
@@ -120,8 +126,8 @@ def tile_arrays(likelihood: str, box: Box, first_label: int, first_cell: int) ->
     nodes of one tile, each of shape ``(labels, rows, nodes of the other axes...)``: the stored
     ratio (sigma* over sigma_EP or over sigma, ``box.denominator``) and, where the likelihood's
     EP moments have no closed form, those moments as the store holds them
-    (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`), all from one computation of EP's
-    moments."""
+    (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`), computed again on the box's moment
+    nodes (:meth:`~qpinfer.tables.boxes.base.Box.moment_axes`)."""
     lik = qpinfer.get_likelihood(likelihood)
     mu, sigma, y, shape = _tile_nodes(box, box.axes, first_label, first_cell)
     q = qpinfer.sigma_qp(likelihood, mu, sigma, y)
@@ -165,7 +171,7 @@ def _run_tile(path: str, likelihood: str, box_attrs: dict, first_label: int, fir
     arrays = tile_arrays(likelihood, box, first_label, first_cell)
     for prefix in sorted(arrays, key=lambda k: k == "rho"):
         values = arrays[prefix]
-        r0 = first_cell * (box.axes if prefix == "rho" else box.moment_axes())[0].n
+        r0 = first_cell * _array_axes(box, prefix)[0].n
         region = (
             slice(first_label, first_label + values.shape[0]),
             slice(r0, r0 + values.shape[1]),
@@ -219,7 +225,7 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
     for box in boxes:
         names = array_names(box, moments)
         for prefix in data_arrays(moments):
-            axes = box.axes if prefix == "rho" else box.moment_axes()
+            axes = _array_axes(box, prefix)
             dims = names[f"{prefix}_{box.name}"]
             group.create_array(
                 f"{prefix}_{box.name}",

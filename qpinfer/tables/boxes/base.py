@@ -18,6 +18,7 @@ and a cavity into box coordinates (the lookup).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,12 @@ import numpy as np
 from qpinfer.tables.chebyshev import CellAxis
 
 __all__ = ["Box"]
+
+
+@functools.cache
+def _with_nodes(axes: tuple[CellAxis, ...], n: int) -> tuple[CellAxis, ...]:
+    """``axes`` with ``n`` nodes per cell (built once: lookups ask on every sweep)."""
+    return tuple(CellAxis(ax.name, ax.start, ax.width, ax.n_cells, n) for ax in axes)
 
 
 @dataclass(frozen=True)
@@ -53,11 +60,7 @@ class Box:
     def moment_axes(self) -> tuple[CellAxis, ...]:
         """The axes of the box's EP-moment arrays: its own, with :attr:`moment_nodes` nodes per
         cell where that is set."""
-        if not self.moment_nodes:
-            return self.axes
-        return tuple(
-            CellAxis(ax.name, ax.start, ax.width, ax.n_cells, self.moment_nodes) for ax in self.axes
-        )
+        return self.axes if not self.moment_nodes else _with_nodes(self.axes, self.moment_nodes)
 
     def reference_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(log Z, mean, std)`` a box's stored EP moments are measured against

@@ -48,6 +48,7 @@ from qpinfer.tables.chebyshev import CellAxis
 
 __all__ = [
     "KINDS",
+    "FoldedReference",
     "LogitBox",
     "LogitCentred",
     "LogitKink",
@@ -66,14 +67,18 @@ def _fold(mu, sigma):
         return np.maximum(mu, -mu - sigma * sigma)
 
 
-@dataclass(frozen=True)
-class LogitBox(Box):
-    """``tau = mu / sqrt(1 + s^2)`` (after the fold) and ``log10 s``; used where every cavity of
-    the box lies on the folded side (``s >= 17.06``)."""
+class FoldedReference:
+    """EP's moments measured against the folded cavity ``(0, max(mu, -mu - s^2), s)`` (the
+    boxes hold folded cavities; ``Likelihood._from_box_moments`` unfolds them)."""
 
     def reference_moments(self, mu, sigma, y):
-        """The folded cavity (the boxes hold folded cavities)."""
         return np.zeros(np.shape(mu)), _fold(mu, sigma), np.asarray(sigma, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class LogitBox(FoldedReference, Box):
+    """``tau = mu / sqrt(1 + s^2)`` (after the fold) and ``log10 s``; used where every cavity of
+    the box lies on the folded side (``s >= 17.06``)."""
 
     def cavity(self, label, tau, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
@@ -97,13 +102,9 @@ def _uncentred(t, s):
 
 
 @dataclass(frozen=True)
-class LogitCentred(Box):
+class LogitCentred(FoldedReference, Box):
     """``T = |mu + s^2/2| / sqrt(1 + s^2)`` (the distance from the fold line; rho is even in
     ``mu + s^2/2``) and ``log10 s``."""
-
-    def reference_moments(self, mu, sigma, y):
-        """The folded cavity (the boxes hold folded cavities)."""
-        return np.zeros(np.shape(mu)), _fold(mu, sigma), np.asarray(sigma, dtype=np.float64)
 
     def cavity(self, label, t, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
@@ -116,13 +117,9 @@ class LogitCentred(Box):
 
 
 @dataclass(frozen=True)
-class LogitMid(Box):
+class LogitMid(FoldedReference, Box):
     """``T`` (as :class:`LogitCentred`) and ``s`` itself: at fixed T the flat regime's onset
     (fixed tau) moves by ~s/2 in T, so equal cells in s, not in log s, resolve it."""
-
-    def reference_moments(self, mu, sigma, y):
-        """The folded cavity (the boxes hold folded cavities)."""
-        return np.zeros(np.shape(mu)), _fold(mu, sigma), np.asarray(sigma, dtype=np.float64)
 
     def cavity(self, label, t, sigma):
         s = np.asarray(sigma, dtype=np.float64)
