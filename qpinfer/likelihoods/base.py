@@ -125,12 +125,12 @@ class Likelihood(ABC):
         likelihood whose moments have closed forms."""
         if not self._tabulated_moments or table is self._moment_table:
             return self
+        want = self._moment_table_name()
         if table is not None and (
-            getattr(table, "likelihood", None) != self.name
-            or not getattr(table, "has_moments", False)
+            getattr(table, "likelihood", None) != want or not getattr(table, "has_moments", False)
         ):
             raise ValueError(
-                f"table must be an open table of {self.name!r} that stores EP's moments (see "
+                f"table must be an open table of {want!r} that stores EP's moments (see "
                 f"qpinfer.tables.shipped.shipped_table) or None; got {table!r}"
             )
         import copy
@@ -138,6 +138,11 @@ class Likelihood(ABC):
         out = copy.copy(self)
         out._moment_table = table
         return out
+
+    def _moment_table_name(self) -> str:
+        """The likelihood a table serving this one's EP moments is built for: its own (a
+        likelihood whose moments are looked up in other units names that table's)."""
+        return self.name
 
     def _from_box_moments(self, mu, sigma, y, moments) -> tuple[np.ndarray, ...]:
         """``(log Z, mean, std)`` at canonical cavities from a table's lookup there, which gives

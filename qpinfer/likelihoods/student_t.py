@@ -43,6 +43,7 @@ from qpinfer.likelihoods.student_t_canonical import (
     graded_need,
     level_offsets,
     lobes,
+    panel_moments,
 )
 
 __all__ = [
@@ -162,20 +163,44 @@ class StudentT(Likelihood):
             )
         return np.abs(d), s, np.where(d < 0, -1.0, 1.0)
 
-    def log_z(self, mu, sigma, y) -> np.ndarray:
-        d, s, _ = self.reduced(mu, sigma, y)
-        return canonical_moments(d, s, self.nu)[0] - np.log(self.scale)
+    # EP's moments ---------------------------------------------------------------------------
+    #: no closed form where the cavity is neither narrow nor far: the v2 table of the scale-1
+    #: likelihood of the same nu stores them (looked up in units of the scale)
+    _tabulated_moments = True
 
-    def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and std by Gauss-Legendre panels about each lobe's mode (no closed form)."""
+    def _moment_table_name(self) -> str:
+        return student_t_name(self.nu, 1.0)
+
+    def _canonical_moments(self, d, s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(log Z', mean', std')`` at canonical cavities: closed forms and the Gauss-Hermite
+        rule, else the moment table (:meth:`with_moment_table`) or the panels."""
+        return canonical_moments(d, s, self.nu, panels=self._panels)
+
+    def _panels(self, d, s) -> np.ndarray:
+        """The moments no closed form serves: the table's, else (and in no box) the panels'."""
+
+        def exact(m, sg, y):
+            return tuple(panel_moments(m, sg, self.nu))
+
+        return np.stack(self._table_moments(d, s, np.zeros_like(d), exact))
+
+    def ep_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(log Z, mean, std)`` in one pass (canonical units, :meth:`reduced`)."""
         mu, sigma, y = np.broadcast_arrays(
             np.asarray(mu, float), np.asarray(sigma, float), np.asarray(y, float)
         )
         d, s, sign = self.reduced(mu, sigma, y)
-        _, mean, std = canonical_moments(d, s, self.nu)
+        log_z, mean, std = self._canonical_moments(d, s)
         near_cavity, shift = cavity_shift(d, s, self.nu)
         mean = np.where(near_cavity, mu + sign * self.scale * shift, y + sign * self.scale * mean)
-        return mean, self.scale * std
+        return log_z - np.log(self.scale), mean, self.scale * std
+
+    def log_z(self, mu, sigma, y) -> np.ndarray:
+        return self.ep_moments(mu, sigma, y)[0]
+
+    def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std of the tilted density (no closed form: :meth:`ep_moments`)."""
+        return self.ep_moments(mu, sigma, y)[1:]
 
     # hooks of the exact sigma* kernel (qpinfer.sigma.kernel) --------------------------------------
 
@@ -194,7 +219,7 @@ class StudentT(Likelihood):
             np.zeros_like(d),
             mask,
             moments,
-            lambda sel: self.scale * canonical_moments(d[sel], s[sel], self.nu)[2],
+            lambda sel: self.scale * self._canonical_moments(d[sel], s[sel])[2],
         )
         return mask, values
 

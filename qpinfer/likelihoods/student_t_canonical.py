@@ -17,9 +17,12 @@ steps are not used), the level sets ending exactly at the antimode, and geometri
 decades (wide cavities).
 
 The tilted moments (EP's projection, eq. (5)) and ``log Z`` have no closed form:
-:func:`canonical_moments` sums Gauss-Legendre rules over the same panels, with every node written
-as an offset from its lobe's mode and the log density relative to the mode (``_log_ratio``) so
-that no digits cancel.
+:func:`canonical_moments` takes the tilt's Laplace series where the cavity is very narrow
+relative to the t factor, a Gauss-Hermite rule where it is narrow (``r < 0.05``,
+:func:`hermite_moments`), and otherwise Gauss-Legendre rules over the same panels
+(:func:`panel_moments`), with every node written as an offset from its lobe's mode and the log
+density relative to the mode (``_log_ratio``) so that no digits cancel -- or the v2 table's
+lookup of them (:meth:`qpinfer.Likelihood.with_moment_table`).
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ __all__ = [
     "cavity_shift",
     "graded_edges",
     "graded_need",
+    "hermite_moments",
     "level_offsets",
     "lobes",
+    "panel_moments",
     "stationary_points",
 ]
 
@@ -49,6 +54,10 @@ _BISECT = 40
 _ROOT_BISECT = 64
 N_NODES = 20  # Gauss-Legendre nodes per panel
 _MOMENT_BATCH = 4096  # points per vectorized moment batch
+_HERMITE_R2 = 2.5e-3  # r^2 below which the Gauss-Hermite rule serves the moments (r < 0.05)
+_HERMITE_NODES = 20
+_HERMITE_X, _HERMITE_W = np.polynomial.hermite_e.hermegauss(_HERMITE_NODES)
+_LOG_HERMITE_W = np.log(_HERMITE_W)
 #: a shoulder's extra panel edges, mu + sigma k (canonical_moments)
 _SHOULDER_EDGES = np.arange(-6.0, 10.0)
 
@@ -204,9 +213,12 @@ def _lobe_panels(lobe, mu, sigma, nu, need):
     return np.where(width[:, None] > 0, off, 0.0)
 
 
-def canonical_moments(mu, sigma, nu):
+def canonical_moments(mu, sigma, nu, panels=None):
     """``(log Z', mean', std')`` of the tilted density in canonical units (mu >= 0), log Z'
-    including the t normaliser: Z' = int t_nu(f) N(f | mu, sigma^2) df."""
+    including the t normaliser: Z' = int t_nu(f) N(f | mu, sigma^2) df. Closed forms where the
+    tilt is the cavity or its Laplace series, the Gauss-Hermite rule where the cavity is narrow
+    (:func:`hermite_moments`), else ``panels(mu, sigma)`` (1-D arrays of those cavities;
+    default :func:`panel_moments`, a likelihood with a moment table passes its lookup)."""
     mu, sigma = np.broadcast_arrays(np.asarray(mu, float), np.asarray(sigma, float))
     shape = mu.shape
     mu, sigma = mu.ravel(), sigma.ravel()  # 1-D inside (the batches index by position)
@@ -215,7 +227,7 @@ def canonical_moments(mu, sigma, nu):
     # tilt is the cavity itself and Z' = t_nu(mu) (log1p(mu^2/nu) = 2 log mu - log nu + O(1e-200))
     # sigma < 1e-100 (and mu <= 1e100): likewise, to 1e-100 relative (mean shift sigma^2 t'/t)
     far, narrow = mu > _FAR, (sigma < 1.0 / _FAR) & (mu <= _FAR)
-    log_c = gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * np.log(nu * np.pi)
+    log_c = _log_c(nu)
     out[0, far] = log_c - (nu + 1.0) * (np.log(mu[far]) - 0.5 * np.log(nu))
     out[0, narrow] = log_c - 0.5 * (nu + 1.0) * np.log1p(mu[narrow] ** 2 / nu)
     far |= narrow
@@ -226,7 +238,8 @@ def canonical_moments(mu, sigma, nu):
     # var = sigma^2 (1 + sigma^2 l''). (The panels cannot serve these: past mu ~ 1e12 the mode's
     # offset from mu is below mu's ulp, which can exceed sigma.)
     with np.errstate(over="ignore"):
-        series = ~far & (sigma * sigma * (nu + 1.0) < _SERIES_R2 * (nu + mu * mu))
+        s2_nu, a_mu = sigma * sigma * (nu + 1.0), nu + mu * mu
+    series = ~far & (s2_nu < _SERIES_R2 * a_mu)
     if series.any():
         m, s2 = mu[series], sigma[series] ** 2
         a = nu + m * m
@@ -236,6 +249,52 @@ def canonical_moments(mu, sigma, nu):
         out[1, series] = m + s2 * d1
         out[2, series] = sigma[series] * np.sqrt(1.0 + s2 * d2)
         far |= series
+    hermite = ~far & (s2_nu < _HERMITE_R2 * a_mu)
+    if hermite.any():
+        out[:, hermite] = hermite_moments(mu[hermite], sigma[hermite], nu)
+        far |= hermite
+    rest = np.flatnonzero(~far)
+    if rest.size:
+        if panels is None:
+            out[:, rest] = panel_moments(mu[rest], sigma[rest], nu)
+        else:
+            out[:, rest] = panels(mu[rest], sigma[rest])
+    return out[0].reshape(shape), out[1].reshape(shape), out[2].reshape(shape)
+
+
+def _log_c(nu):
+    """log of the t density's normaliser (scale 1)."""
+    return gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * np.log(nu * np.pi)
+
+
+def hermite_moments(mu, sigma, nu) -> np.ndarray:
+    """``(log Z', mean', std')`` (rows of a ``(3, n)`` array) of 1-D canonical cavities with
+    ``r < 0.05`` by the Gauss-Hermite rule of :data:`_HERMITE_NODES` nodes in ``x = (f - mu) /
+    sigma``: the t factor ``(1 + (mu + sigma x)^2 / nu)^(-(nu+1)/2)`` is analytic for
+    ``|x| < sqrt(nu + mu^2) / sigma = sqrt(nu + 1) / r`` (its poles at ``f = +-i sqrt(nu)``),
+    ``> 44`` here, so the rule's error (~ that radius to the power ``-2n`` times ``(2n -
+    1)!!``, < 1e-41) is far below double precision; the weights are taken about their largest
+    term. Measured against mpmath at r in [0.025, 0.05], nu = 4 and 5: <= 1.6e-16 in log Z,
+    9e-16 in the variance; the panels (:func:`panel_moments`) lose up to 7e-13 of log Z
+    relative where the cavity is far (mu ~ 1e7) and r ~ 1e-3."""
+    x = _HERMITE_X
+    f = mu[:, None] + sigma[:, None] * x
+    log_p = -0.5 * (nu + 1.0) * np.log1p(f * f / nu) + _LOG_HERMITE_W
+    top = log_p.max(axis=1, keepdims=True)
+    w = np.exp(log_p - top)
+    total = w.sum(axis=1)
+    log_z = _log_c(nu) + top[:, 0] + np.log(total) - 0.5 * np.log(2.0 * np.pi)
+    xbar = (w @ x) / total
+    d = x[None, :] - xbar[:, None]
+    var = np.einsum("ij,ij->i", w, d * d) / total
+    return np.stack([log_z, mu + sigma * xbar, sigma * np.sqrt(var)])
+
+
+def panel_moments(mu, sigma, nu) -> np.ndarray:
+    """``(log Z', mean', std')`` (rows of a ``(3, n)`` array) of 1-D canonical cavities by
+    Gauss-Legendre panels about each lobe (any cavity; :func:`canonical_moments` leaves them
+    the cavities no closed form serves)."""
+    out = np.empty((3, mu.size))
     need = graded_need(mu, sigma, nu)
     # shoulder: unimodal, but G has its two critical points (disc > 0): the cavity's side of
     # the tilt is a shoulder about to become a lobe, whose mass times its distance squared the
@@ -243,13 +302,13 @@ def canonical_moments(mu, sigma, nu):
     c = nu + (nu + 1.0) * sigma * sigma
     with np.errstate(over="ignore", invalid="ignore"):
         shoulder = (mu * mu > 3.0 * c) & ~stationary_points(mu, sigma, nu)[3]
-    for w in np.unique(need[~far]):
+    for w in np.unique(need):
         for sh in (False, True):
-            sel = np.flatnonzero((need == w) & ~far & (shoulder == sh))
+            sel = np.flatnonzero((need == w) & (shoulder == sh))
             for i in range(0, sel.size, _MOMENT_BATCH):  # bounded temporaries (~100 KB/point)
                 b = sel[i : i + _MOMENT_BATCH]
                 out[:, b] = _moments_group(mu[b], sigma[b], nu, int(w), sh)
-    return out[0].reshape(shape), out[1].reshape(shape), out[2].reshape(shape)
+    return out
 
 
 def _moments_group(mu, sigma, nu, need, shoulder=False):
@@ -291,8 +350,9 @@ def _moments_group(mu, sigma, nu, need, shoulder=False):
     log_q_anchor = -0.5 * (nu + 1.0) * np.log1p(anchor * anchor / nu) - (anchor - mu) ** 2 / (
         2.0 * sigma * sigma
     )
-    log_c = gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * np.log(nu * np.pi)
-    log_z = log_c + log_q_anchor + top + np.log(mass) - np.log(sigma) - 0.5 * np.log(2.0 * np.pi)
+    log_z = (
+        _log_c(nu) + log_q_anchor + top + np.log(mass) - np.log(sigma) - 0.5 * np.log(2.0 * np.pi)
+    )
     return log_z, anchor + mean_off, np.sqrt(var)
 
 

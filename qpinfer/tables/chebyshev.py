@@ -1,4 +1,4 @@
-# Over 400 lines: one interpolation scheme -- its coefficients, two bases and two evaluation orders share the private locate and basis helpers.
+# Over 400 lines: one interpolation scheme -- its coefficients and their stored layout, two bases and two evaluation orders share the private locate and basis helpers.
 """Piecewise Chebyshev interpolation on tensor grids of equal cells (the v2 tables' scheme).
 
 An axis ``[start, start + n_cells * width]`` is cut into ``n_cells`` equal cells; each cell holds
@@ -31,13 +31,17 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "COEFFICIENT_BITS",
     "CellAxis",
+    "cell_rows",
     "coefficients",
     "evaluate",
     "evaluate_inside",
     "evaluate_many",
+    "node_values",
     "power_coefficients",
     "power_rounding_bound",
+    "rounded_coefficients",
     "tail_size",
 ]
 
@@ -114,15 +118,68 @@ def coefficients(values: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
     ``b * n_cells + k`` is cell ``k`` (C order over the axes) of batch item ``b``, its
     coefficients flattened C order.
     """
-    v = np.asarray(values, dtype=np.float64)
+    rows = cell_rows(values, axes)
+    return _times_per_axis(rows, axes, [_values_to_coefficients(ax.n).T for ax in axes])
+
+
+def cell_rows(blocks: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
+    """An array in node layout (each cell's ``n_0 x n_1 x ...`` block where its nodes are, any
+    leading batch axes) as one row per cell, in the row order of :func:`coefficients`."""
+    v = np.asarray(blocks, dtype=np.float64)
     lead = v.shape[: v.ndim - len(axes)]
     shape = [int(np.prod(lead))]
     for ax in axes:
         shape += [ax.n_cells, ax.n]
     k = len(axes)  # cells first, then each cell's nodes: (batch, cells..., nodes...)
     order = [0] + [2 * d + 1 for d in range(k)] + [2 * d + 2 for d in range(k)]
-    rows = v.reshape(shape).transpose(order).reshape(-1, int(np.prod([ax.n for ax in axes])))
-    return _times_per_axis(rows, axes, [_values_to_coefficients(ax.n).T for ax in axes])
+    return v.reshape(shape).transpose(order).reshape(-1, int(np.prod([ax.n for ax in axes])))
+
+
+#: the binary digits after the point a stored coefficient keeps (:func:`rounded_coefficients`)
+COEFFICIENT_BITS = 50
+
+
+def rounded_coefficients(
+    values: np.ndarray, axes: tuple[CellAxis, ...], floor: int = 0
+) -> np.ndarray:
+    """Node ``values`` (node layout, leading batch axes) replaced cell by cell by the cell's
+    Chebyshev coefficients, each rounded to a multiple of ``2^-50`` (:data:`COEFFICIENT_BITS`)
+    of the cell's scale ``c`` (the power of two at or above its largest coefficient, and at
+    least ``2^floor``: a quantity needed to an absolute accuracy takes ``floor=0``, a ratio
+    needed relative to its smallest values a lower one), in the same layout: coefficient
+    ``(a, b)`` of cell ``(i, j)`` where node ``(a, b)`` of it was.
+    What a v2 store's data arrays hold: a smooth cell's coefficients fall off geometrically,
+    so rounded they carry few significant bits and a deflated store is ~3-4x smaller than its
+    node values'. The rounding moves a value by at most ``n_0 n_1 2^-51 c`` (6.4e-14 c for
+    12 x 12 nodes, 1.1e-13 c for 16 x 16; typically ~``sqrt(n_0 n_1 / 3) 2^-51 c``, 3e-15 c).
+    :func:`node_values` turns such an array back into values at the nodes."""
+    v = np.asarray(values, dtype=np.float64)
+    coef = coefficients(v, axes)
+    # the quantum: 2^-50 of the power of two at or above the cell's largest coefficient
+    scale = np.maximum(np.frexp(np.abs(coef).max(axis=1))[1], floor)
+    shift = (COEFFICIENT_BITS - scale)[:, None]
+    coef = np.ldexp(np.round(np.ldexp(coef, shift)), -shift)
+    return _node_layout(coef, v.shape, axes)
+
+
+def node_values(stored: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:
+    """The values at the nodes (node layout, as the build computed them, up to the rounding)
+    of an array of per-cell coefficients as a v2 store holds it (:func:`rounded_coefficients`;
+    e.g. ``xarray.open_zarr(store)["rho_core"].values`` with that box's axes)."""
+    v = np.asarray(stored, dtype=np.float64)
+    mats = [np.linalg.inv(_values_to_coefficients(ax.n)).T for ax in axes]
+    return _node_layout(_times_per_axis(cell_rows(v, axes), axes, mats), v.shape, axes)
+
+
+def _node_layout(rows: np.ndarray, shape: tuple[int, ...], axes: tuple[CellAxis, ...]):
+    """Rows of per-cell blocks (:func:`cell_rows`' order) back in node layout, ``shape``."""
+    k = len(axes)
+    lead = int(np.prod(shape[: len(shape) - k]))
+    cells = [ax.n_cells for ax in axes]
+    nodes = [ax.n for ax in axes]
+    order = [0] + [x for d in range(k) for x in (d + 1, k + d + 1)]
+    out = rows.reshape([lead, *cells, *nodes]).transpose(order)
+    return np.ascontiguousarray(out.reshape(shape))
 
 
 @functools.cache

@@ -28,6 +28,7 @@ from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.boxes.probit import ProbitCore
 from qpinfer.tables.boxes.registry import box_from_attrs
 from qpinfer.tables.chebyshev import (
+    cell_rows,
     coefficients,
     evaluate,
     evaluate_inside,
@@ -42,6 +43,7 @@ from qpinfer.tables.reduced_moments import (
     stored_moments,
 )
 from qpinfer.tables.reduced_store import (
+    DATA_LAYOUT,
     SCHEMA_VERSION_V2,
     array_names,
     integrity_changes,
@@ -191,7 +193,7 @@ class ReducedTable(SigmaTableReader):
         elif coords is not None:  # one pass locates, checks and evaluates
             inside, values = evaluate_inside(self._coefs[k], box.axes, coords, 0, self._power[k])
         else:
-            inside, label_index, coords = box.locate(*sub)
+            inside, label_index, coords = (box.locate if many is None else box.locate_moments)(*sub)
             if inside.all():
                 inside = None
             elif inside.any():
@@ -385,14 +387,21 @@ def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTa
         likelihood = get_likelihood(attrs["likelihood"])
     except (KeyError, TypeError, ValueError) as exc:
         raise TableError(f"{what}: malformed likelihood or boxes ({exc})") from None
+    layout = attrs.get("data_layout", "node_values")
+    if layout not in (DATA_LAYOUT, "node_values"):
+        raise TableError(f"{what}: unknown data_layout {layout!r}")
+    stored = layout == DATA_LAYOUT  # each cell's coefficients, else its node values
     coefs = []
     for box in boxes:
         values = read_array(root, files, f"rho_{box.name}", what)
         want = (len(box.labels), *(ax.n_cells * ax.n for ax in box.axes))
-        if values.shape != want or not np.all((values > 0) & (values <= 1 + 1e-12)):
-            raise TableError(f"{what}: array rho_{box.name} is not {want} values in (0, 1]")
-        coefs.append(coefficients(values, box.axes))  # one slice per label
+        if values.shape != want or not np.all(np.isfinite(values)):
+            raise TableError(f"{what}: array rho_{box.name} is not {want} finite values")
+        # one slice per label
+        coefs.append(cell_rows(values, box.axes) if stored else coefficients(values, box.axes))
+        if not np.all((coefs[-1][:, 0] > 0) & (coefs[-1][:, 0] <= 1 + 1e-12)):
+            raise TableError(f"{what}: array rho_{box.name} has cells whose mean is not in (0, 1]")
     moment_coefs = None
     if attrs.get("moments"):  # EP's moments beside rho (reduced_store.MOMENT_ARRAYS)
-        moment_coefs = read_moment_coefficients(root, files, boxes, what)
+        moment_coefs = read_moment_coefficients(root, files, boxes, what, stored)
     return ReducedTable(root, attrs, likelihood, boxes, coefs, moment_coefs)

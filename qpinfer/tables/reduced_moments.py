@@ -4,7 +4,8 @@ Where a likelihood's EP moments have no closed form its v2 store holds, beside r
 of :data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS` on every box (at the box's moment nodes,
 :meth:`qpinfer.tables.boxes.base.Box.moment_axes`): log Z, the mean and log std, each measured
 against the box's :meth:`~qpinfer.tables.boxes.base.Box.reference_moments`.
-:func:`read_moment_coefficients` turns them into Chebyshev coefficients at open;
+:func:`read_moment_coefficients` reads their Chebyshev coefficients at open (what the
+arrays hold, rounded: :func:`~qpinfer.tables.chebyshev.rounded_coefficients`);
 :func:`stored_moments` answers canonical cavities from the first box holding each, what
 ``Likelihood._table_moments`` asks for (a likelihood given the table by
 :meth:`qpinfer.Likelihood.with_moment_table`); :func:`sigma_from_moment_boxes` is sigma* of a
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import coefficients, evaluate
+from qpinfer.tables.chebyshev import cell_rows, coefficients, evaluate
 from qpinfer.tables.reduced_store import MOMENT_ARRAYS, read_array
 from qpinfer.tables.store import TableError
 
@@ -27,11 +28,13 @@ __all__ = ["read_moment_coefficients", "sigma_from_moment_boxes", "stored_moment
 
 
 def read_moment_coefficients(
-    root: Path, files: dict[str, bytes], boxes: list[Box], what: str
+    root: Path, files: dict[str, bytes], boxes: list[Box], what: str, stored: bool = True
 ) -> list[list[np.ndarray]]:
-    """Per box, the Chebyshev coefficients of its moment arrays (in :data:`~qpinfer.tables.reduced_store.MOMENT_ARRAYS`
-    order); :class:`~qpinfer.TableError` naming an array that is missing, of another shape or
-    not finite."""
+    """Per box, the Chebyshev coefficients of its moment arrays (in
+    :data:`~qpinfer.tables.reduced_store.MOMENT_ARRAYS` order): the arrays' own (``stored``,
+    :data:`~qpinfer.tables.reduced_store.DATA_LAYOUT`) or those of their node values;
+    :class:`~qpinfer.TableError` naming an array that is missing, of another shape or not
+    finite."""
     out = []
     for box in boxes:
         axes = box.moment_axes()
@@ -41,7 +44,7 @@ def read_moment_coefficients(
             values = read_array(root, files, f"{prefix}_{box.name}", what)
             if values.shape != want or not np.all(np.isfinite(values)):
                 raise TableError(f"{what}: array {prefix}_{box.name} is not {want} finite values")
-            per_box.append(coefficients(values, axes))
+            per_box.append(cell_rows(values, axes) if stored else coefficients(values, axes))
         out.append(per_box)
     return out
 
@@ -70,7 +73,7 @@ def stored_moments(table: Any, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np
                 s = sigma[sel]
                 ref = box.reference_moments(mu[sel], s, y[sel])
                 out[0, sel] = ref[0] + log_z
-                out[1, sel] = ref[1] + s * offset
+                out[1, sel] = ref[1] + box.moment_unit(mu[sel], s, y[sel]) * offset
                 out[2, sel] = ref[2] * np.exp(log_std)
                 todo.done(sel)
     idx = todo.indices()

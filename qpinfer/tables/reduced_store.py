@@ -5,12 +5,17 @@ zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
 :mod:`qpinfer.tables.boxes` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
 <box>_<axis1>])`` (:func:`array_names`): ``rho = sigma* / sigma_EP`` at the Chebyshev-Gauss nodes
 of the box's cells (:mod:`qpinfer.tables.chebyshev`), one slice per label, with the node positions
-as coordinate arrays. Where the likelihood's EP moments have no closed form
+as coordinate arrays; each cell's block holds the cell's rounded Chebyshev coefficients where its
+nodes are (root attribute ``data_layout`` = :data:`DATA_LAYOUT`,
+:func:`~qpinfer.tables.chebyshev.rounded_coefficients`; a store without it holds the node values,
+:func:`~qpinfer.tables.chebyshev.node_values` turns one into the other). Where the likelihood's EP moments have no closed form
 (``Likelihood._tabulated_moments``), every box also holds them at the same nodes, one array per
 quantity (:data:`MOMENT_ARRAYS`), measured against the box's
 :meth:`~qpinfer.tables.boxes.base.Box.reference_moments` ``(log Z_ref, mean_ref, std_ref)`` (the
 cavity itself, ``(0, mu, sigma)``, unless the box says otherwise): ``ep_log_z_<box>`` = log Z -
-log Z_ref, ``ep_mean_<box>`` = (mean - mean_ref) / sigma and ``ep_log_std_<box>`` = log(std /
+log Z_ref, ``ep_mean_<box>`` = (mean - mean_ref) / unit (the box's
+:meth:`~qpinfer.tables.boxes.base.Box.moment_unit`, sigma unless it says otherwise) and
+``ep_log_std_<box>`` = log(std /
 std_ref) of the tilted distribution (root attribute ``moments``). Root attributes: ``likelihood``, ``boxes`` (each box's kind, axes and
 labels), ``grid`` (the same, for tools that read v1's), ``coordinates`` / ``interpolation`` /
 ``claimed_domain`` (prose), ``arrays`` (every array of the store), ``verification`` (the build's
@@ -40,6 +45,7 @@ from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.store import TableError, chunk_key
 
 __all__ = [
+    "DATA_LAYOUT",
     "MOMENT_ARRAYS",
     "SCHEMA_VERSION_V2",
     "UNSIGNED_ATTRS",
@@ -55,6 +61,10 @@ SCHEMA_VERSION_V2 = 2
 UNSIGNED_ATTRS = ("integrity", "verification", "complete")
 #: EP's moments a store holds beside rho (see the module doc), in this order
 MOMENT_ARRAYS = ("ep_log_z", "ep_mean", "ep_log_std")
+#: the ``data_layout`` of a store whose data arrays hold each cell's rounded Chebyshev
+#: coefficients (:func:`~qpinfer.tables.chebyshev.rounded_coefficients`); a store without the
+#: attribute holds the node values
+DATA_LAYOUT = "chebyshev_coefficients"
 
 
 def data_arrays(moments: bool) -> tuple[str, ...]:

@@ -55,6 +55,8 @@ class ScaledTable(SigmaTableReader):
             self._lik = scale
         else:
             self._lik = StudentT(nu, scale)
+        # EP's moments of this scale from the base table, in units of the scale, where it has them
+        self._lik = self._lik.with_moment_table(base.moment_table)
         self.base = base
         self.likelihood: str = self._lik.name
         self.path = base.path

@@ -4,8 +4,9 @@
 :func:`qpinfer.tables.boxes.registry.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a
 box's first axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact
 kernel at the tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``,
-per box), written by the worker into its chunk of ``OUT.partial`` (the client never gathers the
-table). Results are bit-reproducible however the tiles are scheduled (the kernel's result for a
+per box; and EP's moments where they have no closed form), stored as each cell's rounded
+Chebyshev coefficients (:func:`qpinfer.tables.chebyshev.rounded_coefficients`) and written by
+the worker into its chunk of ``OUT.partial`` (the client never gathers the table). Results are bit-reproducible however the tiles are scheduled (the kernel's result for a
 point never depends on its batch).
 
 Lock, resume and tile writes are those of the paper-grid build (:mod:`qptables.pipeline.resume`,
@@ -38,8 +39,10 @@ import numpy as np
 import qpinfer
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.boxes.registry import box_from_attrs, boxes_for
+from qpinfer.tables.chebyshev import COEFFICIENT_BITS, rounded_coefficients
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.reduced_store import (
+    DATA_LAYOUT,
     MOMENT_ARRAYS,
     SCHEMA_VERSION_V2,
     array_names,
@@ -122,27 +125,45 @@ def _tiles(boxes: tuple[Box, ...]) -> list[tuple[int, int, int]]:
 
 
 def tile_arrays(likelihood: str, box: Box, first_label: int, first_cell: int) -> dict:
-    """Every data array of the box (:func:`qpinfer.tables.reduced_store.data_arrays`) at the
-    nodes of one tile, each of shape ``(labels, rows, nodes of the other axes...)``: the stored
-    ratio (sigma* over sigma_EP or over sigma, ``box.denominator``) and, where the likelihood's
-    EP moments have no closed form, those moments as the store holds them
-    (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`), computed again on the box's moment
-    nodes (:meth:`~qpinfer.tables.boxes.base.Box.moment_axes`)."""
+    """Every data array of the box (:func:`qpinfer.tables.reduced_store.data_arrays`) of one
+    tile as the store holds it, each of shape ``(labels, rows, nodes of the other axes...)``:
+    the ratio (sigma* over sigma_EP or over sigma, ``box.denominator``) and, where the
+    likelihood's EP moments have no closed form, those moments
+    (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`,
+    :meth:`~qpinfer.tables.boxes.base.Box.stored_moments`), computed again on the box's moment
+    nodes (:meth:`~qpinfer.tables.boxes.base.Box.moment_axes`); each cell as its rounded
+    Chebyshev coefficients (:data:`ROUNDING_FLOOR`)."""
     lik = qpinfer.get_likelihood(likelihood)
     mu, sigma, y, shape = _tile_nodes(box, box.axes, first_label, first_cell)
     q = qpinfer.sigma_qp(likelihood, mu, sigma, y)
-    if box.denominator == "sigma":
-        out = {"rho": (q / sigma).reshape(shape)}
-    else:
-        out = {"rho": (q / lik.tilted_moments(mu, sigma, y)[1]).reshape(shape)}
+    rho = q / (sigma if box.denominator == "sigma" else lik.tilted_moments(mu, sigma, y)[1])
+    out = {"rho": _as_stored(rho, shape, box.axes, ROUNDING_FLOOR["rho"])}
     if lik._tabulated_moments:  # reduced_store.MOMENT_ARRAYS, on the box's moment nodes
-        mu, sigma, y, shape = _tile_nodes(box, box.moment_axes(), first_label, first_cell)
-        log_z, mean, std = lik.ep_moments(mu, sigma, y)
-        ref = box.reference_moments(mu, sigma, y)
-        stored_log_z = box.stored_log_z(lik, mu, sigma, y, log_z)
-        stored = (stored_log_z, (mean - ref[1]) / sigma, np.log(std / ref[2]))
-        out.update({k: v.reshape(shape) for k, v in zip(MOMENT_ARRAYS, stored, strict=True)})
+        axes = box.moment_axes()
+        mu, sigma, y, shape = _tile_nodes(box, axes, first_label, first_cell)
+        stored = box.stored_moments(lik, mu, sigma, y, lik.ep_moments(mu, sigma, y))
+        out.update(
+            {
+                k: _as_stored(v, shape, axes, ROUNDING_FLOOR["moments"])
+                for k, v in zip(MOMENT_ARRAYS, stored, strict=True)
+            }
+        )
     return out
+
+
+#: the smallest scale (a power of two) a cell's coefficients are rounded against
+#: (:func:`~qpinfer.tables.chebyshev.rounded_coefficients`): rho is needed relative to its
+#: values (>= 3e-5 in every shipped store), EP's moments to an absolute 1e-12, so a cell of
+#: moments near zero keeps no digits below 2^-50 (where its values are noise of the kernel's)
+ROUNDING_FLOOR = {"rho": -30, "moments": 0}
+
+
+def _as_stored(values: np.ndarray, shape: tuple[int, ...], axes, floor: int) -> np.ndarray:
+    """A tile's node values (flat) as the store holds them: each cell's rounded Chebyshev
+    coefficients in the tile's layout (:func:`~qpinfer.tables.chebyshev.rounded_coefficients`;
+    the tile holds ``shape[1] / n`` whole cells of the first axis)."""
+    tile_axes = (dataclasses.replace(axes[0], n_cells=shape[1] // axes[0].n), *axes[1:])
+    return rounded_coefficients(values.reshape(shape), tile_axes, floor)
 
 
 def _tile_nodes(box: Box, axes, first_label: int, first_cell: int):
@@ -160,7 +181,8 @@ def _tile_nodes(box: Box, axes, first_label: int, first_cell: int):
 
 
 def tile_rho(likelihood: str, box: Box, first_label: int, first_cell: int) -> np.ndarray:
-    """The box's stored ratio at the nodes of one tile (:func:`tile_arrays`' ``rho``)."""
+    """The box's stored ratio of one tile as the store holds it (:func:`tile_arrays`'
+    ``rho``)."""
     return tile_arrays(likelihood, box, first_label, first_cell)["rho"]
 
 
@@ -257,6 +279,15 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
                 "Chebyshev-Gauss nodes of equal cells"
             ),
             "interpolation": "piecewise Chebyshev (qpinfer.cheb_cells), tensor product per cell",
+            "data_layout": DATA_LAYOUT,
+            "data_encoding": (
+                "every data array holds, in each cell's block of nodes, the cell's Chebyshev "
+                "coefficients of the quantity at those nodes (coefficient (a, b) of cell (i, j) "
+                "at node (a, b) of it), each rounded to a multiple of "
+                f"2^-{COEFFICIENT_BITS} of the power of two at or above the cell's largest one "
+                f"and at least 2^{ROUNDING_FLOOR['rho']} (rho) or 1 (EP's moments) "
+                "(qpinfer.tables.chebyshev.rounded_coefficients)"
+            ),
             "claimed_domain": (
                 "every finite mu, sigma > 0 and label the likelihood accepts: closed-form "
                 "regimes, then the boxes; cavities in no box use the exact kernel (counted)"
@@ -270,9 +301,10 @@ def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
             "arrays": [f"{p}_<box>" for p in MOMENT_ARRAYS],
             "quantities": (
                 "EP's tilted moments at each node's canonical cavity (mu, sigma): ep_log_z = "
-                "log Z - log Z_ref, ep_mean = (mean - mean_ref) / sigma, ep_log_std = log(std / "
+                "log Z - log Z_ref, ep_mean = (mean - mean_ref) / unit, ep_log_std = log(std / "
                 "std_ref), against the box's reference_moments (the cavity itself, (0, mu, "
-                "sigma), unless the box says otherwise)"
+                "sigma), unless the box says otherwise) and moment_unit (sigma, unless the box "
+                "says otherwise)"
             ),
         }
 

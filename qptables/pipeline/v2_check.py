@@ -126,8 +126,8 @@ def check_points(
     exact_lik, table_lik = qpinfer.get_likelihood(likelihood), table.likelihood_object
     worst_moments = dict.fromkeys(("log_z", "mean", "var"), 0.0)
     boxes = _chosen_boxes(table, boxes)
-    for box in boxes:
-        n = max(kernel_points // len(boxes), 1)
+    for k, box in enumerate(boxes):  # kernel_points in all, the remainder to the first boxes
+        n = max(kernel_points // len(boxes) + (k < kernel_points % len(boxes)), 1)
         coords = [rng.uniform(ax.start, ax.stop, n) for ax in box.axes]
         labels = rng.integers(0, len(box.labels), n)
         mu, sigma = box.cavity(np.asarray(box.labels)[labels], *coords)

@@ -1,6 +1,7 @@
 """The v2 tables shipped inside qpinfer: reproducible (bit for bit on one machine, within
 round-off on another), near-exact, used by default, guarded."""
 
+import dataclasses
 import json
 import math
 import shutil
@@ -16,9 +17,19 @@ from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.quadrature.panels import panel_rule
 from qpinfer.tables import TableError
 from qpinfer.tables.boxes.registry import box_from_attrs, boxes_for
+from qpinfer.tables.chebyshev import cell_rows, node_values
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
-from qptables.pipeline.v2 import _chunk_file, _create, _tiles, chunk_shape, tile_arrays, tile_rho
+from qptables.pipeline.v2 import (
+    ROUNDING_FLOOR,
+    _array_axes,
+    _chunk_file,
+    _create,
+    _tiles,
+    chunk_shape,
+    tile_arrays,
+    tile_rho,
+)
 from tests._helpers import load_ionosphere
 
 LIKELIHOODS = sorted(SHIPPED)
@@ -75,17 +86,35 @@ def _rebuild_and_compare(likelihood, tiles_wanted, seed):
     tol = rebuild_tolerance(likelihood)
     for i in rng.choice(len(tiles), size=min(tiles_wanted, len(tiles)), replace=False):
         k, label, first = tiles[i]
-        for prefix, values in tile_arrays(likelihood, boxes[k], label, first).items():
+        for prefix, stored in tile_arrays(likelihood, boxes[k], label, first).items():
             chunk = _chunk_file(path, boxes[k], label, first, prefix)
             shipped = np.frombuffer(chunk.read_bytes(), "<f8").reshape(
                 chunk_shape(boxes[k], prefix)
             )
-            shipped = shipped[tuple(slice(0, n) for n in values.shape)]
-            assert np.all(np.isfinite(values)), (likelihood, prefix, k, label, first)
+            shipped = shipped[tuple(slice(0, n) for n in stored.shape)]
+            assert np.all(np.isfinite(stored)), (likelihood, prefix, k, label, first)
+            axes = _array_axes(boxes[k], prefix)
+            axes = (dataclasses.replace(axes[0], n_cells=stored.shape[1] // axes[0].n), *axes[1:])
+            values, want = node_values(stored, axes), node_values(shipped, axes)
             # rho relative; EP's moments (log Z, offsets, log std) absolute, relative beyond 1
-            scale = np.abs(shipped) if prefix == "rho" else np.maximum(1.0, np.abs(shipped))
-            worst = float(np.max(np.abs(values - shipped) / scale))
+            scale = np.abs(want) if prefix == "rho" else np.maximum(1.0, np.abs(want))
+            floor = ROUNDING_FLOOR["rho" if prefix == "rho" else "moments"]
+            slack = _rounding(shipped, axes, floor)
+            worst = float(np.max((np.abs(values - want) - slack) / scale))
             assert worst <= tol, (likelihood, prefix, k, label, first, worst, tol)
+
+
+def _rounding(stored, axes, floor):
+    """At each node, how far the two roundings of its cell's coefficients (shipped, rebuilt:
+    ``chebyshev.rounded_coefficients``) may move two values apart: ``2 n_0 n_1 2^-51`` of the
+    cell's scale, the power of two at or above its largest coefficient and ``2^floor``."""
+    rows = cell_rows(stored, axes)
+    exponent = np.maximum(np.frexp(np.abs(rows).max(axis=1))[1], floor)
+    cell = np.ldexp(float(rows.shape[1]) * 2.0**-50, exponent)
+    out = cell.reshape(stored.shape[0], *(ax.n_cells for ax in axes))
+    for d, ax in enumerate(axes):
+        out = np.repeat(out, ax.n, axis=d + 1)
+    return out
 
 
 @pytest.mark.parametrize("likelihood", LIKELIHOODS)
@@ -182,9 +211,14 @@ def test_opens_with_xarray():
     xr = pytest.importorskip("xarray")
     ds = xr.open_zarr(shipped_path("probit"), consolidated=False)
     assert set(ds.data_vars) == {"rho_core", "rho_tail"}
+    assert ds.attrs["data_layout"] == "chebyshev_coefficients"
+    # each cell's block holds its Chebyshev coefficients, the first one the mean of its nodes:
     # core stores sigma*/sigma (>= 0.108 for tau >= -8), tail sigma*/sigma_EP (~0.9 .. 1)
-    assert float(ds.rho_core.max()) <= 1.0 + 1e-12 and float(ds.rho_core.min()) > 0.1
-    assert float(ds.rho_tail.max()) <= 1.0 + 1e-12 and float(ds.rho_tail.min()) > 0.5
+    nodes = {b["name"]: [ax["nodes_per_cell"] for ax in b["axes"]] for b in ds.attrs["boxes"]}
+    for name, low in (("core", 0.1), ("tail", 0.5)):
+        n0, n1 = nodes[name]
+        means = ds[f"rho_{name}"].values[:, ::n0, ::n1]
+        assert means.max() <= 1.0 + 1e-12 and means.min() > low
     boxes = {b["name"]: b["denominator"] for b in ds.attrs["boxes"]}
     assert boxes == {"core": "sigma", "tail": "sigma_ep"}
 

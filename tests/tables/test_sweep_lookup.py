@@ -194,13 +194,13 @@ def test_qp_moments_refuses_bad_labels_without_warnings():
 def test_shipped_core_cells_in_the_power_basis_round_within_1e_14():
     """The reader holds the probit core's cells in the power basis (cheb_cells
     power_coefficients): the rounding bound of that conversion on the shipped cells."""
-    from qpinfer.tables.chebyshev import coefficients, power_rounding_bound
+    from qpinfer.tables.chebyshev import cell_rows, power_rounding_bound
     from qpinfer.tables.reduced_store import read_array, store_files
 
     table = open_shipped("probit")
     box = table._sweep_box
-    values = read_array(table.path, store_files(table.path), f"rho_{box.name}", "test")
-    assert power_rounding_bound(coefficients(values, box.axes), box.axes) <= 1e-14
+    stored = read_array(table.path, store_files(table.path), f"rho_{box.name}", "test")
+    assert power_rounding_bound(cell_rows(stored, box.axes), box.axes) <= 1e-14
 
 
 def test_qp_moments_on_a_table_without_tilted_mean_passes_ep_moments_on():

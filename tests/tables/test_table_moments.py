@@ -1,6 +1,7 @@
-"""EP's moments from the tables: the shipped stores that hold them answer ``(log Z, mean, std)``
-to 1e-12 against the exact quadrature and mpmath, with no fallback, and the estimators' site
-updates take them from there by default (``table="exact"``: the quadrature)."""
+"""EP's moments from the tables: the shipped stores that hold them (logit, both Poisson links,
+Student-t nu = 4 and 5) answer ``(log Z, mean, std)`` to 1e-12 against the exact computation and
+mpmath, with no fallback, one Student-t table serves every noise scale, and the estimators' site
+updates take them from there by default (``table="exact"``: without the table)."""
 
 import json
 
@@ -8,11 +9,13 @@ import numpy as np
 import pytest
 
 import qpinfer
+from qpinfer.likelihoods.poisson_moments import hermite_min_b, scaled_cavity
 from qpinfer.likelihoods.registry import get_likelihood
+from qpinfer.likelihoods.student_t import student_t_name
 from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
 from qptables.pipeline.v2_check import moment_errors, reference_values
 from qptables.reference.fanout import fan_out
-from tests._helpers import coal, load_ionosphere
+from tests._helpers import coal, load_ionosphere, mcycle
 
 #: the shipped tables that store EP's moments
 WITH_MOMENTS = sorted(
@@ -26,7 +29,7 @@ TOLERANCE = 1e-12
 def _cavities(name, n, seed):
     """The random-cavity domain of ``benchmarks/bench_likelihood_tables.py``: |mu| up to 1e4
     (half uniform on [-10, 10]), sigma log-uniform on [1e-4, 1e6] (the log link: to 1e4, the most
-    it accepts), labels +-1 or counts 0..1000."""
+    it accepts), labels +-1, counts 0..1000 or observations on [-10, 10] (Student-t)."""
     rng = np.random.default_rng(seed)
     half = n // 2
     magnitude = 10.0 ** rng.uniform(-4, 4, n - half)
@@ -34,14 +37,37 @@ def _cavities(name, n, seed):
     sigma = 10.0 ** rng.uniform(-4, 4 if name == "poisson_log" else 6, n)
     if name.startswith("poisson"):
         y = rng.integers(0, 1001, n).astype(np.float64)
+    elif name.startswith("student_t"):
+        y = rng.uniform(-10.0, 10.0, n)
     else:
         y = rng.choice([-1.0, 1.0], n)
     return rng.permutation(mu), sigma, y
 
 
-def test_the_logit_and_log_link_tables_store_moments():
-    assert {"logit", "poisson_log"} <= set(WITH_MOMENTS)
+STUDENT_T = ["student_t(nu=4.0, scale=1.0)", "student_t(nu=5.0, scale=1.0)"]
+
+
+def test_every_table_without_closed_form_moments_stores_them():
+    assert {"logit", "poisson_log", "poisson_square", *STUDENT_T} <= set(WITH_MOMENTS)
     assert open_shipped("logit").has_moments and not open_shipped("probit").has_moments
+
+
+@pytest.mark.parametrize("scale", [0.05, 3.0])
+def test_a_scaled_student_t_takes_its_moments_from_the_scale_1_table(scale):
+    """One table per nu serves every noise scale: the moments are looked up in units of the
+    scale, with no fallback, to the tolerance against the exact quadrature."""
+    exact = get_likelihood(student_t_name(4.0, scale))
+    table = open_shipped(STUDENT_T[0])
+    tabulated = exact.with_moment_table(table.moment_table)
+    mu, sigma, y = _cavities(STUDENT_T[0], 4000, seed=3)
+    mu, sigma, y = scale * mu, scale * sigma, scale * y
+    before = table.moment_fallback_count
+    got = tabulated.ep_moments(mu, sigma, y)
+    assert table.moment_fallback_count == before
+    errors = moment_errors(got, exact.ep_moments(mu, sigma, y), sigma)
+    assert max(errors.values()) <= TOLERANCE, errors
+    with pytest.raises(ValueError, match=r"table must be an open table of 'student_t\(nu=4.0"):
+        exact.with_moment_table(open_shipped(STUDENT_T[1]).moment_table)
 
 
 @pytest.mark.parametrize("name", WITH_MOMENTS)
@@ -60,29 +86,55 @@ def test_table_moments_match_the_exact_quadrature_on_20000_random_cavities(name)
     np.testing.assert_array_equal(tabulated.tilted_moments(mu, sigma, y)[1], got[2])
 
 
+#: Student-t's mpmath reference takes ~10 s a point: 3 in the default tier, 20 with -m slow
+QUICK_MPMATH = {name: 3 for name in STUDENT_T}
+
+
 @pytest.mark.parametrize("name", WITH_MOMENTS)
-def test_table_moments_match_mpmath_at_20_cavities(name, dask_client):
+def test_table_moments_match_mpmath(name, dask_client):
+    _check_against_mpmath(name, QUICK_MPMATH.get(name, 20), dask_client)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", STUDENT_T)
+def test_student_t_table_moments_match_mpmath_at_20_cavities(name, dask_client):
+    _check_against_mpmath(name, 20, dask_client)
+
+
+def _check_against_mpmath(name, n, client):
+    """The table's moments at ``n`` random cavities that the table answers (no closed form or
+    Gauss-Hermite rule does), spread over the boxes, against mpmath."""
     table = open_shipped(name)
     tabulated = get_likelihood(name).with_moment_table(table.moment_table)
     mu, sigma, y = _cavities(name, 400, seed=2)
-    # 20 of them that no closed form answers (the table's cavities), spread over the boxes
-    _, rest = table.stored_moments(*_canonical(name, mu, sigma, y))
-    inside = np.setdiff1d(np.arange(mu.size), rest)
-    pick = inside[np.linspace(0, inside.size - 1, 20).astype(int)]
+    canonical = _canonical(name, mu, sigma, y)
+    _, rest = table.stored_moments(*canonical)
+    inside = np.setdiff1d(np.flatnonzero(_table_served(name, *canonical)), rest)
+    pick = inside[np.linspace(0, inside.size - 1, n).astype(int)]
     mu, sigma, y = mu[pick], sigma[pick], y[pick]
     refs, _ = fan_out(
-        reference_values,
-        [[name] * 20, list(mu), list(sigma), list(y), [None] * 20],
-        client=dask_client,
+        reference_values, [[name] * n, list(mu), list(sigma), list(y), [None] * n], client=client
     )
     refs = np.array(refs).T
     errors = moment_errors(tabulated.ep_moments(mu, sigma, y), refs[1:], sigma)
     assert max(errors.values()) <= TOLERANCE, errors
 
 
+def _table_served(name, m, sigma, y):
+    """Canonical cavities whose moments come from the table, not from a Gauss-Hermite rule
+    (Student-t: r >= 0.05; the square link: b below ``hermite_min_b``) or the series (the square
+    link's counts up to 8)."""
+    if name.startswith("student_t"):
+        nu = get_likelihood(name).nu
+        return sigma * sigma * (nu + 1.0) >= 0.05**2 * (nu + m * m)
+    if name == "poisson_square":
+        return (y > 8) & (scaled_cavity(m, sigma)[2] < hermite_min_b(y))
+    return np.ones(m.shape, dtype=bool)
+
+
 def _canonical(name, mu, sigma, y):
     lik = get_likelihood(name)
-    m, yy = lik.canonical(mu, y)
+    m, yy = lik.canonical(mu, y)  # Student-t at scale 1: (|mu - y|, 0)
     folded = np.maximum(m, -m - sigma * sigma) if name == "logit" else m
     return folded, sigma, yy
 
@@ -110,16 +162,29 @@ def _coal_log_link():
     return qpinfer.GPPoissonRegressor, {"link": "log", "length_scale": 0.3}, *coal()
 
 
-@pytest.mark.parametrize("problem", [_ionosphere_logit, _coal_log_link])
+def _coal_square_link():
+    return qpinfer.GPPoissonRegressor, {"link": "square", "length_scale": 0.3}, *coal()
+
+
+def _mcycle_student_t():
+    X, y = mcycle()
+    params = {"nu": 4.0, "scale": 0.2, "length_scale": 0.3, "optimize_scale": False}
+    return qpinfer.GPStudentTRegressor, params, X, y
+
+
+@pytest.mark.parametrize(
+    "problem", [_ionosphere_logit, _coal_log_link, _coal_square_link, _mcycle_student_t]
+)
 @pytest.mark.parametrize("method", ["ep", "qp"])
 def test_a_fit_takes_its_moments_from_the_shipped_table(problem, method):
     """EP's and QP's site updates use the table's moments by default, and give the evidence and
     predictions of the quadrature path (``table="exact"``) to 1e-9 (the logit on Ionosphere,
-    the log link on the coal-mining counts)."""
+    the log and square links on the coal-mining counts, Student-t noise on the motorcycle
+    data)."""
     cls, params, X, y = problem()
     fast = cls(method, optimizer=None, **params).fit(X, y)
     table = fast.likelihood_._moment_table
-    assert table is open_shipped(fast.likelihood_.name)
+    assert table is open_shipped(fast.likelihood_._moment_table_name())
     before = table.moment_fallback_count, table.fallback_count
     fast = cls(method, optimizer=None, **params).fit(X, y)
     assert (table.moment_fallback_count, table.fallback_count) == before

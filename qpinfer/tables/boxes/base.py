@@ -70,9 +70,34 @@ class Box:
         the moments ``Likelihood._from_box_moments`` takes (a box of folded cavities:
         the folded one's). A smooth function of the box's coordinates close to the moments, so
         that what is stored is O(1) and smooth, and the mean keeps an absolute accuracy of a
-        small fraction of sigma. Default: the cavity, ``(0, mu, sigma)``."""
+        small fraction of sigma (the mean is stored in units of :meth:`moment_unit`). Default:
+        the cavity, ``(0, mu, sigma)``."""
         mu = np.asarray(mu, dtype=np.float64)
         return np.zeros(mu.shape), mu, np.asarray(sigma, dtype=np.float64)
+
+    def moment_unit(self, mu, sigma, y) -> np.ndarray:
+        """The unit of the stored mean, ``(mean - mean_ref) / unit`` (:meth:`reference_moments`):
+        the cavity's std by default; a box whose moments scale with another width names it."""
+        return np.asarray(sigma, dtype=np.float64)
+
+    def stored_moments(self, likelihood, mu, sigma, y, moments) -> tuple[np.ndarray, ...]:
+        """What the box stores of EP's ``moments = (log Z, mean, std)`` at its nodes' cavities
+        (:data:`~qpinfer.tables.reduced_store.MOMENT_ARRAYS`): :meth:`stored_log_z`, the mean
+        in :meth:`moment_unit` from the reference's and the log of the std over the
+        reference's. A box whose likelihood computes these differences directly overrides it."""
+        log_z, mean, std = moments
+        ref = self.reference_moments(mu, sigma, y)
+        return (
+            self.stored_log_z(likelihood, mu, sigma, y, log_z),
+            (mean - ref[1]) / self.moment_unit(mu, sigma, y),
+            np.log(std / ref[2]),
+        )
+
+    def locate_moments(self, mu, sigma, y):
+        """:meth:`locate` for the box's EP moments: the same cavities, unless the box answers
+        rho beyond its axes by a limit (clipping the coordinate) that the moments do not
+        share."""
+        return self.locate(mu, sigma, y)
 
     def stored_log_z(self, likelihood, mu, sigma, y, log_z) -> np.ndarray:
         """What the box stores of log Z at its nodes' cavities: ``log_z`` minus the reference's

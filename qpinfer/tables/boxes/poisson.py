@@ -31,6 +31,14 @@ Three boxes, one 1-D axis each, one slice per count 1..1000 (the label axis):
   there, whose sigma* loses ~1e-17 ``|r|`` relative to the positions of its nodes, 2e-13 at
   ``|r| = 3e4``).
 
+**EP's moments** are functions of ``b = r`` and the count too: in units ``x = f / sv`` of the
+Gaussian factor ``N(f | beta, sv^2)`` the tilt is ``|x|^(2y) phi(x - b)``, so each box stores
+``log I`` (log Z less the log density at the main lobe's mode, Loader's saddle-point form),
+``E[x] - b`` and ``log sd(x)`` (:meth:`PoissonSquareBox.stored_moments`), and a lookup adds the
+reference ``(saddle-point log Z, beta, sv)`` of the cavity asked for. The lobe box's moments
+are not clipped: beyond ``s_end`` (and wherever ``b >= max(100, 20 sqrt(2y))``) the main lobe's
+Gauss-Hermite rule answers (:func:`qpinfer.likelihoods.poisson_moments.hermite_min_b`).
+
 Nodes are built at ``sigma = 2`` (``a = 9``, ``mu = 6 r``). Counts above the labels (1000) are in
 no box: lookups fall back to the exact kernel, which holds to 1e8
 (``qpinfer.likelihoods.poisson_moments``).
@@ -42,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qpinfer.likelihoods.poisson_moments import lobe_moments_x, saddle_log_z, scaled_cavity
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.chebyshev import CellAxis
 
@@ -101,6 +110,26 @@ class PoissonSquareBox(Box):
         r = np.asarray(w, dtype=np.float64) / np.sqrt(8.0 * label)
         return 3.0 * SIGMA_NODE * r, np.full_like(r, SIGMA_NODE)
 
+    # EP's moments (module docstring): functions of (b, y) about the Gaussian factor
+    def reference_moments(self, mu, sigma, y):
+        """``(saddle-point log Z, beta, sv)``: the log density at the main lobe's mode
+        (:func:`~qpinfer.likelihoods.poisson_moments.saddle_log_z`), the Gaussian factor's
+        mean and std."""
+        beta, sv, _ = scaled_cavity(mu, sigma)
+        return saddle_log_z(mu, sigma, np.asarray(y, dtype=np.float64)), beta, sv
+
+    def moment_unit(self, mu, sigma, y):
+        return scaled_cavity(mu, sigma)[1]
+
+    def stored_moments(self, likelihood, mu, sigma, y, moments):
+        """``(log I, E[x] - b, log sd(x))`` of the tilt in units of its Gaussian factor by the
+        lobes for every count (:func:`~qpinfer.likelihoods.poisson_moments.lobe_moments_x`):
+        log Z less the reference, without the cancellation of the series' terms of size
+        ``mu^2 / (1 + 2 sigma^2)`` at the nodes (~1e-11 at b ~ 150)."""
+        _, _, b = scaled_cavity(mu, sigma)
+        log_i, shift, var_x = lobe_moments_x(np.abs(b), np.asarray(y, dtype=np.float64))
+        return log_i, shift, 0.5 * np.log(var_x)
+
     def locate(self, mu, sigma, y):
         ok, index = self._label_index(y)
         w = poisson_r(mu, sigma) * np.sqrt(8.0 * np.asarray(y, dtype=np.float64))
@@ -127,6 +156,17 @@ class PoissonSquareLobe(PoissonSquareBox):
             s = np.arcsinh(poisson_r(mu, sigma) / np.sqrt(8.0 * yy))
             x = np.minimum((s - s0) / (s_end - s0), 1.0)  # rho = 1 to 1e-17 beyond s_end
         coords = (x,)
+        return ok & self._inside_axes(coords), index, coords
+
+    def locate_moments(self, mu, sigma, y):
+        """Not clipped: EP's moments beyond ``s_end`` are the main lobe's Gauss-Hermite rule's
+        (:func:`~qpinfer.likelihoods.poisson_moments.hermite_min_b`), not the box's."""
+        ok, index = self._label_index(y)
+        yy = np.where(ok, np.asarray(y, dtype=np.float64), 1.0)
+        s0, s_end = lobe_s_range(yy)
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = np.arcsinh(poisson_r(mu, sigma) / np.sqrt(8.0 * yy))
+            coords = ((s - s0) / (s_end - s0),)
         return ok & self._inside_axes(coords), index, coords
 
 

@@ -71,20 +71,30 @@ leave (its cells reaching into those parts are never served):
   decade there), of 1 in ``gap_mass`` 7e-13 and in ``gap_core`` 1.5e-11 (0.7: 5.5e-13);
   ``gap_mass_out`` from c = 24 with cells of 6 or 12, 1.6e-12 / 6.6e-10 (its tail decays like
   e^-c); cells of 2 x 1 in c_spread across the onset, 1.6e-12.
+
+**EP's moments** (log Z, mean, std) are stored on the same boxes, against the cavity itself
+(``far``: against ``log t_nu(d)`` for log Z, :class:`StudentTFar`), with the nodes of
+:data:`MOMENT_NODES`. Lookups reach them only where ``r = s sqrt((nu + 1) / (nu + d^2)) >=
+0.05``: narrower cavities take the Gauss-Hermite rule
+(:func:`qpinfer.likelihoods.student_t_canonical.hermite_moments`). Measured by the build (nu =
+4, 2e4 random box points): <= 1.9e-13 in the mean (cavity stds), 2.3e-13 in the variance.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+from scipy.special import gammaln
 
 from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.chebyshev import CellAxis
 
 __all__ = [
     "KINDS",
+    "MOMENT_NODES",
     "S_MAX",
     "StudentTCore",
     "StudentTFar",
@@ -135,7 +145,27 @@ class StudentTCore(Box):
 
 @dataclass(frozen=True)
 class StudentTFar(Box):
-    """``u = 25 / z`` in [0, 1] and ``log10 s``: the cavities beyond the bimodal region."""
+    """``u = 25 / z`` in [0, 1] and ``log10 s``: the cavities beyond the bimodal region. Its
+    EP moments' log Z is measured against the t density at the cavity's mean, ``log t_nu(d)``
+    (:meth:`reference_moments`), whose ``-(nu + 1) log d`` is singular at ``u = 0``: the table's
+    nu, stored with the box (a store written without it is nu = 4's)."""
+
+    nu: float = 4.0
+
+    def to_attrs(self) -> dict:
+        return {**super().to_attrs(), "nu": self.nu}
+
+    @classmethod
+    def extra_from_attrs(cls, attrs: dict) -> dict:
+        return {"nu": float(attrs.get("nu", cls.nu))}
+
+    def reference_moments(self, mu, sigma, y):
+        mu = np.asarray(mu, dtype=np.float64)
+        nu = self.nu
+        log_c = gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * np.log(nu * np.pi)
+        with np.errstate(over="ignore"):
+            log_t = log_c - 0.5 * (nu + 1.0) * np.log1p(mu * mu / nu)
+        return log_t, mu, np.asarray(sigma, dtype=np.float64)
 
     def cavity(self, label, u, log10_sigma):
         s = 10.0 ** np.asarray(log10_sigma, dtype=np.float64)
@@ -206,7 +236,7 @@ def student_t_boxes(nu: float = 4.0, nodes: int = 12) -> tuple[Box, ...]:
 
     z_mid = 0.5 * Z_FAR
     w = 0.125 / _finer(nu)
-    return (
+    boxes = (
         StudentTCore("narrow", (z_axis(0.0, Z_FAR, 0.5), ls_axis(LOG10_S_MIN, 0.0, 0.25)), (0.0,)),
         StudentTCore("mid", (z_axis(0.0, Z_FAR, 0.25), ls_axis(0.0, 1.0, w)), (0.0,)),
         StudentTCore("wide", (z_axis(0.0, z_mid, 0.125), ls_axis(1.0, S_MAX, w)), (0.0,)),
@@ -218,9 +248,16 @@ def student_t_boxes(nu: float = 4.0, nodes: int = 12) -> tuple[Box, ...]:
                 CellAxis("log10_sigma", -3.5, 0.5, 27, nodes),
             ),
             (0.0,),
+            nu=nu,
         ),
         *gap_boxes(nu, nodes),
     )
+    return tuple(dataclasses.replace(b, moment_nodes=MOMENT_NODES.get(b.name, 0)) for b in boxes)
+
+
+#: Chebyshev nodes per cell and axis of EP's moments where rho's 12 leave the moments' largest
+#: errors (2e4 random points of each box against the exact kernel, nu = 4) above 5e-13
+MOMENT_NODES = {"narrow": 16, "mid": 14, "wide": 16, "far": 16, "gap_mass": 16}
 
 
 def _finer(nu: float) -> int:
