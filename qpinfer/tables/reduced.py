@@ -28,8 +28,6 @@ from qpinfer.tables.boxes.base import Box
 from qpinfer.tables.boxes.probit import ProbitCore
 from qpinfer.tables.boxes.registry import box_from_attrs
 from qpinfer.tables.chebyshev import (
-    cell_rows,
-    coefficients,
     evaluate,
     evaluate_inside,
     evaluate_many,
@@ -43,13 +41,13 @@ from qpinfer.tables.reduced_moments import (
     stored_moments,
 )
 from qpinfer.tables.reduced_store import (
-    DATA_LAYOUT,
     SCHEMA_VERSION_V2,
     array_names,
     integrity_changes,
     integrity_record,
-    read_array,
+    read_cells,
     store_files,
+    stores_coefficients,
 )
 from qpinfer.tables.store import TableError, read_json
 from qpinfer.tables.sweep_evaluator import SweepEvaluator
@@ -387,20 +385,13 @@ def open_reduced(path: str | os.PathLike, *, finished: bool = True) -> ReducedTa
         likelihood = get_likelihood(attrs["likelihood"])
     except (KeyError, TypeError, ValueError) as exc:
         raise TableError(f"{what}: malformed likelihood or boxes ({exc})") from None
-    layout = attrs.get("data_layout", "node_values")
-    if layout not in (DATA_LAYOUT, "node_values"):
-        raise TableError(f"{what}: unknown data_layout {layout!r}")
-    stored = layout == DATA_LAYOUT  # each cell's coefficients, else its node values
+    stored = stores_coefficients(attrs, what)
     coefs = []
     for box in boxes:
-        values = read_array(root, files, f"rho_{box.name}", what)
-        want = (len(box.labels), *(ax.n_cells * ax.n for ax in box.axes))
-        if values.shape != want or not np.all(np.isfinite(values)):
-            raise TableError(f"{what}: array rho_{box.name} is not {want} finite values")
-        # one slice per label
-        coefs.append(cell_rows(values, box.axes) if stored else coefficients(values, box.axes))
+        name = f"rho_{box.name}"
+        coefs.append(read_cells(root, files, name, box.axes, len(box.labels), stored, what))
         if not np.all((coefs[-1][:, 0] > 0) & (coefs[-1][:, 0] <= 1 + 1e-12)):
-            raise TableError(f"{what}: array rho_{box.name} has cells whose mean is not in (0, 1]")
+            raise TableError(f"{what}: array {name} has cells whose mean is not in (0, 1]")
     moment_coefs = None
     if attrs.get("moments"):  # EP's moments beside rho (reduced_store.MOMENT_ARRAYS)
         moment_coefs = read_moment_coefficients(root, files, boxes, what, stored)

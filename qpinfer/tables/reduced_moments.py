@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 
 from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import cell_rows, coefficients, evaluate
-from qpinfer.tables.reduced_store import MOMENT_ARRAYS, read_array
-from qpinfer.tables.store import TableError
+from qpinfer.tables.chebyshev import evaluate
+from qpinfer.tables.reduced_store import MOMENT_ARRAYS, read_cells
 
 __all__ = ["read_moment_coefficients", "sigma_from_moment_boxes", "stored_moments"]
 
@@ -31,22 +30,17 @@ def read_moment_coefficients(
     root: Path, files: dict[str, bytes], boxes: list[Box], what: str, stored: bool = True
 ) -> list[list[np.ndarray]]:
     """Per box, the Chebyshev coefficients of its moment arrays (in
-    :data:`~qpinfer.tables.reduced_store.MOMENT_ARRAYS` order): the arrays' own (``stored``,
-    :data:`~qpinfer.tables.reduced_store.DATA_LAYOUT`) or those of their node values;
-    :class:`~qpinfer.TableError` naming an array that is missing, of another shape or not
-    finite."""
-    out = []
-    for box in boxes:
-        axes = box.moment_axes()
-        want = (len(box.labels), *(ax.n_cells * ax.n for ax in axes))
-        per_box = []
-        for prefix in MOMENT_ARRAYS:
-            values = read_array(root, files, f"{prefix}_{box.name}", what)
-            if values.shape != want or not np.all(np.isfinite(values)):
-                raise TableError(f"{what}: array {prefix}_{box.name} is not {want} finite values")
-            per_box.append(cell_rows(values, axes) if stored else coefficients(values, axes))
-        out.append(per_box)
-    return out
+    :data:`~qpinfer.tables.reduced_store.MOMENT_ARRAYS` order):
+    :func:`~qpinfer.tables.reduced_store.read_cells` of each."""
+    return [
+        [
+            read_cells(
+                root, files, f"{p}_{box.name}", box.moment_axes(), len(box.labels), stored, what
+            )
+            for p in MOMENT_ARRAYS
+        ]
+        for box in boxes
+    ]
 
 
 def stored_moments(table: Any, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
@@ -77,7 +71,7 @@ def stored_moments(table: Any, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np
                 out[2, sel] = ref[2] * np.exp(log_std)
                 todo.done(sel)
     idx = todo.indices()
-    return tuple(out), (np.empty(0, np.intp) if idx is None else idx)
+    return tuple(out), (np.arange(n) if idx is None else idx)
 
 
 def sigma_from_moment_boxes(table: Any, lik: Any, m, s, y) -> tuple[np.ndarray, np.ndarray]:
@@ -110,7 +104,7 @@ def sigma_from_moment_boxes(table: Any, lik: Any, m, s, y) -> tuple[np.ndarray, 
         out[pts] = rho * (s[pts] if box.denominator == "sigma" else std)
         todo.done(pts)
     idx = todo.indices()
-    return out, (np.empty(0, np.intp) if idx is None else idx)
+    return out, (np.arange(m.size) if idx is None else idx)
 
 
 class _Todo:

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.tables.boxes.base import Box
+from qpinfer.tables.chebyshev import CellAxis, cell_rows, coefficients
 from qpinfer.tables.store import TableError, chunk_key
 
 __all__ = [
@@ -54,7 +55,9 @@ __all__ = [
     "integrity_changes",
     "integrity_record",
     "read_array",
+    "read_cells",
     "store_files",
+    "stores_coefficients",
 ]
 
 SCHEMA_VERSION_V2 = 2
@@ -173,3 +176,33 @@ def read_array(root: Path, files: dict[str, bytes], name: str, what: str) -> np.
         sl = tuple(slice(a, min(a + c, n)) for a, c, n in zip(lo, chunks, shape, strict=True))
         out[sl] = block[tuple(slice(0, s.stop - s.start) for s in sl)]
     return out
+
+
+def stores_coefficients(attrs: dict, what: str) -> bool:
+    """Whether the store's data arrays hold each cell's coefficients (``data_layout`` =
+    :data:`DATA_LAYOUT`) or, written before that layout, its node values."""
+    layout = attrs.get("data_layout", "node_values")
+    if layout not in (DATA_LAYOUT, "node_values"):
+        raise TableError(f"{what}: unknown data_layout {layout!r}")
+    return layout == DATA_LAYOUT
+
+
+def read_cells(
+    root: Path,
+    files: dict[str, bytes],
+    name: str,
+    axes: tuple[CellAxis, ...],
+    n_labels: int,
+    stored: bool,
+    what: str,
+) -> np.ndarray:
+    """The per-cell Chebyshev coefficients of data array ``name`` (rows as
+    :func:`~qpinfer.tables.chebyshev.coefficients`', one slice per label): the stored ones
+    (``stored``, :func:`stores_coefficients`) or those of its node values;
+    :class:`~qpinfer.TableError` naming an array that is missing, of another shape or not
+    finite."""
+    values = read_array(root, files, name, what)
+    want = (n_labels, *(ax.n_cells * ax.n for ax in axes))
+    if values.shape != want or not np.all(np.isfinite(values)):
+        raise TableError(f"{what}: array {name} is not {want} finite values")
+    return cell_rows(values, axes) if stored else coefficients(values, axes)

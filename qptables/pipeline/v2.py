@@ -70,7 +70,6 @@ __all__ = [
     "build_v2",
     "chunk_shape",
     "tile_arrays",
-    "tile_rho",
 ]
 
 
@@ -142,12 +141,8 @@ def tile_arrays(likelihood: str, box: Box, first_label: int, first_cell: int) ->
         axes = box.moment_axes()
         mu, sigma, y, shape = _tile_nodes(box, axes, first_label, first_cell)
         stored = box.stored_moments(lik, mu, sigma, y, lik.ep_moments(mu, sigma, y))
-        out.update(
-            {
-                k: _as_stored(v, shape, axes, ROUNDING_FLOOR["moments"])
-                for k, v in zip(MOMENT_ARRAYS, stored, strict=True)
-            }
-        )
+        floor = ROUNDING_FLOOR["moments"]
+        out.update({k: _as_stored(v, shape, axes, floor) for k, v in zip(MOMENT_ARRAYS, stored)})
     return out
 
 
@@ -180,12 +175,6 @@ def _tile_nodes(box: Box, axes, first_label: int, first_cell: int):
     return mu, sigma, y, grids[0].shape
 
 
-def tile_rho(likelihood: str, box: Box, first_label: int, first_cell: int) -> np.ndarray:
-    """The box's stored ratio of one tile as the store holds it (:func:`tile_arrays`'
-    ``rho``)."""
-    return tile_arrays(likelihood, box, first_label, first_cell)["rho"]
-
-
 def _run_tile(path: str, likelihood: str, box_attrs: dict, first_label: int, first_cell: int):
     """Compute one tile and write it as its chunk of each data array (runs on a worker; rho
     last, so a tile whose rho chunk exists is finished in every array)."""
@@ -194,10 +183,8 @@ def _run_tile(path: str, likelihood: str, box_attrs: dict, first_label: int, fir
     for prefix in sorted(arrays, key=lambda k: k == "rho"):
         values = arrays[prefix]
         r0 = first_cell * _array_axes(box, prefix)[0].n
-        region = (
-            slice(first_label, first_label + values.shape[0]),
-            slice(r0, r0 + values.shape[1]),
-        )
+        labels, rows = values.shape[:2]
+        region = (slice(first_label, first_label + labels), slice(r0, r0 + rows))
         write_chunk(path, f"{prefix}_{box.name}", region, values)
     return first_cell
 

@@ -19,7 +19,7 @@ from qptables.pipeline.v2 import (
     _run_tile,
     _tiles,
     chunk_shape,
-    tile_rho,
+    tile_arrays,
 )
 from qptables.store import finished_chunks
 
@@ -52,7 +52,7 @@ def test_a_tile_is_one_full_size_chunk_holding_the_kernel_ratios(partial, boxes)
     key = _chunk_key(boxes[k], label, cell)
     assert finished_chunks(partial, sizes) == {key}
     data = np.frombuffer(_chunk_file(partial, boxes[k], label, cell).read_bytes(), "<f8")
-    rho = tile_rho(LIKELIHOOD, boxes[k], label, cell)
+    rho = tile_arrays(LIKELIHOOD, boxes[k], label, cell)["rho"]
     stored = data.reshape(chunk_shape(boxes[k]))[tuple(slice(0, n) for n in rho.shape)]
     assert np.array_equal(stored, rho)
 

@@ -71,7 +71,8 @@ def test_v1_lookups_take_the_callers_ep_moments(v1_table):
 
 
 def test_a_scaled_student_t_projection_passes_ep_moments_to_the_lookup_bit_for_bit():
-    lik = StudentT(4.0, 0.37)
+    base = open_shipped("student_t(nu=4.0, scale=1.0)")
+    lik = StudentT(4.0, 0.37).with_moment_table(base.moment_table)  # as an estimator's
     table = shipped_table(lik)
     rng = np.random.default_rng(5)
     mu, s, y = rng.normal(0, 2, 50), rng.uniform(0.05, 3.0, 50), rng.normal(0, 1, 50)
@@ -82,11 +83,16 @@ def test_a_scaled_student_t_projection_passes_ep_moments_to_the_lookup_bit_for_b
 
 
 def test_a_student_t_table_holds_the_likelihood_object_it_is_resolved_for():
-    """No name parsed and no StudentT built on the way: the scaled table holds the very object."""
-    lik = StudentT(4.0, 2.5)
+    """No name parsed and no StudentT built on the way: the scaled table holds the very object
+    (one taking its EP moments from the base table, as an estimator's does; a likelihood
+    without it is held as a copy that does)."""
+    base = open_shipped("student_t(nu=4.0, scale=1.0)")
+    lik = StudentT(4.0, 2.5).with_moment_table(base.moment_table)
     table = shipped_table(lik)
     assert isinstance(table, ScaledTable) and table.likelihood_object is lik
-    assert table.base is open_shipped("student_t(nu=4.0, scale=1.0)")
+    assert table.base is base
+    plain = shipped_table(StudentT(4.0, 2.5)).likelihood_object
+    assert plain == lik and plain._moment_table is base
     assert for_likelihood(table, lik) is table
     assert shipped_table(StudentT(4.0, 1.0)) is table.base
     assert shipped_table(PROBIT) is open_shipped("probit")
