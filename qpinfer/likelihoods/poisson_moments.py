@@ -243,12 +243,12 @@ def _flat(*arrays):
 
 def hermite_min_b(y) -> np.ndarray:
     """``b`` from which the main lobe alone, by a Gauss-Hermite rule about its mode, gives the
-    moments of a count ``y >= 1`` (:func:`_hermite_lobe_x`): ``max(100, 20 sqrt(2y))``."""
+    moments of a count ``y >= 1`` (``_hermite_lobe_x``): ``max(100, 20 sqrt(2y))``."""
     return np.maximum(100.0, 20.0 * np.sqrt(2.0 * np.asarray(y, dtype=np.float64)))
 
 
 def _hermite_lobe_x(b: np.ndarray, y: np.ndarray):
-    """``(log I, E[x] - b, Var[x])`` as :func:`_lobes_x` for ``b >= hermite_min_b(y)``: the main
+    """``(log I, E[x] - b, Var[x])`` as ``_lobes_x`` for ``b >= hermite_min_b(y)``: the main
     lobe alone (the far one is > 56 nats down: ``b sqrt(2n) >= 40 n``) by the Gauss-Hermite
     rule of :data:`_HERMITE_NODES` nodes in ``t = h / w`` about the mode ``u``, ``w = (1 +
     n / u^2)^(-1/2)`` its curvature width: what the Gaussian weight leaves,
@@ -272,8 +272,8 @@ def _hermite_lobe_x(b: np.ndarray, y: np.ndarray):
 
 def moments_x(b: np.ndarray, y: np.ndarray):
     """Per point ``(log_main, E[x] - b, Var[x])`` and the lobe mask: ``log_main`` is ``log P_n(b)``
-    where the recurrence was used and ``log I`` (see :func:`_lobes_x`) where the lobes (or the
-    main lobe's Gauss-Hermite rule, :func:`_hermite_lobe_x`) were."""
+    where the recurrence was used and ``log I`` (see ``_lobes_x``) where the lobes (or the
+    main lobe's Gauss-Hermite rule, ``_hermite_lobe_x``) were."""
     out = [np.empty(b.shape) for _ in range(3)]
     lobes = (y > 0) & ((y > _RECURRENCE_MAX_COUNT) | (b > _RECURRENCE_MAX_B))
     # b = inf (a cavity so far out that mu / sigma overflows) is the Gaussian limit: the
@@ -292,8 +292,8 @@ def moments_x(b: np.ndarray, y: np.ndarray):
 
 def lobe_moments_x(b: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
     """``(log I, E[x] - b, Var[x])`` of 1-D arrays (``b >= 0``, ``y >= 1``) by the lobes
-    (:func:`_lobes_x`), or the main lobe's Gauss-Hermite rule where it holds
-    (:func:`_hermite_lobe_x`), for every count: no terms of size ``y log b`` cancel in log I,
+    (``_lobes_x``), or the main lobe's Gauss-Hermite rule where it holds
+    (``_hermite_lobe_x``), for every count: no terms of size ``y log b`` cancel in log I,
     which the series' log Z would need (what the square link's table stores,
     :mod:`qpinfer.tables.boxes.poisson`)."""
     out = [np.empty(b.shape) for _ in range(3)]

@@ -269,7 +269,7 @@ def _log_c(nu):
 
 def hermite_moments(mu, sigma, nu) -> np.ndarray:
     """``(log Z', mean', std')`` (rows of a ``(3, n)`` array) of 1-D canonical cavities with
-    ``r < 0.05`` by the Gauss-Hermite rule of :data:`_HERMITE_NODES` nodes in ``x = (f - mu) /
+    ``r < 0.05`` by the Gauss-Hermite rule of ``_HERMITE_NODES`` (20) nodes in ``x = (f - mu) /
     sigma``: the t factor ``(1 + (mu + sigma x)^2 / nu)^(-(nu+1)/2)`` is analytic for
     ``|x| < sqrt(nu + mu^2) / sigma = sqrt(nu + 1) / r`` (its poles at ``f = +-i sqrt(nu)``),
     ``> 44`` here, so the rule's error (~ that radius to the power ``-2n`` times ``(2n -

@@ -160,6 +160,8 @@ class StudentTFar(Box):
         return {"nu": float(attrs.get("nu", cls.nu))}
 
     def reference_moments(self, mu, sigma, y):
+        """``(log t_nu(mu), mu, sigma)``: the t density at the (canonical) cavity's mean, then
+        the cavity itself."""
         mu = np.asarray(mu, dtype=np.float64)
         nu = self.nu
         log_c = gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * np.log(nu * np.pi)
