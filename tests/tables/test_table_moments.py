@@ -149,6 +149,21 @@ def test_the_store_records_its_moment_verification(name):
         assert max(ver[key].values()) <= ver["tolerance"] == TOLERANCE
 
 
+def test_cavities_in_no_box_are_computed_and_counted():
+    """Counts above the square link's labels (1..1000) are in no box: computed exactly and
+    counted, also when no cavity of the call is in a box."""
+    table = open_shipped("poisson_square")
+    exact = get_likelihood("poisson_square")
+    tabulated = exact.with_moment_table(table.moment_table)
+    mu, sigma = np.array([30.0, -12.0, 3.0]), np.array([0.5, 2.0, 1.0])
+    for y in (np.full(3, 5000.0), np.array([5000.0, 20.0, 1e6])):
+        before = table.moment_fallback_count
+        got = tabulated.ep_moments(mu, sigma, y)
+        assert table.moment_fallback_count - before == np.count_nonzero(y > 1000)
+        for a, b in zip(got, exact.ep_moments(mu, sigma, y), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * np.max(sigma))
+
+
 def test_likelihoods_with_closed_form_moments_take_no_table():
     probit = qpinfer.get_likelihood("probit")
     assert probit.with_moment_table(open_shipped("logit")) is probit
