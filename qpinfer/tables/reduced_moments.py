@@ -67,7 +67,7 @@ def stored_moments(table: Any, mu, sigma, y) -> tuple[tuple[np.ndarray, ...], np
                 s = sigma[sel]
                 ref = box.reference_moments(mu[sel], s, y[sel])
                 out[0, sel] = ref[0] + log_z
-                out[1, sel] = ref[1] + box.moment_unit(mu[sel], s, y[sel]) * offset
+                out[1, sel] = ref[1] + box.moment_unit(s, ref) * offset
                 out[2, sel] = ref[2] * np.exp(log_std)
                 todo.done(sel)
     idx = todo.indices()

@@ -75,9 +75,11 @@ class Box:
         mu = np.asarray(mu, dtype=np.float64)
         return np.zeros(mu.shape), mu, np.asarray(sigma, dtype=np.float64)
 
-    def moment_unit(self, mu, sigma, y) -> np.ndarray:
-        """The unit of the stored mean, ``(mean - mean_ref) / unit`` (:meth:`reference_moments`):
-        the cavity's std by default; a box whose moments scale with another width names it."""
+    def moment_unit(self, sigma, ref) -> np.ndarray:
+        """The unit of the stored mean, ``(mean - mean_ref) / unit``, at cavities of std
+        ``sigma`` whose :meth:`reference_moments` are ``ref``: the cavity's std by default; a
+        box whose moments scale with another width names it (from ``ref``, not computed
+        again)."""
         return np.asarray(sigma, dtype=np.float64)
 
     def stored_moments(self, likelihood, mu, sigma, y, moments) -> tuple[np.ndarray, ...]:
@@ -89,7 +91,7 @@ class Box:
         ref = self.reference_moments(mu, sigma, y)
         return (
             self.stored_log_z(likelihood, mu, sigma, y, log_z),
-            (mean - ref[1]) / self.moment_unit(mu, sigma, y),
+            (mean - ref[1]) / self.moment_unit(sigma, ref),
             np.log(std / ref[2]),
         )
 

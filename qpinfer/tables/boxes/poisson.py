@@ -118,8 +118,9 @@ class PoissonSquareBox(Box):
         beta, sv, _ = scaled_cavity(mu, sigma)
         return saddle_log_z(mu, sigma, np.asarray(y, dtype=np.float64)), beta, sv
 
-    def moment_unit(self, mu, sigma, y):
-        return scaled_cavity(mu, sigma)[1]
+    def moment_unit(self, sigma, ref):
+        """The Gaussian factor's std, ``sv`` (the reference's std)."""
+        return ref[2]
 
     def stored_moments(self, likelihood, mu, sigma, y, moments):
         """``(log I, E[x] - b, log sd(x))`` of the tilt in units of its Gaussian factor by the
