@@ -58,16 +58,22 @@ class CavityDerivatives:
     var_v: np.ndarray
 
 
-def _sigma_star_gradient(projection: Any, m: np.ndarray, sd: np.ndarray, y: np.ndarray):
-    """``(sigma*, dsigma*/dm, dsigma*/dsd, kappa_3 or None)``: from the projection's table
-    (:meth:`~qpinfer.tables.SigmaTableReader.sigma_qp_gradient`, the lookup's derivatives), else
-    from the exact kernel's quadrature (:func:`qpinfer.sigma.sigma_qp_gradient`, whose panels
-    also give the tilted third cumulant), else five-point differences of ``project``."""
+def _sigma_star_gradient(projection: Any, m: np.ndarray, sd: np.ndarray, y: np.ndarray, ep_sd):
+    """``(sigma*, dsigma*/dm, dsigma*/dsd, d(s^2)/dm)``, the last the derivative of EP's tilted
+    variance ``s^2`` (std ``ep_sd``) where the source gives it (NaN elsewhere, or ``None``): from
+    the projection's table (:meth:`~qpinfer.tables.SigmaTableReader.sigma_qp_gradient`, the
+    lookup's derivatives, and those of the EP std its cells store), else from the exact kernel's
+    quadrature (:func:`qpinfer.sigma.sigma_qp_gradient`, whose panels also give the tilted third
+    cumulant ``kappa_3 = v d(s^2)/dm``), else five-point differences of ``project``."""
     table = getattr(projection, "table", None)
     if table is not None and hasattr(table, "sigma_qp_gradient"):
-        return (*table.sigma_qp_gradient(m, sd, y), None)
+        s, s_m, s_sd, std_m = table.sigma_qp_gradient(m, sd, y, ep_std_slope=True)
+        return s, s_m, s_sd, 2.0 * ep_sd * np.asarray(std_m, np.float64)
     if table is None:
-        return sigma_qp_gradient(projection.likelihood, m, sd, y, third_cumulant=True)
+        s, s_m, s_sd, kappa3 = sigma_qp_gradient(
+            projection.likelihood, m, sd, y, third_cumulant=True
+        )
+        return s, s_m, s_sd, np.asarray(kappa3, np.float64) / (sd * sd)
     _, s = projection.project(m, sd, y)
     h = 2.0 * FD_STEP * sd  # the five-point stencil of step FD_STEP sd
     ds_dm = central_difference(lambda x: projection.project(x, sd, y)[1], m, h)
@@ -81,20 +87,25 @@ def cavity_derivatives(projection: Any, m: np.ndarray, v: np.ndarray, y: np.ndar
     variances ``v``."""
     lik = projection.likelihood
     sd = np.sqrt(v)
-    mean, ep_sd = lik.tilted_moments(m, sd, y)
-    mean, ep_var = np.asarray(mean, np.float64), np.asarray(ep_sd, np.float64) ** 2
+    y = np.broadcast_to(y, np.shape(m))
+    log_z, mean, ep_sd = lik.ep_moments(m, sd, y)
+    mean, ep_sd = np.asarray(mean, np.float64), np.asarray(ep_sd, np.float64)
+    ep_var = ep_sd**2
     g = (mean - m) / v
     h = (ep_var - v) / (v * v)
-    s, s_m, s_sd, kappa3 = _sigma_star_gradient(projection, m, sd, y)
-    if kappa3 is None:  # d(s^2)/dm = kappa_3 / v, here by differences of EP's moments
-        ep_var_m = central_difference(
-            lambda x: np.asarray(lik.tilted_moments(x, sd, y)[1]) ** 2, m, 2.0 * FD_STEP * sd
+    s, s_m, s_sd, ep_var_m = _sigma_star_gradient(projection, m, sd, y, ep_sd)
+    todo = slice(None) if ep_var_m is None else ~np.isfinite(ep_var_m)
+    if ep_var_m is None or todo.any():  # d(s^2)/dm = kappa_3 / v by differences of EP's
+        if ep_var_m is None:
+            ep_var_m = np.empty_like(m)
+        ep_var_m[todo] = central_difference(
+            lambda x: np.asarray(lik.tilted_moments(x, sd[todo], y[todo])[1]) ** 2,
+            m[todo],
+            2.0 * FD_STEP * sd[todo],
         )
-    else:
-        ep_var_m = np.asarray(kappa3, np.float64) / v
     s = np.asarray(s, np.float64)
     return CavityDerivatives(
-        log_z=np.asarray(lik.log_z(m, sd, y), np.float64),
+        log_z=np.asarray(log_z, np.float64),
         log_z_m=g,
         log_z_v=0.5 * (h + g * g),
         mean=mean,

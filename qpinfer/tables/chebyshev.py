@@ -360,7 +360,10 @@ def evaluate_many(coefs, axes, points, first_row=0, check=False):
     """``(inside, values)``: :func:`evaluate_inside` (``check``) or :func:`evaluate` of several
     interpolants on the same cells (a list of coefficient arrays), the points located once."""
     rows, local, inside = _locate(axes, points, first_row, check=check)
-    return inside, [_evaluate_located(c, axes, rows, local, False) for c in coefs]
+    if rows.size > _BATCH or (len(axes) == 2 and rows.size >= _GROUPED_MIN):
+        return inside, [_evaluate_located(c, axes, rows, local, False) for c in coefs]
+    bases = _bases(axes, local, False)  # once for all the interpolants (EP-sized batches)
+    return inside, [_evaluate_gathered(c, axes, rows, local, False, bases) for c in coefs]
 
 
 def _evaluate_located(coef, axes, rows, local, power) -> np.ndarray:
@@ -397,9 +400,11 @@ _matvec = getattr(np, "matvec", _matvec)  # numpy >= 2.2: one gufunc call
 _vecdot = getattr(np, "vecdot", lambda a, b: np.einsum("pi,pi->p", a, b))
 
 
-def _evaluate_gathered(coef, axes, rows, local, power) -> np.ndarray:
-    """The interpolant with one gathered block of coefficients per query (see :func:`evaluate`)."""
-    bases = _bases(axes, local, power)
+def _evaluate_gathered(coef, axes, rows, local, power, bases=None) -> np.ndarray:
+    """The interpolant with one gathered block of coefficients per query (see :func:`evaluate`;
+    ``bases``: :func:`_bases` at ``local`` if the caller has them)."""
+    if bases is None:
+        bases = _bases(axes, local, power)
     block = coef[rows]  # one contiguous row per query
     if len(axes) == 1:
         out = _vecdot(block, bases[0])

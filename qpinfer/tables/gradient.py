@@ -1,22 +1,26 @@
 """Derivatives of a table's sigma* lookup in the cavity mean and standard deviation.
 
-Two routes, per query (:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradient`):
+Three routes, per query (:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradient`):
 
-* **The cells' own derivative** (:func:`cell_gradient`): a v2 box that stores sigma*/sigma and
+* **The cells' own derivative** (:func:`box_gradient`): a v2 box that stores sigma*/sigma and
   knows its coordinates' Jacobian (``Box.coord_jacobian``; probit's core, every cavity of a
   probit fit) differentiates its Chebyshev (or power-basis) cell polynomial and applies the chain
-  rule through the box's coordinate map: the exact derivative of the interpolant.
+  rule through the box's coordinate map (:func:`direct_box_gradient`); a box whose store holds
+  EP's std beside rho (the logit, the Poisson log link: ``sigma* = rho std``) differentiates
+  both cell polynomials, the coordinate map and the std's reference by differences of their
+  closed forms (:func:`moment_box_gradient`, which also gives the std's own derivative). Both
+  are the exact derivative of the interpolant (to ~1e-12), continuous across cell edges to the
+  table's accuracy.
 * **A Richardson central difference of the lookup itself** (:func:`lookup_richardson`) for every
-  other query the table answers (v1 grids, the v2 boxes storing sigma*/sigma_EP): steps
-  ``1e-4 min(sigma, sigma*)`` and half that (4 lookups per derivative), truncation ``O(h^4)``
-  and rounding ~1e-12 relative inside a cell; a stencil that straddles a cell edge sees the
-  interpolant's kink there, ~the table's accuracy over the step.
-
-Queries the table does not answer (its exact fallbacks), and those of likelihoods whose EP
-moments are themselves a quadrature (logit, poisson_log, Student-t: see ``_quadrature_moments``),
-take the exact kernel's derivatives
-(:func:`qpinfer.sigma.derivatives.sigma_qp_gradient`), within the table's error over a cell of
-the lookup's (measured <= 1e-10 of sigma*).
+  other query the table answers (v1 grids, the other v2 boxes): steps ``1e-4 min(sigma,
+  sigma*)`` and half that (4 lookups per derivative), truncation ``O(h^4)`` and rounding ~1e-12
+  relative inside a cell; a stencil that straddles a cell edge sees the interpolant's kink
+  there, ~the table's accuracy over the step.
+* **The exact kernel's derivatives** (:func:`qpinfer.sigma.derivatives.sigma_qp_gradient`) for
+  the queries the table does not answer (its exact fallbacks), and for the rest of those of
+  likelihoods whose EP moments are a quadrature (their closed-form regimes, Student-t, the
+  Poisson square link: see ``_quadrature_moments``), within the table's error over a cell of
+  the lookup's (measured <= 1e-10 of sigma*).
 """
 
 from __future__ import annotations
@@ -26,9 +30,17 @@ import numpy as np
 from qpinfer.sigma.derivatives import central_difference
 from qpinfer.tables.chebyshev import CellAxis, _locate, _matvec, _vecdot
 
-__all__ = ["cell_gradient", "direct_box_gradient", "lookup_richardson", "reader_gradient"]
+__all__ = [
+    "box_gradient",
+    "cell_gradient",
+    "direct_box_gradient",
+    "lookup_richardson",
+    "moment_box_gradient",
+    "reader_gradient",
+]
 
 _STEP = 1e-4  # Richardson step, relative to min(sigma, sigma*)
+_COORD_STEP = 1e-3  # the coordinate maps' step, relative to sigma
 
 
 def _basis_and_derivative(t: np.ndarray, n: int, power: bool):
@@ -55,17 +67,23 @@ def _basis_and_derivative(t: np.ndarray, n: int, power: bool):
 
 
 def cell_gradient(
-    coef: np.ndarray, axes: tuple[CellAxis, CellAxis], points, power: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(value, d/dx_0, d/dx_1)`` of a 2-D cell interpolant (:mod:`qpinfer.tables.chebyshev`:
-    ``coef`` rows as :func:`~qpinfer.tables.chebyshev.coefficients`, or
+    coef: np.ndarray, axes: tuple[CellAxis, ...], points, power: bool, first_row=0
+) -> tuple[np.ndarray, ...]:
+    """``(value, d/dx_0[, d/dx_1])`` of a 1-D or 2-D cell interpolant
+    (:mod:`qpinfer.tables.chebyshev`: ``coef`` rows as
+    :func:`~qpinfer.tables.chebyshev.coefficients`, or
     :func:`~qpinfer.tables.chebyshev.power_coefficients` with ``power``) at ``points`` (one 1-D
-    array per axis, inside the axes), derivatives in the axes' own coordinates."""
-    if len(axes) != 2:
-        raise ValueError(f"cell_gradient needs a 2-D box; got {len(axes)} axes")
-    rows, local, _ = _locate(axes, tuple(points), 0)
-    a, b = axes
+    array per axis, inside the axes; ``first_row`` as for
+    :func:`~qpinfer.tables.chebyshev.evaluate`), derivatives in the axes' own coordinates."""
+    if len(axes) not in (1, 2):
+        raise ValueError(f"cell_gradient needs a 1-D or 2-D box; got {len(axes)} axes")
+    rows, local, _ = _locate(axes, tuple(points), first_row)
+    a = axes[0]
     ba, dba = _basis_and_derivative(local[0], a.n, power)
+    if len(axes) == 1:
+        block = coef[rows]
+        return _vecdot(block, ba), _vecdot(block, dba) / a.width
+    b = axes[1]
     bb, dbb = _basis_and_derivative(local[1], b.n, power)
     block = coef[rows].reshape(-1, a.n, b.n)
     cb = _matvec(block, bb)
@@ -113,6 +131,106 @@ def direct_box_gradient(table, mu, sigma, y):
     return mask, d_mu[mask], d_sigma[mask]
 
 
+def _coord_slopes(box, y, m, s):
+    """Per box coordinate and for the log of the reference std
+    (:meth:`~qpinfer.tables.boxes.base.Box.reference_moments`), rows of ``(d/dm, d/ds)`` at
+    canonical cavities inside ``box``: Richardson central differences (steps ``1e-3 s`` and half
+    that) of these closed-form maps, smooth where the cells are (truncation ~1e-12, rounding
+    ~1e-13 relative)."""
+
+    def maps(mm, ss):
+        with np.errstate(all="ignore"):
+            coords = box.locate(mm, ss, y)[2]
+            ref = box.reference_moments(mm, ss, y)[2]
+        return np.array([*coords, np.log(ref)])
+
+    h = _COORD_STEP * s
+    return (
+        central_difference(lambda x: maps(x, s), m, h),
+        central_difference(lambda x: maps(m, x), s, h),
+    )
+
+
+def moment_box_gradient(table, mu, sigma, y):
+    """``(mask, d_mu, d_sigma, d_std)`` (at ``mask``) of flat checked queries to a v2 table
+    storing EP's moments, whose lookups take sigma* from one box without rescaling
+    (:func:`qpinfer.tables.reduced_moments.sigma_from_moment_boxes`: the logit, the Poisson log
+    link): ``sigma* = rho(x) std`` and EP's ``std = ref(mu, sigma) exp(L(x))`` at box
+    coordinates ``x(mu, sigma)``, rho and the stored log std ``L`` cell polynomials
+    (:func:`cell_gradient`, their exact derivatives), the coordinates' and the reference's
+    derivatives by differences of their closed forms (:func:`_coord_slopes`); ``d_std``:
+    EP's std's derivative in ``mu`` (the tilted third cumulant over the cavity variance, over
+    twice the std). Cavities of the likelihood's closed forms and those in no box are left out
+    (``mask`` False); ``None`` if the table has no such boxes."""
+    from qpinfer.sigma.derivatives import canonical_slope
+
+    lik = table._lik
+    slope = canonical_slope(lik, mu, y)
+    if slope is None or not table._fused_sigma:
+        return None
+    m, yy = lik.canonical(mu, y)
+    todo = np.ones(m.size, dtype=bool)
+    with np.errstate(all="ignore"):
+        closed = lik._table_closed_form(m, sigma, yy, None)
+    if closed is not None:
+        todo &= ~closed[0]
+    mask = np.zeros(m.size, dtype=bool)
+    out = np.empty((3, m.size))
+    for k, box in enumerate(table._boxes):
+        idx = np.flatnonzero(todo)
+        if idx.size == 0:
+            break
+        with np.errstate(all="ignore"):
+            inside, label_index, coords = box.locate(m[idx], sigma[idx], yy[idx])
+        sel = idx[inside]
+        if sel.size == 0:
+            continue
+        first = label_index[inside] * table._cells[k]
+        x = tuple(c[inside] for c in coords)
+        rho, *rho_x = cell_gradient(table._coefs[k], box.axes, x, table._power[k], first)
+        log_std, *log_x = cell_gradient(
+            table._moment_coefs[k][2], box.moment_axes(), x, False, first
+        )
+        s = sigma[sel]
+        dm, ds = _coord_slopes(box, yy[sel], m[sel], s)
+        with np.errstate(all="ignore"):
+            std = box.reference_moments(m[sel], s, yy[sel])[2] * np.exp(log_std)
+        log_std_m = dm[-1] + sum(g * d for g, d in zip(log_x, dm, strict=False))
+        rho_m = sum(g * d for g, d in zip(rho_x, dm, strict=False))
+        rho_s = sum(g * d for g, d in zip(rho_x, ds, strict=False))
+        if box.denominator == "sigma":  # sigma* = rho sigma
+            out[0, sel] = s * rho_m
+            out[1, sel] = s * rho_s + rho
+        else:
+            log_std_s = ds[-1] + sum(g * d for g, d in zip(log_x, ds, strict=False))
+            out[0, sel] = std * (rho_m + rho * log_std_m)
+            out[1, sel] = std * (rho_s + rho * log_std_s)
+        out[2, sel] = std * log_std_m
+        out[0, sel] *= slope[sel]
+        out[2, sel] *= slope[sel]
+        mask[sel] = True
+        todo[sel] = False
+    return mask, *out[:, mask]
+
+
+def box_gradient(table, mu, sigma, y):
+    """``(mask, d_mu, d_sigma, d_std)`` of flat checked queries to a v2 table from its cells'
+    own derivatives: :func:`direct_box_gradient`, then :func:`moment_box_gradient` for the rest
+    (``d_std``, EP's std's derivative in ``mu``: NaN where the first answers)."""
+    mask = np.zeros(mu.size, dtype=bool)
+    out = np.full((3, mu.size), np.nan)
+    for route in (direct_box_gradient, moment_box_gradient):
+        idx = np.flatnonzero(~mask)
+        if idx.size == 0:
+            break
+        got = route(table, mu[idx], sigma[idx], y[idx])
+        if got is not None:
+            sel = idx[got[0]]
+            out[: len(got) - 1, sel] = got[1:]
+            mask[sel] = True
+    return mask, *out[:, mask]
+
+
 def lookup_richardson(lookup, mu, sigma, y, value):
     """``(d/dmu, d/dsigma)`` of ``lookup(mu, sigma, y)`` (flat arrays) by Richardson-extrapolated
     central differences with steps ``h = 1e-4 min(sigma, value)`` and ``h/2``."""
@@ -131,16 +249,18 @@ def _quadrature_moments(lik) -> bool:
     return bool(getattr(lik, "_ep_from_panels", False)) or lik.name.startswith("student_t")
 
 
-def reader_gradient(table, mu, sigma, y, exact=None):
+def reader_gradient(table, mu, sigma, y, exact=None, ep_std_slope=False):
     """:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradient` of any reader: ``s`` from
     ``table.qp_moments`` (bit for bit), derivatives from ``exact(m, s, y)`` where it returns
-    ``(mask, d_mu, d_sigma)`` over the flat broadcast queries (a reader's exact route), else by
-    :func:`lookup_richardson` of ``qp_moments``' sigma* where the table answers, else the exact
-    kernel's :func:`~qpinfer.sigma.derivatives.sigma_qp_gradient`: at the table's fallbacks,
-    and at every query of a likelihood whose EP moments are a quadrature (logit, poisson_log,
+    ``(mask, d_mu, d_sigma, d_std)`` over the flat broadcast queries (a reader's cells:
+    :func:`box_gradient`), else by :func:`lookup_richardson` of ``qp_moments``' sigma* where
+    the table answers, else the exact kernel's
+    :func:`~qpinfer.sigma.derivatives.sigma_qp_gradient`: at the table's fallbacks, and at the
+    other queries of a likelihood whose EP moments are a quadrature (logit, poisson_log,
     Student-t), where the eight lookups of a Richardson difference would cost ~4x the kernel's
     derivatives (those differ from the lookup's by the table's error over a cell, measured
-    <= 1e-10 of sigma*)."""
+    <= 1e-10 of sigma*). ``ep_std_slope``: a fourth array, EP's std's derivative in ``mu``
+    where ``exact`` gave it (NaN elsewhere)."""
     from qpinfer.sigma.derivatives import sigma_qp_gradient
     from qpinfer.sigma.kernel import _prepare
 
@@ -150,12 +270,12 @@ def reader_gradient(table, mu, sigma, y, exact=None):
     counted = table.fallback_count
     m, s, yy = m.ravel(), s.ravel(), yy.ravel()
     v = value.ravel()
-    d_mu, d_sigma = np.full(m.size, np.nan), np.full(m.size, np.nan)
+    d_mu, d_sigma, d_std = np.full((3, m.size), np.nan)
     todo = np.ones(m.size, dtype=bool)
     if exact is not None:
         got = exact(m, s, yy)
         if got is not None:
-            mask, d_mu[mask], d_sigma[mask] = got
+            mask, d_mu[mask], d_sigma[mask], d_std[mask] = got
             todo &= ~mask
     if todo.any():
         idx = np.flatnonzero(todo)
@@ -177,4 +297,5 @@ def reader_gradient(table, mu, sigma, y, exact=None):
                 lik, m[out_idx], s[out_idx], yy[out_idx]
             )
     table.fallback_count = counted  # the value's fallbacks; not the differences' queries
-    return value, d_mu.reshape(shape), d_sigma.reshape(shape)
+    out = (value, d_mu.reshape(shape), d_sigma.reshape(shape))
+    return (*out, d_std.reshape(shape)) if ep_std_slope else out

@@ -82,14 +82,16 @@ class SigmaTableReader(ABC):
     def contains(self, mu, sigma, y) -> np.ndarray:
         """Boolean mask of the queries the table answers without the exact kernel."""
 
-    def sigma_qp_gradient(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sigma_qp_gradient(self, mu, sigma, y, ep_std_slope=False) -> tuple[np.ndarray, ...]:
         """``(sigma*, d sigma*/d mu, d sigma*/d sigma)``: sigma* as :meth:`qp_moments` gives it
         (bit for bit) and the derivatives of that lookup (:mod:`qpinfer.tables.gradient`: a
         Richardson central difference of the lookup where the table answers, the exact
-        kernel's derivatives where it falls back; a reader may differentiate its cells)."""
+        kernel's derivatives where it falls back; a reader may differentiate its cells).
+        ``ep_std_slope``: a fourth array, the derivative of EP's std in ``mu`` where the reader
+        has it from its cells (NaN elsewhere: here everywhere)."""
         from qpinfer.tables.gradient import reader_gradient
 
-        return reader_gradient(self, mu, sigma, y)
+        return reader_gradient(self, mu, sigma, y, ep_std_slope=ep_std_slope)
 
     def close(self) -> None:  # noqa: B027 - a hook: most readers hold nothing open
         """Release what the table holds open (nothing, unless a reader says otherwise); the

@@ -332,16 +332,18 @@ class ReducedTable(SigmaTableReader):
         sig, ep, shape, _ = self._lookup(mu, sigma, y, moments, need_ep=True)
         return (sig / ep).reshape(shape)
 
-    def sigma_qp_gradient(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sigma_qp_gradient(self, mu, sigma, y, ep_std_slope=False) -> tuple[np.ndarray, ...]:
         """``(sigma*, d sigma*/d mu, d sigma*/d sigma)``: sigma* as :meth:`qp_moments` gives it
         (bit for bit); in a box storing sigma*/sigma with a coordinate Jacobian (probit's core)
-        the derivative of its cell polynomial by the chain rule
-        (:func:`qpinfer.tables.gradient.direct_box_gradient`), elsewhere the routes of
-        :func:`qpinfer.tables.gradient.reader_gradient`."""
-        from qpinfer.tables.gradient import direct_box_gradient, reader_gradient
+        or a box whose stored EP std is rho's denominator (logit, Poisson log link) the
+        derivatives of its cell polynomials by the chain rule
+        (:func:`qpinfer.tables.gradient.box_gradient`), elsewhere the routes of
+        :func:`qpinfer.tables.gradient.reader_gradient`. ``ep_std_slope``: a fourth array, the
+        derivative of EP's std in ``mu`` from the same cells (NaN where they do not give it)."""
+        from qpinfer.tables.gradient import box_gradient, reader_gradient
 
         return reader_gradient(
-            self, mu, sigma, y, exact=lambda m, s, yy: direct_box_gradient(self, m, s, yy)
+            self, mu, sigma, y, lambda m, s, yy: box_gradient(self, m, s, yy), ep_std_slope
         )
 
     def contains(self, mu, sigma, y) -> np.ndarray:
