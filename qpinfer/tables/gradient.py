@@ -131,8 +131,8 @@ def direct_box_gradient(table, mu, sigma, y):
     return mask, d_mu[mask], d_sigma[mask]
 
 
-def _coord_slopes(box, y, m, s):
-    """Per box coordinate and for the log of the reference std
+def _coord_slopes(box, y, m, s, reference: bool):
+    """Per box coordinate, and with ``reference`` for the log of the reference std
     (:meth:`~qpinfer.tables.boxes.base.Box.reference_moments`), rows of ``(d/dm, d/ds)`` at
     canonical cavities inside ``box``: Richardson central differences (steps ``1e-3 s`` and half
     that) of these closed-form maps, smooth where the cells are (truncation ~1e-12, rounding
@@ -140,9 +140,10 @@ def _coord_slopes(box, y, m, s):
 
     def maps(mm, ss):
         with np.errstate(all="ignore"):
-            coords = box.locate(mm, ss, y)[2]
-            ref = box.reference_moments(mm, ss, y)[2]
-        return np.array([*coords, np.log(ref)])
+            rows = list(box.locate(mm, ss, y)[2])
+            if reference:
+                rows.append(np.log(box.reference_moments(mm, ss, y)[2]))
+        return np.array(rows)
 
     h = _COORD_STEP * s
     return (
@@ -151,31 +152,52 @@ def _coord_slopes(box, y, m, s):
     )
 
 
+def _ep_std(lik, m, s, y):
+    """EP's std at canonical cavities, as a table lookup takes it (``tilted_moments``)."""
+    with np.errstate(all="ignore"):
+        return np.asarray(lik.tilted_moments(m, s, y)[1], dtype=np.float64)
+
+
+def _dot(grads, slopes):
+    """The chain rule: ``sum_d grads[d] * slopes[d]`` over the box's axes."""
+    return sum(g * d for g, d in zip(grads, slopes, strict=False))
+
+
 def moment_box_gradient(table, mu, sigma, y):
     """``(mask, d_mu, d_sigma, d_std)`` (at ``mask``) of flat checked queries to a v2 table
-    storing EP's moments, whose lookups take sigma* from one box without rescaling
+    storing EP's moments: ``sigma* = rho(x) D`` at box coordinates ``x(mu, sigma)``, rho's cell
+    polynomial differentiated exactly (:func:`cell_gradient`) and the coordinates by
+    differences of their closed forms (:func:`_coord_slopes`); ``D`` the cavity's sigma (a box
+    storing sigma*/sigma) or EP's std. Where the lookup takes EP's std from the same box
     (:func:`qpinfer.tables.reduced_moments.sigma_from_moment_boxes`: the logit, the Poisson log
-    link): ``sigma* = rho(x) std`` and EP's ``std = ref(mu, sigma) exp(L(x))`` at box
-    coordinates ``x(mu, sigma)``, rho and the stored log std ``L`` cell polynomials
-    (:func:`cell_gradient`, their exact derivatives), the coordinates' and the reference's
-    derivatives by differences of their closed forms (:func:`_coord_slopes`); ``d_std``:
-    EP's std's derivative in ``mu`` (the tilted third cumulant over the cavity variance, over
-    twice the std). Cavities of the likelihood's closed forms and those in no box are left out
-    (``mask`` False); ``None`` if the table has no such boxes."""
+    link) it is ``ref(mu, sigma) exp(L(x))``, ``L`` the stored log std's cell polynomial,
+    differentiated the same way; elsewhere (Student-t, the square link) the likelihood's own
+    ``tilted_moments`` (from the table's moment cells or an exact rule), by Richardson
+    differences of step ``1e-3 sigma``. ``d_std``: EP's std's derivative in ``mu`` (the tilted
+    third cumulant over the cavity variance, over twice the std). Cavities of the likelihood's
+    closed forms or rescaling, those in no box and those within a stencil of a fold of the
+    likelihood's symmetry are left out (``mask`` False); ``None`` if the table stores no EP
+    moments."""
     from qpinfer.sigma.derivatives import canonical_slope
 
     lik = table._lik
     slope = canonical_slope(lik, mu, y)
-    if slope is None or not table._fused_sigma:
+    if slope is None or not table.has_moments:
         return None
+    fused = table._fused_sigma
     m, yy = lik.canonical(mu, y)
-    todo = np.ones(m.size, dtype=bool)
+    # a stencil across a fold of the symmetry (|mu| of the square link) would difference
+    # coordinates with a kink there: those few cavities take the kernel's derivatives
+    h = _COORD_STEP * sigma
+    todo = canonical_slope(lik, mu - h, y) == canonical_slope(lik, mu + h, y)
     with np.errstate(all="ignore"):
-        closed = lik._table_closed_form(m, sigma, yy, None)
-    if closed is not None:
-        todo &= ~closed[0]
+        for skip in (lik._table_closed_form(m, sigma, yy, None), lik._rescale(m, sigma, yy)):
+            if skip is not None:
+                todo &= ~skip[0]
     mask = np.zeros(m.size, dtype=bool)
-    out = np.empty((3, m.size))
+    rho, rho_m, rho_s = np.empty((3, m.size))
+    std, std_m, std_s = np.empty((3, m.size))
+    direct = np.zeros(m.size, dtype=bool)
     for k, box in enumerate(table._boxes):
         idx = np.flatnonzero(todo)
         if idx.size == 0:
@@ -187,30 +209,32 @@ def moment_box_gradient(table, mu, sigma, y):
             continue
         first = label_index[inside] * table._cells[k]
         x = tuple(c[inside] for c in coords)
-        rho, *rho_x = cell_gradient(table._coefs[k], box.axes, x, table._power[k], first)
-        log_std, *log_x = cell_gradient(
-            table._moment_coefs[k][2], box.moment_axes(), x, False, first
-        )
-        s = sigma[sel]
-        dm, ds = _coord_slopes(box, yy[sel], m[sel], s)
-        with np.errstate(all="ignore"):
-            std = box.reference_moments(m[sel], s, yy[sel])[2] * np.exp(log_std)
-        log_std_m = dm[-1] + sum(g * d for g, d in zip(log_x, dm, strict=False))
-        rho_m = sum(g * d for g, d in zip(rho_x, dm, strict=False))
-        rho_s = sum(g * d for g, d in zip(rho_x, ds, strict=False))
-        if box.denominator == "sigma":  # sigma* = rho sigma
-            out[0, sel] = s * rho_m
-            out[1, sel] = s * rho_s + rho
-        else:
-            log_std_s = ds[-1] + sum(g * d for g, d in zip(log_x, ds, strict=False))
-            out[0, sel] = std * (rho_m + rho * log_std_m)
-            out[1, sel] = std * (rho_s + rho * log_std_s)
-        out[2, sel] = std * log_std_m
-        out[0, sel] *= slope[sel]
-        out[2, sel] *= slope[sel]
+        rho[sel], *rho_x = cell_gradient(table._coefs[k], box.axes, x, table._power[k], first)
+        ms, s, ys = m[sel], sigma[sel], yy[sel]
+        dm, ds = _coord_slopes(box, ys, ms, s, fused)
+        rho_m[sel], rho_s[sel] = _dot(rho_x, dm), _dot(rho_x, ds)
+        if fused:
+            log_std, *log_x = cell_gradient(
+                table._moment_coefs[k][2], box.moment_axes(), x, False, first
+            )
+            with np.errstate(all="ignore"):
+                std[sel] = box.reference_moments(ms, s, ys)[2] * np.exp(log_std)
+            std_m[sel] = std[sel] * (dm[-1] + _dot(log_x, dm))
+            std_s[sel] = std[sel] * (ds[-1] + _dot(log_x, ds))
+        direct[sel] = box.denominator == "sigma"
         mask[sel] = True
         todo[sel] = False
-    return mask, *out[:, mask]
+    if not fused and mask.any():  # EP's std, all boxes' cavities at once
+        sel = np.flatnonzero(mask)
+        ms, s, ys = m[sel], sigma[sel], yy[sel]
+        std[sel] = _ep_std(lik, ms, s, ys)
+        h = _COORD_STEP * s
+        std_m[sel] = central_difference(lambda v: _ep_std(lik, v, s, ys), ms, h)
+        std_s[sel] = central_difference(lambda v: _ep_std(lik, ms, v, ys), s, h)
+    # sigma* = rho std, or rho sigma in a box storing sigma*/sigma
+    d_mu = np.where(direct, sigma * rho_m, std * rho_m + rho * std_m)
+    d_sigma = np.where(direct, sigma * rho_s + rho, std * rho_s + rho * std_s)
+    return mask, (slope * d_mu)[mask], d_sigma[mask], (slope * std_m)[mask]
 
 
 def box_gradient(table, mu, sigma, y):

@@ -112,6 +112,22 @@ class ScaledTable(SigmaTableReader):
         mean, std_ep = self._lik.tilted_moments(mu, sigma, y)
         return mean, self.sigma_qp(mu, sigma, y, moments=(mean, std_ep))
 
+    def sigma_qp_gradient(self, mu, sigma, y, ep_std_slope=False) -> tuple[np.ndarray, ...]:
+        """``(sigma*, d sigma*/d mu, d sigma*/d sigma)``: sigma* as :meth:`qp_moments` gives
+        it, the derivatives the base table's at the cavity in units of the scale (sigma* =
+        scale sigma*_1(|mu - y| / scale, sigma / scale): the scales cancel), and with
+        ``ep_std_slope`` EP's std's derivative in ``mu`` likewise."""
+        lik, mu, sigma, y = _prepare(self._lik, mu, sigma, y)
+        value = self.qp_moments(mu, sigma, y)[1]
+        d, s, sign = lik.reduced(mu, sigma, y)  # d = |mu - y| / scale
+        before = self.base.fallback_count
+        _, *grads = self.base.sigma_qp_gradient(d, s, np.zeros_like(d), ep_std_slope)
+        self.base.fallback_count = before  # the value's fallbacks are counted by qp_moments
+        grads[0] = sign * grads[0]
+        if ep_std_slope:
+            grads[2] = sign * grads[2]
+        return (np.asarray(value), *grads)
+
     def contains(self, mu, sigma, y) -> np.ndarray:
         """True everywhere a lookup needs no exact fallback."""
         d, s, shape = self._reduced(mu, sigma, y)
