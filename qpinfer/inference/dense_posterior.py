@@ -50,6 +50,9 @@ class Posterior:
     b: np.ndarray
     Sigma: np.ndarray | None = None
     eig: tuple[np.ndarray, np.ndarray] | None = None
+    #: ``L^-1 S~^1/2 K`` (``Sigma = K - V^T V``) if :func:`posterior_from_sites` was asked to
+    #: keep it
+    V: np.ndarray | None = None
 
     def solve_B(self, A: np.ndarray) -> np.ndarray:
         """``B^-1 A`` (``M^-1 A`` with negative sites)."""
@@ -87,12 +90,13 @@ def scaled_B_inverse(L: np.ndarray, sqrt_tau: np.ndarray) -> np.ndarray:
 
 
 def posterior_from_sites(
-    K: np.ndarray, tau: np.ndarray, nu: np.ndarray, full_cov: bool = False
+    K: np.ndarray, tau: np.ndarray, nu: np.ndarray, full_cov: bool = False, keep_v: bool = False
 ) -> Posterior:
     """Posterior moments of eq. (3): ``Sigma = K - K S^1/2 B^-1 S^1/2 K``, ``mean = Sigma nu~``.
 
     Negative site precisions are allowed (see the module docstring); ``LinAlgError`` if the
-    posterior they imply is not positive definite.
+    posterior they imply is not positive definite. ``keep_v``: keep ``V = L^-1 S~^1/2 K`` in
+    :attr:`Posterior.V` (positive sites), from which ``Sigma = K - V^T V`` costs one product.
     """
     if np.any(tau < 0):
         return _posterior_indefinite(K, tau, nu, full_cov)
@@ -110,7 +114,7 @@ def posterior_from_sites(
         Sigma = blas.dsyrk(-1.0, V, beta=1.0, c=Sigma, trans=1, lower=1, overwrite_c=1)
         iu = np.triu_indices_from(Sigma, 1)
         Sigma[iu] = Sigma.T[iu]
-    return Posterior(mean=mean, var=var, L=L, sqrt_tau=s, b=b, Sigma=Sigma)
+    return Posterior(mean=mean, var=var, L=L, sqrt_tau=s, b=b, Sigma=Sigma, V=V if keep_v else None)
 
 
 def _posterior_indefinite(

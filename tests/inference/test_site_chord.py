@@ -133,3 +133,24 @@ def test_qp_search_with_the_chord_reaches_the_same_optimum(fitted):
         without.log_marginal_likelihood_, abs=1e-6
     )
     assert np.allclose(with_chord.kernel_.theta, without.kernel_.theta, rtol=0, atol=1e-3)
+
+
+def test_chord_start_takes_newtons_step_where_the_stale_one_stalls(fitted):
+    """The kernel's variance 10x: the old fixed point's Jacobian stops helping after a step
+    (the residual stays above a tenth of the start's), and the Jacobian recomputed at the best
+    sites (Newton's steps) takes the residual down by more than 4 orders of magnitude."""
+    est, X = fitted
+    y, proj = est.y_train_, est.projection_
+    res = est.result_
+    jac = site_update_jacobian(est.kernel_(X), y, proj, res.tau, res.nu)
+    K = est.kernel_.with_theta(est.kernel_.theta + np.array([np.log(10.0), 0.0]))(X)
+
+    def residual(tau, nu):
+        s = np.concatenate([tau, nu])
+        return np.linalg.norm(_site_update(K, y, proj, s) - s)
+
+    r0 = residual(res.tau, res.nu)
+    stale, _ = chord_start(K, y, proj, (res.tau, res.nu), jac, TOL, max_refreshes=0)
+    newton, _ = chord_start(K, y, proj, (res.tau, res.nu), jac, TOL)
+    assert residual(*stale) > 0.1 * r0
+    assert residual(*newton) < 1e-4 * r0
