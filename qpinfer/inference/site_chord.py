@@ -24,7 +24,7 @@ log hyperparameters: 3 chord steps against 19 sweeps; of 0.1: 8 against 28). Far
 fixed point even Newton's step may be refused; the loop then starts from the best state so far.
 Recomputing the Jacobian costs one product with the posterior's factor (its ``V``, kept by the
 residual's posterior) and the per-site coefficients, about two sweeps; a QP fit of Ionosphere
-with hyperparameters took 119 site updates with the stale Jacobian alone and 108 with it.
+with hyperparameters took 119 site updates with the stale Jacobian alone and 107 with it.
 """
 
 from __future__ import annotations
