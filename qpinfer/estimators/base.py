@@ -78,7 +78,7 @@ from qpinfer.inference.laplace import (
 )
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.search_space import kernel_block, search_space
-from qpinfer.inference.site_chord import chord_start
+from qpinfer.inference.site_chord import chord_result, chord_start
 from qpinfer.inference.total_gradient import qp_objective_gradient
 from qpinfer.inference.vb import elbo, vb_fixed_point
 
@@ -297,11 +297,15 @@ class GPEstimatorBase(SiteLoopParams):
             kern = kernel.with_theta(theta)
             K = kern(X)
             warm = init if trail.latest is None else self._warm_start(trail.latest[1])
-            n_chord = 0
+            n_chord, res = 0, None
             if own and warm is not None and chord.get("res") is trail.latest[1]:
                 jac, tol = chord["jacobian"], float(self.tol)
-                warm, n_chord = chord_start(K, y, self.projection_, warm, jac, tol)
-            res = self._inner(kern, X, K, y, warm, projection)
+                start = chord_start(K, y, self.projection_, warm, jac, tol)
+                warm, n_chord = start
+                if start.rms < tol and self.schedule == "parallel":  # converged: no sweep
+                    res = chord_result(y, self.projection_, start, tol)
+            if res is None:
+                res = self._inner(kern, X, K, y, warm, projection)
             res.n_iter += n_chord  # the chord's site updates count as sweeps
             budget.record(res)
             if own:

@@ -30,13 +30,16 @@ with hyperparameters took 119 site updates with the stale Jacobian alone and 107
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from qpinfer.inference.dense_posterior import posterior_from_sites, scaled_B_inverse
+from qpinfer.inference.dense_posterior import Posterior, posterior_from_sites, scaled_B_inverse
+from qpinfer.inference.ep import EPResult
+from qpinfer.inference.evidence import log_evidence
 from qpinfer.inference.site_jacobian import SiteMaps
 from qpinfer.inference.site_loop import ConvergenceWarning
 from qpinfer.inference.site_update import resolve_floor, site_proposal
@@ -47,7 +50,9 @@ __all__ = [
     "DenseCovariance",
     "MAX_CHORD_STEPS",
     "MAX_REFRESHES",
+    "ChordStart",
     "SiteJacobian",
+    "chord_result",
     "chord_start",
     "covariances",
     "gmres",
@@ -215,17 +220,58 @@ def site_update_jacobian(
 
 
 def _residual(K, y, projection, s: np.ndarray, floor: float | None):
-    """``(G(s) - s, posterior)`` (sites whose update is not defined keep theirs: 0), the
-    posterior with its ``V`` (:func:`site_update_jacobian`); ``LinAlgError`` if the sites imply
-    an improper posterior."""
+    """``(G(s) - s, posterior, n_clipped, n_skipped)`` (sites whose update is not defined keep
+    theirs: 0), the posterior with its ``V`` (:func:`site_update_jacobian`); ``LinAlgError`` if
+    the sites imply an improper posterior."""
     n = y.size
     tau, nu = s[:n], s[n:]
     post = posterior_from_sites(K, tau, nu, keep_v=True)
-    tau_p, nu_p, ok, _ = site_proposal(projection, post.mean, post.var, tau, nu, y, floor)
+    tau_p, nu_p, ok, clipped = site_proposal(projection, post.mean, post.var, tau, nu, y, floor)
     r = np.concatenate([np.where(ok, tau_p - tau, 0.0), np.where(ok, nu_p - nu, 0.0)])
     if not np.all(np.isfinite(r)):
         raise np.linalg.LinAlgError("the site update is not finite")
-    return r, post
+    return r, post, int(np.count_nonzero(clipped)), int(np.count_nonzero(~ok))
+
+
+@dataclass
+class ChordStart:
+    """What :func:`chord_start` found: the best ``sites`` ``(tau~, nu~)``, the ``n_updates``
+    it evaluated, and at the sites their ``posterior``, the RMS of ``G(s) - s`` (``rms``) and
+    the site update's counts. Unpacks as ``(sites, n_updates)``."""
+
+    sites: tuple[np.ndarray, np.ndarray]
+    n_updates: int
+    posterior: Posterior | None
+    rms: float
+    counts: tuple[int, int] = (0, 0)
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self.sites
+        yield self.n_updates
+
+
+def chord_result(y: np.ndarray, projection: Any, start: ChordStart, tol: float) -> EPResult:
+    """The site loop's result at a chord start's sites whose undamped update moves them by less
+    than ``tol`` (RMS): so does any damped parallel sweep from them, which would stop the loop
+    (:func:`qpinfer.inference.ep.run_ep`) there, at a sweep's cost (two posteriors and a
+    projection); here the posterior is the chord's, and only the evidence is computed."""
+    if not start.rms < tol or start.posterior is None:
+        raise ValueError(f"the chord start's RMS residual {start.rms:.3g} is not below tol={tol}")
+    tau, nu = start.sites
+    log_z, cavity_mean, cavity_var = log_evidence(start.posterior, tau, nu, y, projection)
+    return EPResult(
+        tau=tau,
+        nu=nu,
+        posterior=start.posterior,
+        log_marginal_likelihood=float(log_z),
+        cavity_mean=cavity_mean,
+        cavity_var=cavity_var,
+        n_iter=0,
+        converged=True,
+        rms_change=start.rms,
+        n_clipped=start.counts[0],
+        n_skipped=start.counts[1],
+    )
 
 
 def chord_start(
@@ -237,11 +283,12 @@ def chord_start(
     tol: float,
     max_steps: int = MAX_CHORD_STEPS,
     max_refreshes: int = MAX_REFRESHES,
-) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+) -> ChordStart:
     """Chord steps ``s <- s + (I - M)^-1 (G(s) - s)`` on QP's sites at prior ``K`` from
     ``init`` (the previous fixed point, whose Jacobian is ``jacobian``) until the RMS residual
-    is below ``tol``; returns ``((tau~, nu~), n_updates)``, the best sites and the number of site
-    updates it evaluated (each one posterior and projection, as a sweep).
+    is below ``tol``; returns the :class:`ChordStart`: the best sites, the number of site
+    updates it evaluated (each one posterior and projection, as a sweep), their posterior and
+    residual.
 
     A step that reduces the residual by less than :data:`CHORD_FACTOR` is kept; one that does
     not reduce it, or leaves an improper posterior, is dropped. After either, while the Jacobian
@@ -252,9 +299,9 @@ def chord_start(
     n, floor = y.size, resolve_floor("auto", projection)
     x = np.concatenate([np.asarray(init[0], np.float64), np.asarray(init[1], np.float64)])
     try:
-        r, post = _residual(K, y, projection, x, floor)
+        r, post, *counts = _residual(K, y, projection, x, floor)
     except np.linalg.LinAlgError:
-        return (x[:n], x[n:]), 1
+        return ChordStart((x[:n], x[n:]), 1, None, np.inf)
     n_evals, refreshes, fresh, step, backtracked = 1, 0, False, None, False
     rms = float(np.sqrt(np.mean(r * r)))
     for _ in range(max_steps):
@@ -267,13 +314,13 @@ def chord_start(
             cand[:n] = np.maximum(cand[:n], floor)
         n_evals += 1
         try:
-            r_cand, post_cand = _residual(K, y, projection, cand, floor)
+            r_cand, post_cand, *counts_cand = _residual(K, y, projection, cand, floor)
             rms_cand = float(np.sqrt(np.mean(r_cand * r_cand)))
         except np.linalg.LinAlgError:
             rms_cand = np.inf
         if rms_cand < rms:
             step = None
-            x, r, post, rms_old, rms = cand, r_cand, post_cand, rms, rms_cand
+            x, r, post, counts, rms_old, rms = cand, r_cand, post_cand, counts_cand, rms, rms_cand
             if rms < CHORD_FACTOR * rms_old or rms < tol:
                 fresh = False
                 continue
@@ -291,4 +338,5 @@ def chord_start(
             break
         refreshes += 1
         fresh, backtracked, step = True, False, None
-    return (x[:n], x[n:]), n_evals
+    post.V = None  # (the Jacobian's; the posterior may become a result's)
+    return ChordStart((x[:n], x[n:]), n_evals, post, rms, tuple(counts))

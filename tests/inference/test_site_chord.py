@@ -12,7 +12,7 @@ from sklearn.datasets import load_breast_cancer
 from qpinfer import GPClassifier
 from qpinfer.inference.dense_posterior import posterior_from_sites
 from qpinfer.inference.ep import run_ep
-from qpinfer.inference.site_chord import chord_start, gmres, site_update_jacobian
+from qpinfer.inference.site_chord import ChordStart, chord_start, gmres, site_update_jacobian
 from qpinfer.inference.site_update import site_proposal
 from qpinfer.inference.total_gradient import qp_objective_gradient
 
@@ -124,7 +124,9 @@ def test_qp_search_with_the_chord_reaches_the_same_optimum(fitted):
     with_chord = GPClassifier("qp", tol=TOL).fit(X, y)
     original = base.chord_start
     try:
-        base.chord_start = lambda K, y, projection, init, *args, **kw: (init, 0)
+        base.chord_start = lambda K, y, projection, init, *a, **kw: ChordStart(
+            init, 0, None, np.inf
+        )
         without = GPClassifier("qp", tol=TOL).fit(X, y)
     finally:
         base.chord_start = original
@@ -154,3 +156,26 @@ def test_chord_start_takes_newtons_step_where_the_stale_one_stalls(fitted):
     newton, _ = chord_start(K, y, proj, (res.tau, res.nu), jac, TOL)
     assert residual(*stale) > 0.1 * r0
     assert residual(*newton) < 1e-4 * r0
+
+
+def test_a_converged_chord_start_is_the_loops_result_without_a_sweep(fitted):
+    """A chord start whose residual is below the tolerance is a converged result: the loop
+    from there stops after one sweep, at the same evidence to the tolerance's order, and the
+    chord's own sites and posterior are those of its last residual."""
+    from qpinfer.inference.site_chord import chord_result
+
+    est, X = fitted
+    y, proj, res = est.y_train_, est.projection_, est.result_
+    jac = site_update_jacobian(est.kernel_(X), y, proj, res.tau, res.nu)
+    K = est.kernel_.with_theta(est.kernel_.theta + np.array([0.01, -0.005]))(X)
+    start = chord_start(K, y, proj, (res.tau, res.nu), jac, TOL)
+    assert start.rms < TOL
+    got = chord_result(y, proj, start, TOL)
+    loop = run_ep(K, y, proj, init=start.sites, tol=TOL)
+    assert got.converged and loop.converged and loop.n_iter == 1
+    assert got.log_marginal_likelihood == pytest.approx(loop.log_marginal_likelihood, abs=1e-7)
+    post = posterior_from_sites(K, *start.sites)
+    assert np.array_equal(got.posterior.mean, post.mean)
+    assert np.array_equal(got.posterior.var, post.var)
+    with pytest.raises(ValueError, match="not below tol"):
+        chord_result(y, proj, start, start.rms)
