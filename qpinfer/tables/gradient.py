@@ -167,7 +167,7 @@ def moment_box_gradient(table, mu, sigma, y):
     """``(mask, d_mu, d_sigma, d_std)`` (at ``mask``) of flat checked queries to a v2 table
     storing EP's moments: ``sigma* = rho(x) D`` at box coordinates ``x(mu, sigma)``, rho's cell
     polynomial differentiated exactly (:func:`cell_gradient`) and the coordinates by
-    differences of their closed forms (:func:`_coord_slopes`); ``D`` the cavity's sigma (a box
+    differences of their closed forms (``_coord_slopes``); ``D`` the cavity's sigma (a box
     storing sigma*/sigma) or EP's std. Where the lookup takes EP's std from the same box
     (:func:`qpinfer.tables.reduced_moments.sigma_from_moment_boxes`: the logit, the Poisson log
     link) it is ``ref(mu, sigma) exp(L(x))``, ``L`` the stored log std's cell polynomial,

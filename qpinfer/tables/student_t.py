@@ -114,8 +114,8 @@ class ScaledTable(SigmaTableReader):
 
     def sigma_qp_gradient(self, mu, sigma, y, ep_std_slope=False) -> tuple[np.ndarray, ...]:
         """``(sigma*, d sigma*/d mu, d sigma*/d sigma)``: sigma* as :meth:`qp_moments` gives
-        it, the derivatives the base table's at the cavity in units of the scale (sigma* =
-        scale sigma*_1(|mu - y| / scale, sigma / scale): the scales cancel), and with
+        it, the derivatives the base table's at the cavity in units of the scale (``sigma* =
+        scale sigma*_1(|mu - y| / scale, sigma / scale)``: the scales cancel), and with
         ``ep_std_slope`` EP's std's derivative in ``mu`` likewise."""
         lik, mu, sigma, y = _prepare(self._lik, mu, sigma, y)
         value = self.qp_moments(mu, sigma, y)[1]
