@@ -78,7 +78,12 @@ from qpinfer.inference.laplace import (
 )
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.search_space import kernel_block, search_space
-from qpinfer.inference.site_chord import chord_result, chord_start
+from qpinfer.inference.site_chord import (
+    EP_CHORD_MIN_SITES,
+    chord_result,
+    chord_start,
+    site_update_jacobian,
+)
 from qpinfer.inference.total_gradient import qp_objective_gradient
 from qpinfer.inference.vb import elbo, vb_fixed_point
 
@@ -126,12 +131,29 @@ class GPEstimatorBase(SiteLoopParams):
             return MomentMatching(likelihood)
         return QuantileMatching(likelihood, table)
 
-    def _run(self, K: np.ndarray, y: np.ndarray, projection: Any, init=None) -> EPResult:
-        return run_ep(K, y, projection, init=init, acceleration=True, **self._site_loop_options())
+    def _run(
+        self, K: np.ndarray, y: np.ndarray, projection: Any, init=None, keep_v: bool = False
+    ) -> EPResult:
+        return run_ep(
+            K,
+            y,
+            projection,
+            init=init,
+            acceleration=True,
+            keep_v=keep_v,
+            **self._site_loop_options(),
+        )
 
     # -- one inner fit at fixed hyperparameters, and its gradient ----------------------------
     def _inner(
-        self, kern: Any, X: np.ndarray, K: np.ndarray, y: np.ndarray, init: Any, projection=None
+        self,
+        kern: Any,
+        X: np.ndarray,
+        K: np.ndarray,
+        y: np.ndarray,
+        init: Any,
+        projection=None,
+        keep_v: bool = False,
     ) -> Any:
         """EP/QP sites (``projection``, default ``self.projection_``) or the Laplace mode at
         fixed hyperparameters (warm start ``init``)."""
@@ -143,7 +165,8 @@ class GPEstimatorBase(SiteLoopParams):
         if init is None and lik.name == "poisson_square":
             _, tau, nu = positive_branch_start(K, y, lik)
             init = (tau, nu)
-        return self._run(K, y, projection or self.projection_, init)
+        extra = {"keep_v": True} if keep_v else {}
+        return self._run(K, y, projection or self.projection_, init, **extra)
 
     def _own_objective(self, projection: Any = None) -> bool:
         """Whether this search maximises an objective of QP's own (``qp_objective`` "evidence"
@@ -291,21 +314,31 @@ class GPEstimatorBase(SiteLoopParams):
             return kernel, res, 1
         budget, trail = InnerLoopBudget(int(self.max_iter)), SearchTrail()
         own = projection is None and self._own_objective()
-        chord: dict[str, Any] = {}  # QP's own: the latest fixed point's site Jacobian
+        # chord starts: QP's own objective (its gradient builds the site update's Jacobian) and
+        # EP's search on EP_CHORD_MIN_SITES or more sites (the Jacobian costs EP one more
+        # product and differences of its moments per evaluation)
+        ep_chord = (
+            projection is None
+            and self.method == "ep"
+            and self.schedule == "parallel"
+            and y.size >= EP_CHORD_MIN_SITES
+        )
+        keep = {"keep_v": True} if ep_chord else {}  # the result's V, for its Jacobian
+        chord: dict[str, Any] = {}  # the latest fixed point's site Jacobian
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray, tuple[Any, Any]]:
             kern = kernel.with_theta(theta)
             K = kern(X)
             warm = init if trail.latest is None else self._warm_start(trail.latest[1])
             n_chord, res = 0, None
-            if own and warm is not None and chord.get("res") is trail.latest[1]:
+            if (own or ep_chord) and warm is not None and chord.get("res") is trail.latest[1]:
                 jac, tol = chord["jacobian"], float(self.tol)
                 start = chord_start(K, y, self.projection_, warm, jac, tol)
                 warm, n_chord = start
                 if start.rms < tol and self.schedule == "parallel":  # converged: no sweep
                     res = chord_result(y, self.projection_, start, tol)
             if res is None:
-                res = self._inner(kern, X, K, y, warm, projection)
+                res = self._inner(kern, X, K, y, warm, projection, **keep)
             res.n_iter += n_chord  # the chord's site updates count as sweeps
             budget.record(res)
             if own:
@@ -315,8 +348,15 @@ class GPEstimatorBase(SiteLoopParams):
                 chord["res"] = res
             elif projection is None:
                 value, grad = self._value_and_gradient(kern, X, K, y, res)
+                if ep_chord and res.converged and res.posterior.V is not None:
+                    chord["jacobian"] = site_update_jacobian(
+                        K, y, self.projection_, res.tau, res.nu, res.posterior
+                    )
+                    chord["res"] = res
             else:  # EP's stage of qp_objective="ep"
                 value, grad = res.log_marginal_likelihood, self._gradient(kern, X, K, y, res)
+            if own or ep_chord:
+                res.posterior.V = None  # (only the Jacobian's)
             return -value, -grad, (kern, res)
 
         space = search_space(kernel_block(kernel))

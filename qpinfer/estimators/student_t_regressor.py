@@ -235,12 +235,12 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         R = np.outer(b, b) - A
         return 0.5 * np.asarray(kern.gradient_contract(X, R, K), dtype=np.float64)
 
-    def _inner(self, kern, X, K, y, init, projection=None):
+    def _inner(self, kern, X, K, y, init, projection=None, **keep):
         """As the base class; Laplace and VB run from the warm start *and* from the cold one
         (``a = 0``; VB's ``(0, 1)``) and keep the higher ``Psi`` / ELBO (GPML's ``infLaplace``
         rule): the Student-t posterior can have several modes, and the warm start alone made
         the evidence depend on the optimiser's path (hills: -1.33 and -1.48 at one theta)."""
-        res = super()._inner(kern, X, K, y, init, projection)
+        res = super()._inner(kern, X, K, y, init, projection, **keep)
         if self.method not in ("laplace", "vb") or init is None:
             return res
         cold = super()._inner(kern, X, K, y, None, projection)

@@ -187,8 +187,12 @@ class DenseSiteRepresentation:
         self.n_sites = K.shape[0]
         self.block_size = block_size
 
+    #: keep each posterior's ``V`` (:func:`posterior_from_sites`), for a site-update Jacobian
+    #: at the loop's result
+    keep_v: bool = False
+
     def refresh(self, tau: np.ndarray, nu: np.ndarray) -> Posterior:
-        return posterior_from_sites(self.K, tau, nu)
+        return posterior_from_sites(self.K, tau, nu, keep_v=self.keep_v)
 
     def sequential(self, tau: np.ndarray, nu: np.ndarray) -> _DeferredRankOneUpdates:
         return _DeferredRankOneUpdates(self.K, tau, nu, self.block_size)

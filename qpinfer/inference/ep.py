@@ -139,6 +139,7 @@ def run_ep(
     min_site_precision: float | str | None = "auto",
     adaptive_damping: bool = False,
     acceleration: bool = False,
+    keep_v: bool = False,
 ) -> EPResult:
     """Run the site updates of Algorithm 1 (inner loop) to convergence.
 
@@ -177,6 +178,11 @@ def run_ep(
         Parallel schedule: Anderson acceleration of the sweeps (:mod:`qpinfer.inference.anderson`;
         the same fixed points and stopping rule, fewer sweeps). Off by default here; the
         estimators turn it on.
+    keep_v:
+        Keep the result's posterior's ``V``
+        (:func:`~qpinfer.inference.dense_posterior.posterior_from_sites`), from which a
+        site-update Jacobian (:func:`qpinfer.inference.site_chord.site_update_jacobian`) forms
+        the posterior covariance in one product.
     """
     K = np.asarray(K, dtype=np.float64)
     y = np.asarray(y)
@@ -190,5 +196,6 @@ def run_ep(
         schedule, damping, max_iter, tol, floor, adaptive_damping, acceleration
     )
     representation = DenseSiteRepresentation(K, block_size)
+    representation.keep_v = keep_v
     update = _ProjectedSites(projection, y, floor)
     return run_sites(representation, update, init, settings, compute_evidence, EPResult, _WHAT)

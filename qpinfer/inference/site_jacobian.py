@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from qpinfer.inference.projections import MomentMatching
 from qpinfer.sigma import sigma_qp_gradient
 from qpinfer.sigma.derivatives import central_difference
 
@@ -65,6 +66,14 @@ def _sigma_star_gradient(projection: Any, m: np.ndarray, sd: np.ndarray, y: np.n
     lookup's derivatives, and those of the EP std its cells store), else from the exact kernel's
     quadrature (:func:`qpinfer.sigma.sigma_qp_gradient`, whose panels also give the tilted third
     cumulant ``kappa_3 = v d(s^2)/dm``), else five-point differences of ``project``."""
+    if isinstance(projection, MomentMatching):  # EP's own variance
+        lik, h = projection.likelihood, 2.0 * FD_STEP * sd
+
+        def std(mm, ss):
+            return np.asarray(lik.tilted_moments(mm, ss, y)[1], np.float64)
+
+        s_m = central_difference(lambda x: std(x, sd), m, h)
+        return ep_sd, s_m, central_difference(lambda x: std(m, x), sd, h), 2.0 * ep_sd * s_m
     table = getattr(projection, "table", None)
     if table is not None and hasattr(table, "sigma_qp_gradient"):
         s, s_m, s_sd, std_m = table.sigma_qp_gradient(m, sd, y, ep_std_slope=True)

@@ -179,3 +179,23 @@ def test_a_converged_chord_start_is_the_loops_result_without_a_sweep(fitted):
     assert np.array_equal(got.posterior.var, post.var)
     with pytest.raises(ValueError, match="not below tol"):
         chord_result(y, proj, start, start.rms)
+
+
+def test_ep_search_with_the_chord_reaches_the_same_optimum(monkeypatch):
+    """EP's search on EP_CHORD_MIN_SITES or more sites takes chord starts (the Jacobian of EP's
+    site update at each fixed point): the same optimum as with the site loop alone, in fewer
+    site updates."""
+    import qpinfer.estimators.base as base
+
+    X, y = load_breast_cancer(return_X_y=True)
+    idx = np.random.default_rng(1).choice(y.size, base.EP_CHORD_MIN_SITES + 20, replace=False)
+    X = X[idx, :4]
+    X, y = (X - X.mean(0)) / X.std(0), y[idx]
+    with_chord = GPClassifier("ep", tol=TOL).fit(X, y)
+    monkeypatch.setattr(base, "EP_CHORD_MIN_SITES", 10**9)
+    without = GPClassifier("ep", tol=TOL).fit(X, y)
+    assert with_chord.n_inner_iter_total_ < without.n_inner_iter_total_
+    assert with_chord.log_marginal_likelihood_ == pytest.approx(
+        without.log_marginal_likelihood_, abs=1e-6
+    )
+    assert np.allclose(with_chord.kernel_.theta, without.kernel_.theta, rtol=0, atol=1e-3)
