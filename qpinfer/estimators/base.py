@@ -37,10 +37,9 @@ inner loop is nested, not alternated with whole L-BFGS-B runs: :mod:`qpinfer.est
 
 Starting points: for the square link the posterior is symmetric under ``f -> -f`` and the
 symmetric state (posterior mean 0) is a saddle that EP's and VB's updates never leave; every
-method therefore starts on the positive branch
-(:func:`qpinfer.inference.laplace.positive_branch_start`): EP/QP from Gaussian sites at each
-likelihood term's positive mode, Laplace and VB from the GP smoother of ``sqrt(y)``. Probit starts
-as usual (zero sites, ``f = 0``, GPy's VB start).
+method starts on the positive branch (:func:`qpinfer.inference.laplace.positive_branch_start`).
+QP's own searches, and EP's on many sites, warm-start each evaluation by chord steps from the
+previous fixed point (:class:`qpinfer.inference.site_chord.SearchChord`).
 """
 
 from __future__ import annotations
@@ -78,12 +77,7 @@ from qpinfer.inference.laplace import (
 )
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.search_space import kernel_block, search_space
-from qpinfer.inference.site_chord import (
-    EP_CHORD_MIN_SITES,
-    chord_result,
-    chord_start,
-    site_update_jacobian,
-)
+from qpinfer.inference.site_chord import EP_CHORD_MIN_SITES, SearchChord
 from qpinfer.inference.total_gradient import qp_objective_gradient
 from qpinfer.inference.vb import elbo, vb_fixed_point
 
@@ -131,32 +125,14 @@ class GPEstimatorBase(SiteLoopParams):
             return MomentMatching(likelihood)
         return QuantileMatching(likelihood, table)
 
-    def _run(
-        self, K: np.ndarray, y: np.ndarray, projection: Any, init=None, keep_v: bool = False
-    ) -> EPResult:
-        return run_ep(
-            K,
-            y,
-            projection,
-            init=init,
-            acceleration=True,
-            keep_v=keep_v,
-            **self._site_loop_options(),
-        )
+    def _run(self, K: np.ndarray, y: np.ndarray, projection: Any, init=None, **loop) -> EPResult:
+        options = {**self._site_loop_options(), **loop}  # (loop: run_ep's keep_v)
+        return run_ep(K, y, projection, init=init, acceleration=True, **options)
 
     # -- one inner fit at fixed hyperparameters, and its gradient ----------------------------
-    def _inner(
-        self,
-        kern: Any,
-        X: np.ndarray,
-        K: np.ndarray,
-        y: np.ndarray,
-        init: Any,
-        projection=None,
-        keep_v: bool = False,
-    ) -> Any:
-        """EP/QP sites (``projection``, default ``self.projection_``) or the Laplace mode at
-        fixed hyperparameters (warm start ``init``)."""
+    def _inner(self, kern, X, K, y, init, projection=None, **loop) -> Any:
+        """EP/QP sites (``projection``, default ``self.projection_``; ``loop``: keywords of
+        :meth:`_run`) or the Laplace mode at fixed hyperparameters (warm start ``init``)."""
         lik = self.likelihood_
         if self.method == "laplace":
             return laplace_mode(K, y, lik, init=init, max_iter=max(int(self.max_iter), 100))
@@ -165,8 +141,7 @@ class GPEstimatorBase(SiteLoopParams):
         if init is None and lik.name == "poisson_square":
             _, tau, nu = positive_branch_start(K, y, lik)
             init = (tau, nu)
-        extra = {"keep_v": True} if keep_v else {}
-        return self._run(K, y, projection or self.projection_, init, **extra)
+        return self._run(K, y, projection or self.projection_, init, **loop)
 
     def _own_objective(self, projection: Any = None) -> bool:
         """Whether this search maximises an objective of QP's own (``qp_objective`` "evidence"
@@ -219,7 +194,6 @@ class GPEstimatorBase(SiteLoopParams):
         self.table_ = table
         self.projection_ = self._projection(likelihood, table)
         kernel = self._initial_kernel(X.shape[1])
-
         self.stage_seconds_ = {}
         self.n_inner_iter_total_ = 0  # inner iterations over every evaluation (_search adds)
         self._start_values: list[float] = []  # the restarts' best objectives (_search sets)
@@ -314,49 +288,31 @@ class GPEstimatorBase(SiteLoopParams):
             return kernel, res, 1
         budget, trail = InnerLoopBudget(int(self.max_iter)), SearchTrail()
         own = projection is None and self._own_objective()
-        # chord starts: QP's own objective (its gradient builds the site update's Jacobian) and
-        # EP's search on EP_CHORD_MIN_SITES or more sites (the Jacobian costs EP one more
-        # product and differences of its moments per evaluation)
-        ep_chord = (
-            projection is None
-            and self.method == "ep"
-            and self.schedule == "parallel"
-            and y.size >= EP_CHORD_MIN_SITES
-        )
-        keep = {"keep_v": True} if ep_chord else {}  # the result's V, for its Jacobian
-        chord: dict[str, Any] = {}  # the latest fixed point's site Jacobian
+        ep_chord = projection is None and self.method == "ep" and y.size >= EP_CHORD_MIN_SITES
+        chord = SearchChord(self.projection_, float(self.tol), self.schedule)
+        loop = {"keep_v": True} if ep_chord and self.schedule == "parallel" else {}
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray, tuple[Any, Any]]:
             kern = kernel.with_theta(theta)
             K = kern(X)
             warm = init if trail.latest is None else self._warm_start(trail.latest[1])
-            n_chord, res = 0, None
-            if (own or ep_chord) and warm is not None and chord.get("res") is trail.latest[1]:
-                jac, tol = chord["jacobian"], float(self.tol)
-                start = chord_start(K, y, self.projection_, warm, jac, tol)
-                warm, n_chord = start
-                if start.rms < tol and self.schedule == "parallel":  # converged: no sweep
-                    res = chord_result(y, self.projection_, start, tol)
+            n_chord, res, jac = 0, None, None
+            if own or loop:
+                warm, n_chord, res = chord.start(K, y, warm, trail.latest and trail.latest[1])
             if res is None:
-                res = self._inner(kern, X, K, y, warm, projection, **keep)
+                res = self._inner(kern, X, K, y, warm, projection, **loop)
             res.n_iter += n_chord  # the chord's site updates count as sweeps
             budget.record(res)
             if own:
-                value, grad, chord["jacobian"] = self._value_and_gradient(
+                value, grad, jac = self._value_and_gradient(
                     kern, X, K, y, res, return_jacobian=True
                 )
-                chord["res"] = res
             elif projection is None:
                 value, grad = self._value_and_gradient(kern, X, K, y, res)
-                if ep_chord and res.converged and res.posterior.V is not None:
-                    chord["jacobian"] = site_update_jacobian(
-                        K, y, self.projection_, res.tau, res.nu, res.posterior
-                    )
-                    chord["res"] = res
             else:  # EP's stage of qp_objective="ep"
                 value, grad = res.log_marginal_likelihood, self._gradient(kern, X, K, y, res)
-            if own or ep_chord:
-                res.posterior.V = None  # (only the Jacobian's)
+            if own or loop:
+                chord.keep(res, jac, K, y)  # (EP's Jacobian computed there)
             return -value, -grad, (kern, res)
 
         space = search_space(kernel_block(kernel))

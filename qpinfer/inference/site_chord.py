@@ -54,6 +54,7 @@ __all__ = [
     "MAX_CHORD_STEPS",
     "MAX_REFRESHES",
     "ChordStart",
+    "SearchChord",
     "SiteJacobian",
     "chord_result",
     "chord_start",
@@ -347,3 +348,38 @@ def chord_start(
         refreshes += 1
         fresh, backtracked, step = True, False, None
     return ChordStart((x[:n], x[n:]), n_evals, post, rms, tuple(counts))
+
+
+class SearchChord:
+    """The chord starts of one hyperparameter search: the latest fixed point (a site loop's
+    result) and its site-update Jacobian, from which :meth:`start` warm-starts the next
+    evaluation; ``schedule``: the site loop's (a converged chord ends an evaluation of the
+    parallel schedule, :func:`chord_result`)."""
+
+    def __init__(self, projection: Any, tol: float, schedule: str) -> None:
+        self.projection, self.tol, self.parallel = projection, tol, schedule == "parallel"
+        self.jacobian: SiteJacobian | None = None
+        self.res: Any = None
+
+    def start(self, K: np.ndarray, y: np.ndarray, warm: Any, latest: Any):
+        """``(warm start, chord site updates, result or None)`` at prior ``K``, from the
+        search's ``latest`` result if it is the fixed point this holds the Jacobian of."""
+        if warm is None or self.res is None or latest is not self.res:
+            return warm, 0, None
+        start = chord_start(K, y, self.projection, warm, self.jacobian, self.tol)
+        res = None
+        if start.rms < self.tol and self.parallel:  # converged: no sweep
+            res = chord_result(y, self.projection, start, self.tol)
+        return start.sites, start.n_updates, res
+
+    def keep(self, res: Any, jacobian=None, K=None, y=None) -> None:
+        """Hold ``res`` and its Jacobian: ``jacobian`` (QP's total gradient builds it), else
+        computed at ``res`` on prior ``K`` if it converged and its posterior kept ``V``
+        (EP's); the posterior's ``V`` is dropped either way."""
+        post = res.posterior
+        if jacobian is None and res.converged and getattr(post, "V", None) is not None:
+            jacobian = site_update_jacobian(K, y, self.projection, res.tau, res.nu, post)
+        if jacobian is not None:
+            self.jacobian, self.res = jacobian, res
+        if hasattr(post, "V"):
+            post.V = None
