@@ -352,7 +352,7 @@ def chord_start(
 
 class SearchChord:
     """The chord starts of one hyperparameter search: the latest fixed point (a site loop's
-    result) and its site-update Jacobian, from which :meth:`start` warm-starts the next
+    result) and its site-update Jacobian, from which ``start`` warm-starts the next
     evaluation; ``schedule``: the site loop's (a converged chord ends an evaluation of the
     parallel schedule, :func:`chord_result`)."""
 
