@@ -27,6 +27,9 @@ residual's posterior) and the per-site coefficients, about two sweeps. A chord w
 falls below the tolerance ends the evaluation (:func:`chord_result`): a sweep from there would
 stop the loop. A QP fit of Ionosphere with hyperparameters took 119 site updates with the stale
 Jacobian alone, 107 with Newton's steps, 98 with converged chords ending their evaluations.
+EP's searches on :data:`EP_CHORD_MIN_SITES` sites or more take the same steps with EP's site
+update (EP's std in sigma*'s place, :mod:`qpinfer.inference.site_jacobian`);
+:class:`SearchChord` holds a search's latest fixed point and Jacobian.
 """
 
 from __future__ import annotations
@@ -217,8 +220,9 @@ def covariances(post: Any, K: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
 def site_update_jacobian(
     K: np.ndarray, y: np.ndarray, projection: Any, tau: np.ndarray, nu: np.ndarray, post=None
 ) -> SiteJacobian:
-    """The :class:`SiteJacobian` of QP's site update at sites ``(tau~, nu~)`` on prior ``K`` (a
-    fixed point or not): the Newton step of :func:`chord_start`. ``post``: the posterior of
+    """The :class:`SiteJacobian` of the site update of ``projection`` (QP's, or EP's with
+    :class:`~qpinfer.MomentMatching`) at sites ``(tau~, nu~)`` on prior ``K`` (a fixed point or
+    not): the Newton step of :func:`chord_start`. ``post``: the posterior of
     these sites if the caller has it (with ``V`` kept, ``Sigma = K - V^T V`` in one product)."""
     if post is None:
         post = posterior_from_sites(K, tau, nu)
@@ -293,7 +297,8 @@ def chord_start(
     max_steps: int = MAX_CHORD_STEPS,
     max_refreshes: int = MAX_REFRESHES,
 ) -> ChordStart:
-    """Chord steps ``s <- s + (I - M)^-1 (G(s) - s)`` on QP's sites at prior ``K`` from
+    """Chord steps ``s <- s + (I - M)^-1 (G(s) - s)`` on the sites of ``projection`` (QP's or
+    EP's) at prior ``K`` from
     ``init`` (the previous fixed point, whose Jacobian is ``jacobian``) until the RMS residual
     is below ``tol``; returns the :class:`ChordStart`: the best sites, the number of site
     updates it evaluated (each one posterior and projection, as a sweep), their posterior and
