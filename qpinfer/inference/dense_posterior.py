@@ -178,18 +178,16 @@ def predict_latent(
 class DenseSiteRepresentation:
     """A full GP prior ``K`` (N x N) as the site loop's posterior representation (eq. (3)).
 
-    ``refresh(tau, nu)`` is :func:`posterior_from_sites`; ``sequential(tau, nu)`` starts one
+    ``refresh(tau, nu)`` is :func:`posterior_from_sites` (``keep_v``: each posterior keeps its
+    ``V``, for a site-update Jacobian at the loop's result); ``sequential(tau, nu)`` starts one
     sequential sweep (R&W Alg. 3.5) with rank-one updates deferred into rank-``block_size`` ones.
     """
 
-    def __init__(self, K: np.ndarray, block_size: int = 128) -> None:
+    def __init__(self, K: np.ndarray, block_size: int = 128, keep_v: bool = False) -> None:
         self.K = K
         self.n_sites = K.shape[0]
         self.block_size = block_size
-
-    #: keep each posterior's ``V`` (:func:`posterior_from_sites`), for a site-update Jacobian
-    #: at the loop's result
-    keep_v: bool = False
+        self.keep_v = keep_v
 
     def refresh(self, tau: np.ndarray, nu: np.ndarray) -> Posterior:
         return posterior_from_sites(self.K, tau, nu, keep_v=self.keep_v)

@@ -195,7 +195,6 @@ def run_ep(
     settings = SweepSettings.checked(
         schedule, damping, max_iter, tol, floor, adaptive_damping, acceleration
     )
-    representation = DenseSiteRepresentation(K, block_size)
-    representation.keep_v = keep_v
+    representation = DenseSiteRepresentation(K, block_size, keep_v)
     update = _ProjectedSites(projection, y, floor)
     return run_sites(representation, update, init, settings, compute_evidence, EPResult, _WHAT)

@@ -65,20 +65,15 @@ def _sigma_star_gradient(projection: Any, m: np.ndarray, sd: np.ndarray, y: np.n
     the projection's table (:meth:`~qpinfer.tables.SigmaTableReader.sigma_qp_gradient`, the
     lookup's derivatives, and those of the EP std its cells store), else from the exact kernel's
     quadrature (:func:`qpinfer.sigma.sigma_qp_gradient`, whose panels also give the tilted third
-    cumulant ``kappa_3 = v d(s^2)/dm``), else five-point differences of ``project``."""
-    if isinstance(projection, MomentMatching):  # EP's own variance
-        lik, h = projection.likelihood, 2.0 * FD_STEP * sd
-
-        def std(mm, ss):
-            return np.asarray(lik.tilted_moments(mm, ss, y)[1], np.float64)
-
-        s_m = central_difference(lambda x: std(x, sd), m, h)
-        return ep_sd, s_m, central_difference(lambda x: std(m, x), sd, h), 2.0 * ep_sd * s_m
+    cumulant ``kappa_3 = v d(s^2)/dm``), else five-point differences of ``project`` (EP's
+    projection, :class:`~qpinfer.MomentMatching`: its std in sigma*'s place, whose difference
+    in ``m`` is then also the last)."""
     table = getattr(projection, "table", None)
     if table is not None and hasattr(table, "sigma_qp_gradient"):
         s, s_m, s_sd, std_m = table.sigma_qp_gradient(m, sd, y, ep_std_slope=True)
         return s, s_m, s_sd, 2.0 * ep_sd * np.asarray(std_m, np.float64)
-    if table is None:
+    ep = isinstance(projection, MomentMatching)
+    if table is None and not ep:
         s, s_m, s_sd, kappa3 = sigma_qp_gradient(
             projection.likelihood, m, sd, y, third_cumulant=True
         )
@@ -87,7 +82,7 @@ def _sigma_star_gradient(projection: Any, m: np.ndarray, sd: np.ndarray, y: np.n
     h = 2.0 * FD_STEP * sd  # the five-point stencil of step FD_STEP sd
     ds_dm = central_difference(lambda x: projection.project(x, sd, y)[1], m, h)
     ds_dsd = central_difference(lambda x: projection.project(m, x, y)[1], sd, h)
-    return s, ds_dm, ds_dsd, None
+    return s, ds_dm, ds_dsd, 2.0 * ep_sd * ds_dm if ep else None
 
 
 def cavity_derivatives(projection: Any, m: np.ndarray, v: np.ndarray, y: np.ndarray):
@@ -103,10 +98,10 @@ def cavity_derivatives(projection: Any, m: np.ndarray, v: np.ndarray, y: np.ndar
     g = (mean - m) / v
     h = (ep_var - v) / (v * v)
     s, s_m, s_sd, ep_var_m = _sigma_star_gradient(projection, m, sd, y, ep_sd)
-    todo = slice(None) if ep_var_m is None else ~np.isfinite(ep_var_m)
-    if ep_var_m is None or todo.any():  # d(s^2)/dm = kappa_3 / v by differences of EP's
-        if ep_var_m is None:
-            ep_var_m = np.empty_like(m)
+    if ep_var_m is None:
+        ep_var_m = np.full(np.shape(m), np.nan)
+    todo = ~np.isfinite(ep_var_m)
+    if todo.any():  # d(s^2)/dm = kappa_3 / v, where no source gave it: differences of EP's
         ep_var_m[todo] = central_difference(
             lambda x: np.asarray(lik.tilted_moments(x, sd[todo], y[todo])[1]) ** 2,
             m[todo],

@@ -360,20 +360,21 @@ def evaluate_many(coefs, axes, points, first_row=0, check=False):
     """``(inside, values)``: :func:`evaluate_inside` (``check``) or :func:`evaluate` of several
     interpolants on the same cells (a list of coefficient arrays), the points located once."""
     rows, local, inside = _locate(axes, points, first_row, check=check)
-    if rows.size > _BATCH or (len(axes) == 2 and rows.size >= _GROUPED_MIN):
-        return inside, [_evaluate_located(c, axes, rows, local, False) for c in coefs]
-    bases = _bases(axes, local, False)  # once for all the interpolants (EP-sized batches)
-    return inside, [_evaluate_gathered(c, axes, rows, local, False, bases) for c in coefs]
+    # the bases once for all the interpolants, where one gather takes the batch (EP's sweeps)
+    bases = _bases(axes, local, False) if rows.size <= _BATCH else None
+    return inside, [_evaluate_located(c, axes, rows, local, False, bases) for c in coefs]
 
 
-def _evaluate_located(coef, axes, rows, local, power) -> np.ndarray:
+def _evaluate_located(coef, axes, rows, local, power, bases=None) -> np.ndarray:
+    """:func:`evaluate` of located points; ``bases``: :func:`_bases` at ``local``, if the caller
+    has them (used by a batch of at most :data:`_BATCH` that is not grouped)."""
     if len(axes) == 2 and rows.size >= _GROUPED_MIN and coef.shape[0] < 2**16:
         counts = np.bincount(rows, minlength=coef.shape[0])
         touched = np.flatnonzero(counts)
         if rows.size >= _GROUPED_FILL * touched.size:
             return _evaluate_grouped(coef, axes, rows, local, counts, touched, power)
     if rows.size <= _BATCH:
-        return _evaluate_gathered(coef, axes, rows, local, power)
+        return _evaluate_gathered(coef, axes, rows, local, power, bases)
     out = np.empty(rows.size)
     for i in range(0, rows.size, _BATCH):  # keeps the gathered blocks in cache
         sl = slice(i, i + _BATCH)

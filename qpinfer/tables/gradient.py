@@ -5,12 +5,13 @@ Three routes, per query (:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradien
 * **The cells' own derivative** (:func:`box_gradient`): a v2 box that stores sigma*/sigma and
   knows its coordinates' Jacobian (``Box.coord_jacobian``; probit's core, every cavity of a
   probit fit) differentiates its Chebyshev (or power-basis) cell polynomial and applies the chain
-  rule through the box's coordinate map (:func:`direct_box_gradient`); a box whose store holds
-  EP's std beside rho (the logit, the Poisson log link: ``sigma* = rho std``) differentiates
-  both cell polynomials, the coordinate map and the std's reference by differences of their
-  closed forms (:func:`moment_box_gradient`, which also gives the std's own derivative). Both
-  are the exact derivative of the interpolant (to ~1e-12), continuous across cell edges to the
-  table's accuracy.
+  rule through the box's coordinate map (:func:`direct_box_gradient`); a box of a store holding
+  EP's moments (``sigma* = rho std``) differentiates rho's cell polynomial, the coordinate map
+  by differences of its closed form, and EP's std from the same box's cells (the logit, the
+  Poisson log link) or by differences of the likelihood's own (Student-t, the square link;
+  :func:`moment_box_gradient`, which also gives the std's own derivative). Both are the
+  derivative of the interpolant (to ~1e-12; ~1e-10 where the std is differenced), continuous
+  across cell edges to the table's accuracy.
 * **A Richardson central difference of the lookup itself** (:func:`lookup_richardson`) for every
   other query the table answers (v1 grids, the other v2 boxes): steps ``1e-4 min(sigma,
   sigma*)`` and half that (4 lookups per derivative), truncation ``O(h^4)`` and rounding ~1e-12
@@ -18,9 +19,9 @@ Three routes, per query (:meth:`qpinfer.tables.SigmaTableReader.sigma_qp_gradien
   there, ~the table's accuracy over the step.
 * **The exact kernel's derivatives** (:func:`qpinfer.sigma.derivatives.sigma_qp_gradient`) for
   the queries the table does not answer (its exact fallbacks), and for the rest of those of
-  likelihoods whose EP moments are a quadrature (their closed-form regimes, Student-t, the
-  Poisson square link: see ``_quadrature_moments``), within the table's error over a cell of
-  the lookup's (measured <= 1e-10 of sigma*).
+  likelihoods whose EP moments are a quadrature (their closed-form regimes, rescaled cavities
+  and stencils across a fold of the symmetry: see ``_quadrature_moments``), within the table's
+  error over a cell of the lookup's (measured <= 1e-10 of sigma*).
 """
 
 from __future__ import annotations
@@ -280,9 +281,9 @@ def reader_gradient(table, mu, sigma, y, exact=None, ep_std_slope=False):
     :func:`box_gradient`), else by :func:`lookup_richardson` of ``qp_moments``' sigma* where
     the table answers, else the exact kernel's
     :func:`~qpinfer.sigma.derivatives.sigma_qp_gradient`: at the table's fallbacks, and at the
-    other queries of a likelihood whose EP moments are a quadrature (logit, poisson_log,
-    Student-t), where the eight lookups of a Richardson difference would cost ~4x the kernel's
-    derivatives (those differ from the lookup's by the table's error over a cell, measured
+    queries the cells leave of a likelihood whose EP moments are a quadrature (logit,
+    poisson_log, Student-t), where the eight lookups of a Richardson difference would cost ~4x
+    the kernel's derivatives (those differ from the lookup's by the table's error over a cell, measured
     <= 1e-10 of sigma*). ``ep_std_slope``: a fourth array, EP's std's derivative in ``mu``
     where ``exact`` gave it (NaN elsewhere)."""
     from qpinfer.sigma.derivatives import sigma_qp_gradient

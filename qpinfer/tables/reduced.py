@@ -335,8 +335,8 @@ class ReducedTable(SigmaTableReader):
     def sigma_qp_gradient(self, mu, sigma, y, ep_std_slope=False) -> tuple[np.ndarray, ...]:
         """``(sigma*, d sigma*/d mu, d sigma*/d sigma)``: sigma* as :meth:`qp_moments` gives it
         (bit for bit); in a box storing sigma*/sigma with a coordinate Jacobian (probit's core)
-        or a box whose stored EP std is rho's denominator (logit, Poisson log link) the
-        derivatives of its cell polynomials by the chain rule
+        or a box of a store holding EP's moments (rho's denominator) the derivatives of its
+        cell polynomials by the chain rule
         (:func:`qpinfer.tables.gradient.box_gradient`), elsewhere the routes of
         :func:`qpinfer.tables.gradient.reader_gradient`. ``ep_std_slope``: a fourth array, the
         derivative of EP's std in ``mu`` from the same cells (NaN where they do not give it)."""

@@ -142,7 +142,8 @@ def tile_arrays(likelihood: str, box: Box, first_label: int, first_cell: int) ->
         mu, sigma, y, shape = _tile_nodes(box, axes, first_label, first_cell)
         stored = box.stored_moments(lik, mu, sigma, y, lik.ep_moments(mu, sigma, y))
         floor = ROUNDING_FLOOR["moments"]
-        out.update({k: _as_stored(v, shape, axes, floor) for k, v in zip(MOMENT_ARRAYS, stored)})
+        arrays = zip(MOMENT_ARRAYS, stored, strict=True)
+        out.update({k: _as_stored(v, shape, axes, floor) for k, v in arrays})
     return out
 
 
