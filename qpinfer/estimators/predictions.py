@@ -22,42 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
 
-from qpinfer.likelihoods.logit import Logit
-from qpinfer.likelihoods.step_noise import StepNoise
+from qpinfer.likelihoods.probit import Probit
 
-__all__ = ["ProbitPredictionsMixin", "class_probabilities", "decision_values"]
+__all__ = ["ProbitPredictionsMixin"]
 
-
-def _logit_log_proba(likelihood: Logit, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """``[log P(y* = -1), log P(y* = +1)]``: log E[sigma(-+f*)], f* ~ N(mean, var)."""
-    sd = np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
-    return np.column_stack((likelihood.log_z(mean, sd, -1.0), likelihood.log_z(mean, sd, 1.0)))
-
-
-def decision_values(likelihood: Any, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """Positive for the class ``+1``: ``mean / sqrt(1 + var)`` (probit), ``mean / sqrt(var)``
-    (step_noise), ``log P(+1) - log P(-1)`` (logit)."""
-    if isinstance(likelihood, Logit):
-        log_p = _logit_log_proba(likelihood, mean, var)
-        return log_p[:, 1] - log_p[:, 0]
-    if isinstance(likelihood, StepNoise):
-        return mean / np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
-    return mean / np.sqrt(1.0 + var)
-
-
-def class_probabilities(likelihood: Any, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """``[P(y* = -1), P(y* = +1)]`` per row for the latent predictive ``N(mean, var)`` (module
-    docstring)."""
-    if isinstance(likelihood, Logit):
-        return np.exp(_logit_log_proba(likelihood, mean, var))
-    z = decision_values(likelihood, mean, var)
-    if isinstance(likelihood, StepNoise):
-        e = likelihood.eps
-        p1 = e + (1.0 - 2.0 * e) * ndtr(z)
-        return np.column_stack((1.0 - p1, p1))
-    return np.column_stack((ndtr(-z), ndtr(z)))
+_PROBIT = Probit()
 
 
 class ProbitPredictionsMixin:
@@ -79,13 +49,17 @@ class ProbitPredictionsMixin:
         """Class probabilities (columns follow ``classes_``). Probit: ``Phi(mean / sqrt(1 +
         var))`` (R&W eq. 3.82); step_noise: ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``."""
         mean, var = self.predict_latent(X)
-        return class_probabilities(getattr(self, "likelihood_", None), mean, var)
+        return self._binary_likelihood().class_probabilities(mean, var)
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Positive for ``classes_[1]``: ``mean / sqrt(1 + var)`` (probit; ``Phi`` of it is the
         probability), ``mean / sqrt(var)`` (step_noise)."""
         mean, var = self.predict_latent(X)
-        return decision_values(getattr(self, "likelihood_", None), mean, var)
+        return self._binary_likelihood().decision_values(mean, var)
+
+    def _binary_likelihood(self) -> Any:
+        """The fitted likelihood (probit for an estimator without ``likelihood_``)."""
+        return getattr(self, "likelihood_", None) or _PROBIT
 
     def predict(self, X: Any) -> np.ndarray:
         """The more probable class (``classes_[1]`` where the latent mean is positive)."""

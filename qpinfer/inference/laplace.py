@@ -125,7 +125,7 @@ def positive_branch_start(
 
 def _indefinite(likelihood: Any) -> bool:
     """Whether W = -d^2 log p may legitimately be negative (``log_concave = False``)."""
-    return getattr(likelihood, "log_concave", True) is False
+    return not likelihood.log_concave
 
 
 def _newton_a(

@@ -81,7 +81,7 @@ def resolve_floor(min_site_precision: Any, projection: Any) -> float | None:
                 f"min_site_precision must be 'auto', None or a number >= 0, got {min_site_precision!r}"
             )
         lik = getattr(projection, "likelihood", None)
-        return None if getattr(lik, "log_concave", True) is False else MIN_SITE_PRECISION
+        return MIN_SITE_PRECISION if lik is None or lik.log_concave else None
     if min_site_precision is None:
         return None
     v = float(min_site_precision)

@@ -243,7 +243,7 @@ def vb_fixed_point(
         lam, nu = (np.asarray(v, dtype=np.float64).copy() for v in init)
     tiny = np.finfo(np.float64).tiny
 
-    indefinite = getattr(likelihood, "log_concave", True) is False
+    indefinite = not likelihood.log_concave
 
     def evaluate(lam, nu):
         if np.any(lam < 0):  # LinAlgError if K^-1 + diag(lam) is not positive definite

@@ -97,6 +97,10 @@ class Likelihood(ABC):
     #: EP moments by the sigma* kernel's own panels (qpinfer.quadrature.tilted): sigma_qp then
     #: takes sigma_EP for its Theorem 2 clamp from the same pass instead of tilted_moments
     _ep_from_panels: bool = False
+    #: EP's moments are a quadrature of their own, not from the kernel's panels (Student-t):
+    #: like ``_ep_from_panels``, a table lookup's numerical derivatives then cost more than the
+    #: kernel's exact ones where the table's cells do not give them
+    _moments_by_quadrature: bool = False
     #: closed forms (_sigma_closed_form, _rescale) that may round above sigma_EP: sigma_qp clamps
     #: them too (else only its quadrature points)
     _clamp_closed_forms: bool = False
@@ -116,6 +120,15 @@ class Likelihood(ABC):
     #: the table whose moment lookups this instance's ``log_z`` and ``tilted_moments`` take
     #: (``None``: exact quadrature; set by :meth:`with_moment_table`)
     _moment_table = None
+    #: log p(y | f) is concave in f: EP's site precisions stay >= 0 and the Laplace and VB
+    #: baselines may clip theirs (False: heavy tails, label noise)
+    log_concave: bool = True
+    #: a lobe of the tilted density ends exactly at its finite bounds (the density jumps or
+    #: turns there): the kernel's level-set edges snap onto them
+    _snap_to_bounds: bool = False
+    #: EP's mean alone (:meth:`tilted_mean`) costs less than the mean and std together, and a
+    #: table storing sigma* / sigma then needs no std
+    _mean_alone: bool = False
 
     def with_moment_table(self, table) -> Likelihood:
         """A copy of this likelihood whose ``log_z`` and ``tilted_moments`` take EP's moments
@@ -192,9 +205,44 @@ class Likelihood(ABC):
         this)."""
         return (self.log_z(mu, sigma, y), *self.tilted_moments(mu, sigma, y))
 
+    def predictive_log_proba(self, mean, var) -> np.ndarray:
+        """``[log P(y* = -1), log P(y* = +1)]`` per row of a binary likelihood (labels -1, +1)
+        for the latent predictive ``N(mean, var)``: ``log E[p(-+1 | f*)]``, its tilt's
+        normaliser :meth:`log_z`."""
+        sd = np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
+        return np.column_stack((self.log_z(mean, sd, -1.0), self.log_z(mean, sd, 1.0)))
+
+    def class_probabilities(self, mean, var) -> np.ndarray:
+        """``[P(y* = -1), P(y* = +1)]`` per row of a binary likelihood for the latent predictive
+        ``N(mean, var)`` (default: :meth:`predictive_log_proba` exponentiated)."""
+        return np.exp(self.predictive_log_proba(mean, var))
+
+    def decision_values(self, mean, var) -> np.ndarray:
+        """Positive for the class ``+1`` (default: ``log P(+1) - log P(-1)``)."""
+        log_p = self.predictive_log_proba(mean, var)
+        return log_p[:, 1] - log_p[:, 0]
+
     def canonical(self, mu, y) -> tuple[np.ndarray, np.ndarray]:
         """Map ``(mu, y)`` to an equivalent pair by an exact symmetry (default: identity)."""
         return mu, y
+
+    def _canonical_slope(self, mu, y) -> np.ndarray | None:
+        """d(canonical mu)/d mu of :meth:`canonical` (+-1; 0 on a fold, where sigma* is even):
+        1 for the identity; a likelihood with a symmetry gives its own (``None``: unknown, the
+        derivatives of sigma* are then taken numerically)."""
+        if type(self).canonical is Likelihood.canonical:
+            return np.ones_like(mu)
+        return None
+
+    def tilted_mean(self, mu, sigma, y) -> np.ndarray:
+        """EP's mean alone (the first of :meth:`tilted_moments`; a likelihood that computes it
+        for less sets ``_mean_alone``)."""
+        return self.tilted_moments(mu, sigma, y)[0]
+
+    def tilted_mean_and_z(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """EP's mean and the first coordinate of a table box whose ``fused_mean_z`` is set, in
+        one pass (only such a likelihood's boxes set it)."""
+        raise NotImplementedError(f"{self!r} has no fused mean and box coordinate")
 
     def _sigma_closed_form(self, mu, sigma, y):
         """``(mask, sigma_star)`` where sigma* is known in closed form, else ``None``."""
@@ -214,6 +262,42 @@ class Likelihood(ABC):
         ``scale * sigma*(mu', sigma', y)`` instead (a limit exact to double precision), or
         ``None``."""
         return
+
+    def _sigma_qp_exact(self, mu, sigma, y) -> np.ndarray | None:
+        """sigma* at every canonical cavity without panels (a closed form that holds
+        everywhere), or ``None`` (default): the kernel's panels then compute it."""
+        return None
+
+    def _closed_form_slopes(self, mu, sigma, y, mask):
+        """``(where, d_mu, d_sigma)``: exact derivatives of the closed forms of
+        :meth:`_sigma_closed_form` at canonical cavities, for the subset ``where`` of ``mask``
+        that has them beside the forms ``sigma* = sigma`` (which every likelihood shares), or
+        ``None`` (default)."""
+        return None
+
+    def _rescale_jacobian(self, mu, sigma, mu_r, sigma_r, scale):
+        """``(mask, (a_mu, a_sigma, b_mu, b_sigma, c_mu, c_sigma))``: the derivatives in the
+        canonical cavity of :meth:`_rescale`'s ``mu' = a``, ``sigma' = b``, ``scale = c`` where
+        they are exact, or ``None`` (default: the rescaled points are differentiated
+        numerically)."""
+        return None
+
+    def _anchor(self, mu, sigma, y) -> np.ndarray:
+        """The origin of the kernel's coordinate ``x = f - anchor`` in :meth:`_log_tilted` and
+        :meth:`_lobes` (default 0: ``x = f``); a likelihood anchors on the mass's lobe where
+        absolute nodes would lose digits."""
+        return np.zeros_like(mu)
+
+    def _lobe_edges(self, mode, width, lower, upper, mu, sigma, y, levels):
+        """Panel edges of one lobe at the log-density ``levels`` below its mode, shape
+        ``(N, 2K+1)``, or ``None`` (default): the kernel's Newton level sets then place them
+        (a likelihood that is not log-concave places its own)."""
+        return None
+
+    def _level_guess(self, side, level, mode, x, mu, sigma, y) -> np.ndarray:
+        """A better first guess than ``x`` (the Gaussian one) of the lobe's edge on ``side``
+        at ``level`` nats below the mode, for the kernel's Newton level sets (default: ``x``)."""
+        return x
 
     def _breakpoints(self, mu, sigma, y):
         """``(need, edges)``: extra panel edges at features of the likelihood that log-density

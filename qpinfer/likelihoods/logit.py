@@ -137,6 +137,9 @@ class Logit(Likelihood):
         """Mirror symmetry: sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1) exactly."""
         return y * mu, np.ones_like(y)
 
+    def _canonical_slope(self, mu, y):
+        return y.astype(np.float64)  # canonical mu = y mu
+
     # -- EP ------------------------------------------------------------------------------------
     _tabulated_moments = True
 

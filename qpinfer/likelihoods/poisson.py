@@ -95,6 +95,14 @@ class PoissonSquare(Likelihood):
         """Symmetry f -> -f: sigma*(mu) == sigma*(-mu) exactly."""
         return np.abs(mu), y
 
+    def _canonical_slope(self, mu, y):
+        return np.sign(mu)  # canonical mu = |mu|
+
+    def _closed_form_slopes(self, mu, sigma, y, mask):
+        """y = 0: sigma* = sigma / sqrt(1 + 2 sigma^2), whose slopes are (0, (1 + 2 sigma^2)^-3/2)."""
+        zero = mask & (y == 0)
+        return zero, 0.0, (1.0 + 2.0 * sigma[zero] ** 2) ** -1.5
+
     def _sigma_closed_form(self, mu, sigma, y):
         """y = 0 (the tilted density N(f | beta, v) is Gaussian, sigma* = sqrt(v) exactly), a
         main lobe Gaussian to double precision (sigma* = the tilted std) and far single lobes

@@ -42,6 +42,17 @@ class Probit(Likelihood):
         std = sigma * np.sqrt(eps * eps + delta * delta * var_factor.reshape(mean.shape))
         return mean, std
 
+    _mean_alone = True
+
+    def decision_values(self, mean, var) -> np.ndarray:
+        """``mean / sqrt(1 + var)``: ``Phi`` of it is ``P(y* = +1)`` (R&W eq. (3.82))."""
+        return mean / np.sqrt(1.0 + var)
+
+    def class_probabilities(self, mean, var) -> np.ndarray:
+        """``[Phi(-z), Phi(z)]`` with ``z = mean / sqrt(1 + var)`` (R&W eq. (3.82))."""
+        z = self.decision_values(mean, var)
+        return np.column_stack((ndtr(-z), ndtr(z)))
+
     def tilted_mean(self, mu, sigma, y) -> np.ndarray:
         """The mean of :meth:`tilted_moments` alone (the same operations): QP with a table that
         stores sigma* / sigma needs EP's mean but not its standard deviation."""
@@ -71,6 +82,9 @@ class Probit(Likelihood):
     def canonical(self, mu, y):
         """Mirror symmetry: sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1) exactly."""
         return y * mu, np.ones_like(y)
+
+    def _canonical_slope(self, mu, y):
+        return y.astype(np.float64)  # canonical mu = y mu
 
     @staticmethod
     def _log_cdf(f):

@@ -39,7 +39,7 @@ import re
 from typing import Any
 
 import numpy as np
-from scipy.special import log_ndtr
+from scipy.special import log_ndtr, ndtr
 
 from qpinfer.checks import number_or_nan
 from qpinfer.likelihoods.base import Likelihood, check_sign_labels
@@ -150,9 +150,23 @@ class StepNoise(Likelihood):
             var_factor = np.maximum(var_factor.reshape(mu.shape), 0.0)
             return mu + y * sigma * r, sigma * np.sqrt(var_factor)
 
+    def decision_values(self, mean, var) -> np.ndarray:
+        """``mean / sqrt(var)``: ``P(y* = +1) = eps + (1 - 2 eps) Phi`` of it."""
+        return mean / np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
+
+    def class_probabilities(self, mean, var) -> np.ndarray:
+        """``[1 - p, p]``, ``p = eps + (1 - 2 eps) Phi(mean / sqrt(var))`` (Hernandez-Lobato
+        and Hernandez-Lobato, 2011, eq. (8))."""
+        e = self.eps
+        p1 = e + (1.0 - 2.0 * e) * ndtr(self.decision_values(mean, var))
+        return np.column_stack((1.0 - p1, p1))
+
     def canonical(self, mu, y):
         """Mirror symmetry: sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1) exactly."""
         return y * mu, np.ones_like(y)
+
+    def _canonical_slope(self, mu, y):
+        return y.astype(np.float64)  # canonical mu = y mu
 
     def _log_tilted(self, f, mu, sigma, y, derivative=True):
         """log p(+1 | f) - (f - mu)^2 / (2 sigma^2) up to the per-point constant
@@ -210,6 +224,12 @@ class StepNoise(Likelihood):
         with np.errstate(divide="ignore"):
             scale = np.where(deep, sigma * (_DEEP_TAIL / np.abs(z)), sigma)
         return np.ones(z.shape, dtype=bool), z_r, np.ones_like(z), scale
+
+    def _rescale_jacobian(self, mu, sigma, mu_r, sigma_r, scale):
+        """mu' = mu / sigma, sigma' = 1, scale = sigma, where the cavity is not deep."""
+        one, zero = np.ones_like(mu), np.zeros_like(mu)
+        ok = (sigma_r == 1.0) & (scale == sigma) & (mu_r == mu / sigma)
+        return ok, (1.0 / sigma, -mu_r / sigma, zero, zero, zero, one)
 
     def _breakpoints(self, mu, sigma, y):
         """Where the CDF at the jump, u0 = min(F(0), 1 - F(0)), is small, phi(Phi^-1(F(f))) ~

@@ -112,6 +112,7 @@ class StudentT(Likelihood):
     _n_nodes = N_NODES
     #: not log-concave: EP/QP sites may have negative precisions (kept by qpinfer.inference.ep)
     log_concave = False
+    _moments_by_quadrature = True  # (student_t_canonical)
     _snap_to_bounds = True  # lobes end exactly at the antimode
 
     def __init__(self, nu: float = DEFAULT_NU, scale: float = 1.0) -> None:
@@ -207,6 +208,17 @@ class StudentT(Likelihood):
     def canonical(self, mu, y):
         """Shift and mirror: ``sigma*(mu, sigma, y) = sigma*(|mu - y|, sigma, 0)``."""
         return np.abs(mu - y), np.zeros_like(y)
+
+    def _canonical_slope(self, mu, y):
+        return np.sign(mu - y)  # canonical mu = |mu - y|
+
+    def _rescale_jacobian(self, mu, sigma, mu_r, sigma_r, scale):
+        """mu' = mu / k, sigma' = sigma / k, scale = k (k the noise scale: constant)."""
+        one, zero, k = np.ones_like(mu), np.zeros_like(mu), self.scale
+        return np.ones(mu.shape, bool), (one / k, zero, zero, one / k, zero, zero)
+
+    def _anchor(self, mu, sigma, y):
+        return _anchor(mu, sigma)
 
     _closed_form_takes_moments = True  # the v2 table passes the EP moments it has already
 

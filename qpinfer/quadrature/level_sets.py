@@ -26,12 +26,13 @@ def level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
     """Panel edges of one lobe on log-density level sets, shape (N, 2K+1), ascending."""
     spacing = np.sqrt(2.0 * TAIL) / n_levels  # levels are equally spaced in sqrt(2 drop)
     levels = (np.arange(1, n_levels + 1) * spacing) ** 2 / 2.0
-    own = getattr(lik, "_lobe_edges", None)  # a non-log-concave likelihood places its own
-    if own is not None:  # (qpinfer.likelihoods.student_t: bisection, edges ending at the antimode)
-        return own(mode, width, lower, upper, mu, sigma, y, levels)
+    # a likelihood that is not log-concave places its own (Student-t: bisection, edges ending
+    # at the antimode)
+    own = lik._lobe_edges(mode, width, lower, upper, mu, sigma, y, levels)
+    if own is not None:
+        return own
     log_peak, _ = lik._log_tilted(mode, mu, sigma, y, derivative=False)
-    snap = getattr(lik, "_snap_to_bounds", False)
-    guess = getattr(lik, "_level_guess", None)  # a likelihood's better first guesses
+    snap = lik._snap_to_bounds
     sides = []
     for side, bound in ((-1.0, lower), (1.0, upper)):
         edges = []
@@ -47,8 +48,7 @@ def level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):
                 x = mode + side * width * np.sqrt(2.0 * level)
             else:
                 x = mode + (prev - mode) * np.sqrt(level / levels[k - 1])
-            if guess is not None:
-                x = guess(side, level, mode, x, mu, sigma, y)
+            x = lik._level_guess(side, level, mode, x, mu, sigma, y)
             for _ in range(NEWTON_STEPS):
                 lq, dlq = lik._log_tilted(x, mu, sigma, y)
                 drop = np.maximum(log_peak - lq, 1e-300)
@@ -119,7 +119,7 @@ def _replace_strays(
         return x
     stray = np.zeros(x.shape, dtype=bool)
     if last:  # the tail cut is checked where it ends; inner edges by the last Newton iterate
-        j = np.flatnonzero(sigma > getattr(lik, "_tail_check_sigma", np.inf))
+        j = np.flatnonzero(sigma > lik._tail_check_sigma)
         if j.size:
             drop = drop.copy()
             drop[j] = (

@@ -31,11 +31,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtri
 
-from qpinfer.likelihoods.base import Likelihood
 from qpinfer.quadrature.panels import panel_moments_of, panel_sums
 from qpinfer.sigma.kernel import _clamp_to_ep, _prepare, lobe_groups, sigma_qp
 
-__all__ = ["canonical_slope", "central_difference", "sigma_qp_gradient", "tilted_third_cumulant"]
+__all__ = ["central_difference", "sigma_qp_gradient", "tilted_third_cumulant"]
 
 _RICHARDSON_STEP = 1e-3  # relative to sigma: truncation ~h^4, rounding ~1e-16 / h
 
@@ -85,65 +84,20 @@ def tilted_third_cumulant(likelihood, mu, sigma, y) -> np.ndarray:
     return _gradient(likelihood, mu, sigma, y, third=True)[3]
 
 
-def _family(lik) -> str:
-    """The likelihood's name without its parameters (``student_t(nu=4.0, scale=1.0)``)."""
-    return lik.name.split("(")[0]
-
-
-def canonical_slope(lik, mu, y) -> np.ndarray | None:
-    """d(canonical mu)/d mu of ``lik.canonical`` (+-1; 0 on a fold, where sigma* is even), or
-    ``None`` for a symmetry this module does not know."""
-    if type(lik).canonical is Likelihood.canonical:  # the identity
-        return np.ones_like(mu)
-    name = _family(lik)
-    if name in ("probit", "logit", "step_noise"):
-        return y.astype(np.float64)
-    if name == "poisson_square":
-        return np.sign(mu)
-    if name == "student_t":
-        return np.sign(mu - y)
-    return None
-
-
-def _anchor(lik, mu, sigma, y):
-    own = getattr(lik, "_anchor", None)
-    if own is not None:
-        return own(mu, sigma, y)
-    if _family(lik) == "student_t":
-        from qpinfer.likelihoods.student_t import _anchor as student_anchor
-
-        return student_anchor(mu, sigma)
-    return np.zeros_like(mu)
-
-
 def _closed_derivative(lik, mu, sigma, y, mask, values, d_mu, d_sigma, k3):
     """Derivatives of the closed forms known exactly, written into ``d_mu``, ``d_sigma``
     (canonical coordinates); returns where. sigma* = sigma (the tilt is the cavity to double
-    precision: flat likelihood, Gaussian far from a step): (0, 1). Poisson's y = 0:
-    sigma* = sigma / sqrt(1 + 2 sigma^2)."""
+    precision: flat likelihood, Gaussian far from a step): (0, 1); the likelihood's own
+    (:meth:`qpinfer.Likelihood._closed_form_slopes`) at the rest of ``mask``."""
     cavity = mask & (values == sigma)
     known = cavity.copy()
     d_mu[cavity], d_sigma[cavity], k3[cavity] = 0.0, 1.0, 0.0
-    if _family(lik) == "poisson_square":
-        zero = mask & (y == 0) & ~cavity
-        d_mu[zero] = 0.0
-        d_sigma[zero] = (1.0 + 2.0 * sigma[zero] ** 2) ** -1.5
-        k3[zero] = 0.0
-        known |= zero
+    own = lik._closed_form_slopes(mu, sigma, y, mask & ~cavity)
+    if own is not None:
+        where, d_mu[where], d_sigma[where] = own
+        k3[where] = 0.0
+        known |= where
     return known
-
-
-def _exact_rescale(lik, mu, sigma, mu_r, sigma_r, scale):
-    """Jacobian rows of an exact rescaling, ``(a_mu, a_sigma, b_mu, b_sigma, c_mu, c_sigma)`` of
-    ``mu' = a, sigma' = b, scale = c``, and the mask where it applies (else ``None``)."""
-    one, zero = np.ones_like(mu), np.zeros_like(mu)
-    if _family(lik) == "step_noise":  # mu' = mu / sigma, sigma' = 1, scale = sigma (not deep)
-        ok = (sigma_r == 1.0) & (scale == sigma) & (mu_r == mu / sigma)
-        return ok, (1.0 / sigma, -mu_r / sigma, zero, zero, zero, one)
-    if _family(lik) == "student_t":  # mu' = mu / k, sigma' = sigma / k, scale = k
-        k = lik.scale
-        return np.ones(mu.shape, bool), (one / k, zero, zero, one / k, zero, zero)
-    return None
 
 
 def _gradient(likelihood, mu, sigma, y, third):
@@ -152,7 +106,7 @@ def _gradient(likelihood, mu, sigma, y, third):
     mu, y = lik.canonical(mu.ravel(), y.ravel())
     sigma = sigma.ravel()
     canonical = mu, sigma, y
-    mirror = canonical_slope(lik, mu0.ravel(), y0.ravel())
+    mirror = lik._canonical_slope(mu0.ravel(), y0.ravel())
     out = np.empty(mu.shape)
     d_mu, d_sigma, k3 = (np.full(mu.shape, np.nan) for _ in range(3))
     todo = np.ones(mu.shape, dtype=bool)
@@ -172,7 +126,7 @@ def _gradient(likelihood, mu, sigma, y, third):
         if rescaled is not None:
             mask, mu_r, sigma_r, scale_r = rescaled
             mask = mask & todo
-            exact = _exact_rescale(lik, mu, sigma, mu_r, sigma_r, scale_r)
+            exact = lik._rescale_jacobian(mu, sigma, mu_r, sigma_r, scale_r)
             if exact is None:
                 numeric |= mask
             else:
@@ -185,7 +139,7 @@ def _gradient(likelihood, mu, sigma, y, third):
         breaks = lik._breakpoints(mu, sigma, y)
         idx_all = np.flatnonzero(todo)
         ep = np.full(mu.shape, np.inf) if scale is None and lik._ep_from_panels else None
-        anchor_gap = _anchor(lik, mu, sigma, y) - mu  # A - mu per (rescaled) canonical point
+        anchor_gap = lik._anchor(mu, sigma, y) - mu  # A - mu per (rescaled) canonical point
         _batches(lik, mu, sigma, y, anchor_gap, idx_all, breaks, out, d_mu, d_sigma, k3, ep)
         if scale is not None:
             r, r_mu, r_sigma = out[todo], d_mu[todo], d_sigma[todo]
@@ -202,9 +156,9 @@ def _gradient(likelihood, mu, sigma, y, third):
                 d_mu[np.flatnonzero(todo)[sel_t]] = g_mu[sel_t]
                 d_sigma[np.flatnonzero(todo)[sel_t]] = g_s[sel_t]
         _clamp_to_ep(lik, mu0, sigma0, y0, out, ep, None if lik._clamp_closed_forms else todo)
-        own = getattr(lik, "_sigma_qp_exact", None)
+        own = lik._sigma_qp_exact(*canonical)
         if own is not None:  # sigma_qp's own value (no panels); the derivatives stay the panels'
-            out = own(*canonical)
+            out = own
     bad = ~((out > 0) & (out < np.inf))
     if bad.any():  # the kernel's own message
         sigma_qp(lik, mu0.ravel()[bad], sigma0.ravel()[bad], y0.ravel()[bad])

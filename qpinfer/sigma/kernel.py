@@ -129,8 +129,8 @@ def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
     # inf/NaN intermediates (infinite lobe bounds, underflowed tails, limits of far-out
     # points) are expected and masked
     with np.errstate(all="ignore"):
-        own = getattr(lik, "_sigma_qp_exact", None)  # closed form at every cavity (step_noise)
-        closed = (todo.copy(), own(mu, sigma, y)) if own else lik._sigma_closed_form(mu, sigma, y)
+        own = lik._sigma_qp_exact(mu, sigma, y)  # a closed form at every cavity (label noise)
+        closed = (todo.copy(), own) if own is not None else lik._sigma_closed_form(mu, sigma, y)
         if closed is not None:
             mask, values = closed
             out[mask] = values[mask]

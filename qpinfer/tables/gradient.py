@@ -99,10 +99,8 @@ def direct_box_gradient(table, mu, sigma, y):
     table (:class:`qpinfer.tables.reduced.ReducedTable`) inside a box storing sigma*/sigma whose
     coordinates have a Jacobian (``Box.coord_jacobian``): sigma* = sigma * p(x(mu, sigma)), p
     the cell polynomial (:func:`cell_gradient`); ``None`` if no query can be."""
-    from qpinfer.sigma.derivatives import canonical_slope
-
     lik = table.likelihood_object
-    slope = canonical_slope(lik, mu, y)
+    slope = lik._canonical_slope(mu, y)
     if slope is None or not table._direct:
         return None
     m, yy = lik.canonical(mu, y)
@@ -179,10 +177,8 @@ def moment_box_gradient(table, mu, sigma, y):
     closed forms or rescaling, those in no box and those within a stencil of a fold of the
     likelihood's symmetry are left out (``mask`` False); ``None`` if the table stores no EP
     moments."""
-    from qpinfer.sigma.derivatives import canonical_slope
-
     lik = table._lik
-    slope = canonical_slope(lik, mu, y)
+    slope = lik._canonical_slope(mu, y)
     if slope is None or not table.has_moments:
         return None
     fused = table._fused_sigma
@@ -190,7 +186,7 @@ def moment_box_gradient(table, mu, sigma, y):
     # a stencil across a fold of the symmetry (|mu| of the square link) would difference
     # coordinates with a kink there: those few cavities take the kernel's derivatives
     h = _COORD_STEP * sigma
-    todo = canonical_slope(lik, mu - h, y) == canonical_slope(lik, mu + h, y)
+    todo = lik._canonical_slope(mu - h, y) == lik._canonical_slope(mu + h, y)
     with np.errstate(all="ignore"):
         for skip in (lik._table_closed_form(m, sigma, yy, None), lik._rescale(m, sigma, yy)):
             if skip is not None:
@@ -271,7 +267,7 @@ def _quadrature_moments(lik) -> bool:
     are fast, but their Richardson differences (~1e-9 of sigma* where a stencil straddles a
     cell edge) left QP's total-gradient search of a Poisson log-link fit at a length-scale bound
     on one OpenBLAS kernel (Haswell) and inside on another: the kernel's derivatives stay."""
-    return bool(getattr(lik, "_ep_from_panels", False)) or lik.name.startswith("student_t")
+    return lik._ep_from_panels or lik._moments_by_quadrature
 
 
 def reader_gradient(table, mu, sigma, y, exact=None, ep_std_slope=False):

@@ -25,7 +25,6 @@ from qpinfer.likelihoods.base import Likelihood
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.sigma.kernel import _prepare
 from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.boxes.probit import ProbitCore
 from qpinfer.tables.boxes.registry import box_from_attrs
 from qpinfer.tables.chebyshev import (
     evaluate,
@@ -102,9 +101,7 @@ class ReducedTable(SigmaTableReader):
             coefs[k] = power_coefficients(coefs[k], boxes[k].axes)
         self._sweep_cells = None if k is None else SweepEvaluator(coefs[k], boxes[k].axes, True)
         # qp_moments' one pass: the sweep box's first axis is the likelihood's z (probit)
-        self._fused = isinstance(self._sweep_box, ProbitCore) and hasattr(
-            self._lik, "tilted_mean_and_z"
-        )
+        self._fused = self._sweep_box is not None and self._sweep_box.fused_mean_z
         self._moment_coefs = moment_coefs
         self.has_moments = moment_coefs is not None
         if self.has_moments:  # the lookups' own EP moments (rho's denominator) from the store
@@ -311,7 +308,7 @@ class ReducedTable(SigmaTableReader):
             if std is None:
                 std = self._lookup(mu, sigma, y)[0]
             return mean, std
-        if hasattr(lik, "tilted_mean"):
+        if lik._mean_alone:
             return lik.tilted_mean(mu, sigma, y), self.sigma_qp(mu, sigma, y)
         mean, std_ep = lik.tilted_moments(mu, sigma, y)
         return mean, self.sigma_qp(mu, sigma, y, moments=(mean, std_ep))

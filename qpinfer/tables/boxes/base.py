@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -52,6 +53,9 @@ class Box:
     #: changes (the logit's kink and the corners of its boxes: the last coefficients at 12
     #: nodes reach 1e-10 there, at 16 nodes 2e-14)
     moment_nodes: int = 0
+    #: the box's first coordinate is what the likelihood's ``tilted_mean_and_z`` computes with
+    #: EP's mean, and a sweep's lookups take both in one pass
+    fused_mean_z: ClassVar[bool] = False
 
     def cavity(self, label: float, *coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(mu, sigma)`` of the (canonical) cavity at box coordinates ``coords``."""

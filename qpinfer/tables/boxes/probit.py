@@ -20,6 +20,8 @@ _TAU_SPLIT = 8.0  # the tail box starts at tau = -8
 class ProbitCore(Box):
     """tau = mu / sqrt(1 + sigma^2) and log10 sigma: see ``docs/tables-v2.md``."""
 
+    fused_mean_z = True  # tau is the probit's z (Probit.tilted_mean_and_z)
+
     def cavity(self, label, tau, log10_sigma):
         s = 10.0**log10_sigma
         return tau * np.hypot(1.0, s), s
