@@ -1,5 +1,5 @@
-"""Accuracy of the logit / poisson_log v2 boxes (qpinfer.tables.boxes.logit,
-qpinfer.tables.boxes.poisson_log) against the exact kernel.
+"""Accuracy of the logit / poisson_log v2 boxes (qpinfer.likelihoods.logit.boxes,
+qpinfer.likelihoods.poisson_log.boxes) against the exact kernel.
 
 Per box (default): computes rho = sigma*/sigma_EP at every node of each box (single process),
 builds the piecewise-Chebyshev interpolant, and compares it with the kernel at random points of
@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 import qpinfer
-from qpinfer.tables.boxes.registry import boxes_for
+from qpinfer.likelihoods.registry import boxes_for
 from qpinfer.tables.chebyshev import coefficients, evaluate
 
 

@@ -1,15 +1,15 @@
 """Accuracy and size of the Poisson (square link) and step-noise v2 boxes (issue #13).
 
 Builds ``rho = sigma* / sigma_EP`` with the exact kernel at the Chebyshev-Gauss nodes of every
-box of :func:`qpinfer.tables.boxes.poisson.poisson_boxes` (all counts 1..1000) or
-:func:`qpinfer.tables.boxes.poisson.step_noise_boxes`, then compares the interpolant with the kernel
+box of :func:`qpinfer.likelihoods.poisson_square.boxes.poisson_boxes` (all counts 1..1000) or
+:func:`qpinfer.likelihoods.poisson_square.boxes.step_noise_boxes`, then compares the interpolant with the kernel
 at random points of each box: coordinates uniform on the box's axis, counts log-uniform on
 1..1000 plus 1, 2 and 1000 (a tenth of the points each). With ``--random-sigma`` the test
 cavities have sigma log-uniform in [1e-3, 1e3] and go through ``Box.locate`` (the lookup path;
 it then also measures the EP std's own variation with sigma at fixed r).
 
 ``student_t``: the 2-D boxes of the Student-t gap, s in [1e3, 1e10] with z < 25
-(:func:`qpinfer.tables.boxes.student_t.gap_boxes`, issue #27): rho at every node, then random
+(:func:`qpinfer.likelihoods.student_t.boxes.gap_boxes`, issue #27): rho at every node, then random
 cavities with ``log10 s`` uniform on [3, 10] and z uniform on [0, 25], each looked up in the first
 box that holds it (the reader's order), against the kernel.
 
@@ -28,9 +28,9 @@ import time
 import numpy as np
 
 import qpinfer
-from qpinfer.tables.boxes.poisson import MAX_COUNT, poisson_boxes
-from qpinfer.tables.boxes.step_noise import step_noise_boxes
-from qpinfer.tables.boxes.student_t import gap_boxes
+from qpinfer.likelihoods.poisson_square.boxes import MAX_COUNT, poisson_boxes
+from qpinfer.likelihoods.step_noise.boxes import step_noise_boxes
+from qpinfer.likelihoods.student_t.boxes import gap_boxes
 from qpinfer.tables.chebyshev import coefficients, evaluate, tail_size
 
 

@@ -21,7 +21,8 @@ import time
 import numpy as np
 
 import qpinfer
-from qpinfer.tables.chebyshev import CellAxis, coefficients, evaluate, tail_size
+from qpinfer.likelihoods.layout import CellAxis
+from qpinfer.tables.chebyshev import coefficients, evaluate, tail_size
 
 T = 8.0  # |tau| where the tail box takes over
 

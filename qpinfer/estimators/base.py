@@ -138,7 +138,7 @@ class GPEstimatorBase(SiteLoopParams):
             return laplace_mode(K, y, lik, init=init, max_iter=max(int(self.max_iter), 100))
         if self.method == "vb":
             return vb_fixed_point(K, y, lik, init, max_iter=int(self.max_iter))
-        if init is None and lik.name == "poisson_square":
+        if init is None and lik.two_branches:
             _, tau, nu = positive_branch_start(K, y, lik)
             init = (tau, nu)
         return self._run(K, y, projection or self.projection_, init, **loop)
@@ -180,7 +180,7 @@ class GPEstimatorBase(SiteLoopParams):
         fixed point that mixes branches (coal seed 45: evidence -272.7 instead of -124.4 at the
         same hyperparameters), which stalled L-BFGS-B at its starting point.
         """
-        if self.likelihood_.name == "poisson_square":
+        if self.likelihood_.two_branches:
             return None
         return res.a if hasattr(res, "a") else (res.tau, res.nu)
 

@@ -35,8 +35,8 @@ from qpinfer.estimators.base import GPEstimatorBase
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
-from qpinfer.likelihoods.poisson import PoissonSquare
-from qpinfer.likelihoods.poisson_moments import MAX_COUNT, MAX_COUNT_TEXT
+from qpinfer.likelihoods.poisson_square import PoissonSquare
+from qpinfer.likelihoods.poisson_square.moments import MAX_COUNT, MAX_COUNT_TEXT
 
 __all__ = [
     "GPPoissonRegressor",
@@ -126,7 +126,7 @@ def predictive_count_std(mean: np.ndarray, var: np.ndarray, link: str = "square"
 
 def _check_counts(counts: Any, n_samples: int | None, name: str = "counts") -> np.ndarray:
     """Counts as float64: finite, non-negative integers up to ``MAX_COUNT`` (1e8, see
-    :mod:`qpinfer.likelihoods.poisson_moments`); ``ValueError`` naming the problem."""
+    :mod:`qpinfer.likelihoods.poisson_square.moments`); ``ValueError`` naming the problem."""
     try:
         values = check_target_vector(counts, n_samples, "GPPoissonRegressor", name)
     except ValueError as exc:

@@ -8,15 +8,15 @@ schedule, damping 0.5 by default) and a run that does not converge warns with
 seen.
 
 Methods: ``"ep"`` (eq. (5)), ``"qp"`` (eq. (7); sigma* from the v2 table of its nu shipped inside
-qpinfer, which serves every scale -- :mod:`qpinfer.tables.student_t` -- else exact), ``"laplace"``
+qpinfer, which serves every scale -- :mod:`qpinfer.tables.scaled` -- else exact), ``"laplace"``
 (:mod:`qpinfer.inference.laplace`: Newton with the exact step where ``K^-1 + W`` is positive
 definite and W clipped at 0 elsewhere, line-searched; evidence R&W eq. (3.32) with ``log det(I + K
 W)`` from the indefinite Woodbury factorisation when W has negative entries) and ``"vb"``
 (:mod:`qpinfer.inference.vb`, Gaussian q with negative site precisions allowed; the expected
-log-likelihood by the quadrature of :mod:`qpinfer.likelihoods.loglik_student_t`). The kernel
+log-likelihood by the quadrature of :mod:`qpinfer.likelihoods.student_t.baselines`). The kernel
 hyperparameters are fitted by maximising each method's evidence (eq. (4), R&W eq. (3.32), the
 ELBO); with ``optimize_scale=True`` so is ``log(scale)`` (``scale`` is then the starting value,
-``scale_`` the fitted one; gradients in :mod:`qpinfer.inference.student_t_scale`). ``nu`` stays
+``scale_`` the fitted one; gradients in :mod:`qpinfer.estimators.student_t_scale`). ``nu`` stays
 fixed.
 
 Targets are used as given: the GP has zero mean, so data far from 0 (starsCYG: y ~ 5) should be
@@ -42,10 +42,10 @@ from qpinfer.estimators.base import GPEstimatorBase
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
+from qpinfer.estimators.student_t_scale import scale_gradient
 from qpinfer.inference.ep import MomentMatching
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail
 from qpinfer.inference.search_space import kernel_block, scalar_block, search_space
-from qpinfer.inference.student_t_scale import scale_gradient
 from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT, check_nu_scale
 
 __all__ = ["GPStudentTRegressor"]
@@ -107,8 +107,8 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
     def _resolve_table(self, likelihood: Any) -> Any:
         """The base rule (:meth:`GPEstimatorBase._resolve_table`), with a scale-1 Student-t
         table of the same nu serving this scale
-        (:func:`qpinfer.tables.student_t.for_likelihood`)."""
-        from qpinfer.tables.student_t import for_likelihood
+        (:func:`qpinfer.tables.scaled.for_likelihood`)."""
+        from qpinfer.tables.scaled import for_likelihood
 
         return for_likelihood(super()._resolve_table(likelihood), likelihood)
 
@@ -145,7 +145,7 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         """Fit at ``likelihood``'s scale from now on: it (with the moment table the fit's
         likelihood has, which serves every scale), the table serving its sigma* and the
         projection; returns the likelihood as used."""
-        from qpinfer.tables.student_t import for_likelihood
+        from qpinfer.tables.scaled import for_likelihood
 
         likelihood = likelihood.with_moment_table(self.likelihood_._moment_table)
         self.likelihood_ = likelihood

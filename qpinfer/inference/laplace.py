@@ -64,7 +64,6 @@ from qpinfer.inference.dense_posterior import (
     posterior_from_sites,
     scaled_B_inverse,
 )
-from qpinfer.likelihoods.loglik import log_lik_derivatives
 
 __all__ = [
     "LaplaceResult",
@@ -90,7 +89,7 @@ class LaplaceResult(PosteriorMoments):
 
 
 def _feasible(likelihood: Any, f: np.ndarray, y: np.ndarray) -> bool:
-    if likelihood.name != "poisson_square":
+    if not likelihood.two_branches:
         return bool(np.all(np.isfinite(f)))
     return bool(np.all(np.isfinite(f)) and np.all(f[y > 0] > 0))
 
@@ -108,7 +107,7 @@ def positive_branch_start(
     EP/QP on the positive branch).
     """
     n = y.shape[0]
-    if likelihood.name != "poisson_square":
+    if not likelihood.two_branches:
         return np.zeros(n), np.zeros(n), np.zeros(n)
     tau = np.where(y > 0, 4.0, 2.0)
     s = np.sqrt(tau)
@@ -162,7 +161,7 @@ def _z_matrix(post: Posterior) -> np.ndarray:
 
 
 def _psi(likelihood: Any, a: np.ndarray, f: np.ndarray, y: np.ndarray) -> float:
-    lp = log_lik_derivatives(likelihood, f, y)[0]
+    lp = likelihood.log_lik_derivatives(f, y)[0]
     value = float(np.sum(lp) - 0.5 * a @ f)
     return value if np.isfinite(value) else -np.inf
 
@@ -207,7 +206,7 @@ def laplace_mode(
     converged = False
     it = 0
     for it in range(1, int(max_iter) + 1):
-        _, d1, d2, _ = log_lik_derivatives(likelihood, f, y)
+        _, d1, d2, _ = likelihood.log_lik_derivatives(f, y)
         a_new = _newton_a(K, f, d1, -d2, _indefinite(likelihood))
         f_new = K @ a_new
         step_f = f_new - f
@@ -248,7 +247,7 @@ def laplace_mode(
 
 
 def _result(K, y, likelihood, a, f, n_iter, converged, history) -> LaplaceResult:
-    lp, d1, d2, _ = log_lik_derivatives(likelihood, f, y)
+    lp, d1, d2, _ = likelihood.log_lik_derivatives(f, y)
     residual = float(np.max(np.abs(f - K @ d1)) / (1.0 + np.max(np.abs(f))))
     # the Gaussian N(f^, (K^-1 + W)^-1) of sites (W, W f^ + grad log p): R&W's B-form, or with
     # negative W (not log-concave) the Woodbury form with the indefinite M = diag(sign W) +
@@ -290,7 +289,7 @@ def laplace_log_evidence_gradient(
     if K is None:
         K = kernel(X)
     post = result.posterior
-    _, d1, _, d3 = log_lik_derivatives(likelihood, result.f, y)
+    _, d1, _, d3 = likelihood.log_lik_derivatives(result.f, y)
     Z = _z_matrix(post)
     s2 = 0.5 * post.var * d3  # d(-log|B|/2)/df^ = diag((K^-1 + W)^-1) d^3 log p / 2
     u = s2 - Z @ (K @ s2)

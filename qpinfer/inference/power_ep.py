@@ -50,6 +50,7 @@ from scipy.special import logsumexp
 
 from qpinfer.checks import number_or_nan
 from qpinfer.likelihoods.step_noise import StepNoise
+from qpinfer.quadrature.level_sets import TiltedDensity
 
 __all__ = [
     "PowerMomentMatching",
@@ -109,23 +110,14 @@ def _probit_mode(
     return y * z, width
 
 
-class _FractionalTilted:
+class _FractionalTilted(TiltedDensity):
     """The fractional tilted density ``p(y | f)^power N(f | mu, sigma^2)`` through the
     likelihood hook ``_log_tilted`` that :func:`qpinfer.quadrature.level_sets.level_edges` places
     panels with."""
 
-    _snap_to_bounds = False  # (the likelihood's own hooks of the level sets: none here)
-    _tail_check_sigma = np.inf
-
     def __init__(self, likelihood: Any, power: float) -> None:
         self.likelihood = likelihood
         self.power = power
-
-    def _lobe_edges(self, *args):
-        return None
-
-    def _level_guess(self, side, level, mode, x, mu, sigma, y):
-        return x
 
     def _log_tilted(self, f, mu, sigma, y, derivative: bool = True):
         log_lik, ratio = self.likelihood._log_cdf(f)  # y == +1 after canonical()

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from qpinfer.sigma.kernel import sigma_qp
+from qpinfer.sigma.exact import sigma_qp
 from qpinfer.tables.reader import SigmaTableReader
 
 __all__ = ["MomentMatching", "Projection", "QuantileMatching"]

@@ -9,7 +9,7 @@ ELBO over all Gaussians has, for ``lambda = -2 dE/dv >= 0``). The evidence lower
     ELBO = sum_i E_q[log p(y_i | f_i)] - KL(q || N(0, K)),
     KL   = 1/2 (log|B| + tr(B^-1) + alpha^T K alpha - N),    B = I + Lambda^1/2 K Lambda^1/2,
 
-with the expectations of :func:`qpinfer.likelihoods.loglik.expected_log_lik` (closed form for the
+with the expectations of :meth:`qpinfer.Likelihood.expected_log_lik` (closed form for the
 square link, Gauss-Hermite for probit) at ``m_i`` and ``v_i = S_ii``. Gradients (``F_m``, ``F_v``
 the derivatives of the expectations, ``A = (I + K Lambda)^-1 = S K^-1``)::
 
@@ -63,7 +63,6 @@ from qpinfer.inference.dense_posterior import (
 from qpinfer.inference.laplace import positive_branch_start
 from qpinfer.inference.optimize import LBFGS_FTOL, search_evidence
 from qpinfer.inference.search_space import free_block, kernel_block, search_space
-from qpinfer.likelihoods.loglik import expected_log_lik
 
 __all__ = ["VBResult", "elbo", "fit_vb", "vb_fixed_point", "vb_start"]
 
@@ -119,7 +118,7 @@ def elbo(
     V = solve_triangular(L, s[:, None] * K, lower=True, check_finite=False)
     m = K @ alpha
     var = np.maximum(np.diag(K) - np.einsum("ij,ij->j", V, V), np.finfo(np.float64).tiny)
-    F, F_m, F_v = expected_log_lik(likelihood, m, var, y)
+    F, F_m, F_v = likelihood.expected_log_lik(m, var, y)
     Linv = solve_triangular(L, np.eye(n), lower=True, check_finite=False)
     tr_binv = float(np.sum(Linv * Linv))
     kl = 0.5 * (2.0 * np.sum(np.log(np.diag(L))) + tr_binv + alpha @ m - n)
@@ -164,7 +163,7 @@ def _elbo_indefinite(K, alpha, lam, y, likelihood, gradient, kernel_gradient):
     s = post.sqrt_tau
     tr_md = float(np.sum(((Q * Q) * sign[:, None]).sum(axis=0) / ev))
     kl = 0.5 * (2.0 * post.half_logdet_B() + tr_md + alpha @ m - n)
-    F, F_m, F_v = expected_log_lik(likelihood, m, post.var, y)
+    F, F_m, F_v = likelihood.expected_log_lik(m, post.var, y)
     value = float(np.sum(F) - kl)
     if not gradient:
         return value, None, None, None, post
@@ -200,7 +199,7 @@ def vb_start(K: np.ndarray, y: np.ndarray, likelihood: Any) -> tuple[np.ndarray,
     """Starting ``(alpha, beta)``: GPy's ``(0, 1)`` for probit; the positive branch's smoother
     and sites (:func:`qpinfer.inference.laplace.positive_branch_start`) for the square link."""
     n = y.shape[0]
-    if likelihood.name != "poisson_square":
+    if not likelihood.two_branches:
         return np.zeros(n), np.ones(n)
     a, tau, _ = positive_branch_start(K, y, likelihood)
     return a, np.sqrt(tau)
@@ -263,7 +262,7 @@ def vb_fixed_point(
         value, alpha, post = evaluate(lam, nu)
     history, converged = [value], False
     for _ in range(1, int(max_iter) + 1):
-        _, F_m, F_v = expected_log_lik(likelihood, post.mean, post.var, y)
+        _, F_m, F_v = likelihood.expected_log_lik(post.mean, post.var, y)
         # not log-concave (Student-t): the stationary lam = -2 F_v may be negative; a step to
         # an improper q (K^-1 + diag(lam) indefinite) raises LinAlgError and is halved
         lam_t = -2.0 * F_v if indefinite else np.maximum(-2.0 * F_v, tiny)

@@ -1,21 +1,26 @@
 """Likelihoods: one object per likelihood, vectorized over sites (GPML's ``likErf.m`` in spirit).
 
 Given cavity parameters ``(mu, sigma)`` (mean and *standard deviation*) and observations ``y``, a
-likelihood returns what a site update needs: ``log_z``, ``tilted_moments`` (EP's projection,
-paper 000 App. C), and for the exact sigma* kernel its unnormalized log tilted density and lobes.
+likelihood gives everything inference asks of it, through the one protocol
+:class:`~qpinfer.Likelihood` declares with its defaults (:mod:`~qpinfer.likelihoods.base`):
+``log_z`` and ``tilted_moments`` (EP's projection, Zhang et al., 2020, App. C), the unnormalized
+log tilted density, lobes, closed forms and limits of the exact sigma* kernel, the Laplace and VB
+baselines' derivatives and expectations, the class predictions of a binary likelihood, and the
+boxes of its cell table (:mod:`~qpinfer.likelihoods.layout`).
 
-Holds: :mod:`~qpinfer.likelihoods.base` (the :class:`~qpinfer.Likelihood` interface), one module per
-likelihood (``probit`` with ``probit_limits``; ``poisson`` with ``poisson_moments``; ``logit``;
-``poisson_log``; ``step_noise``; ``student_t`` with ``student_t_canonical``), the baselines'
-log p(y | f) derivatives (``loglik``, dispatching on the likelihood's class, and its
-per-likelihood modules) and :mod:`~qpinfer.likelihoods.registry` (by name).
+Holds: :mod:`~qpinfer.likelihoods.base` (the protocol), :mod:`~qpinfer.likelihoods.layout` (the
+boxes of a cell table), one subpackage per likelihood -- ``probit``, ``logit``,
+``poisson_square``, ``poisson_log``, ``step_noise``, ``student_t``, each with the likelihood in
+its ``__init__`` and its table boxes in ``boxes`` -- and :mod:`~qpinfer.likelihoods.registry`
+(by name, and the table layouts by name). No module outside a likelihood's subpackage names it,
+but the registry.
 
 May import: :mod:`qpinfer.quadrature` and :mod:`qpinfer.checks`; never the sigma* kernel,
 tables, inference or estimators.
 """
 
 from qpinfer.likelihoods.base import Likelihood, check_cavity
-from qpinfer.likelihoods.poisson import PoissonSquare
+from qpinfer.likelihoods.poisson_square import PoissonSquare
 from qpinfer.likelihoods.probit import Probit
 
 __all__ = ["Likelihood", "PoissonSquare", "Probit", "check_cavity"]

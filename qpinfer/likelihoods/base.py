@@ -5,18 +5,21 @@ Each likelihood is one small object (in the spirit of GPML's ``likErf.m``): give
 parameters ``(mu, sigma)`` (mean and *standard deviation* of N(f | mu, sigma^2)) and an
 observation ``y`` it returns what a site update needs: ``log_z`` (the tilted normalizer),
 ``tilted_moments`` (EP's moment projection, paper 000 App. C) and, for the exact QP kernel
-in :mod:`qpinfer.sigma.kernel`, the unnormalized log tilted density and the location of its lobes.
+in :mod:`qpinfer.sigma.exact`, the unnormalized log tilted density and the location of its lobes.
 Beside it, the checks and pieces several likelihoods share (labels in {-1, +1}, a largest cavity
 std, flattened cavities, EP's std where sigma* has a closed form, edges graded about f = 0).
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 
 import numpy as np
 
 from qpinfer.checks import finite_array as _finite
+from qpinfer.likelihoods.layout import Box
+from qpinfer.quadrature.level_sets import TiltedDensity
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -84,7 +87,7 @@ def graded_step_edges(need: int) -> np.ndarray:
     return np.concatenate([-g[::-1], [0.0], g])
 
 
-class Likelihood(ABC):
+class Likelihood(TiltedDensity, ABC):
     """A likelihood p(y | f) with everything a site update needs, vectorized over sites.
 
     Subclasses implement :meth:`check_y`, :meth:`log_pdf`, :meth:`log_z`,
@@ -93,7 +96,6 @@ class Likelihood(ABC):
     """
 
     name: str = ""
-    _n_nodes: int = 20  # Gauss-Legendre nodes per panel in the sigma* quadrature
     #: EP moments by the sigma* kernel's own panels (qpinfer.quadrature.tilted): sigma_qp then
     #: takes sigma_EP for its Theorem 2 clamp from the same pass instead of tilted_moments
     _ep_from_panels: bool = False
@@ -106,13 +108,6 @@ class Likelihood(ABC):
     _clamp_closed_forms: bool = False
     #: _sigma_closed_form takes EP's moments (``moments=``), which a table lookup has already
     _closed_form_takes_moments: bool = False
-    #: cavities wider than this (canonical sigma) have the sigma* kernel check each lobe's
-    #: outermost panel edge where it ends (one more log-density evaluation per side) and
-    #: re-place one that stopped short of the tail cut (qpinfer.quadrature.level_sets): needed where
-    #: sqrt(drop) bends sharply, at the link's step seen from a cavity much wider than it (a
-    #: probit cavity at sigma 1.8e8 lost 2.5e-13; logit at sigma ~50, 4.4e-10); a tilt that is
-    #: nearly Gaussian never stops short (inf: never checked)
-    _tail_check_sigma: float = np.inf
     #: EP's moments have no closed form: a v2 table of this likelihood stores them beside sigma*
     #: (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`) and serves them to a likelihood that
     #: was given it (:meth:`with_moment_table`)
@@ -123,9 +118,12 @@ class Likelihood(ABC):
     #: log p(y | f) is concave in f: EP's site precisions stay >= 0 and the Laplace and VB
     #: baselines may clip theirs (False: heavy tails, label noise)
     log_concave: bool = True
-    #: a lobe of the tilted density ends exactly at its finite bounds (the density jumps or
-    #: turns there): the kernel's level-set edges snap onto them
-    _snap_to_bounds: bool = False
+    #: p(y | f) = p(y | -f), two branches of f fit the same data: a fit starts its sites on
+    #: the positive branch, never from another fit's sites (the square link)
+    two_branches: bool = False
+    #: the module of the likelihood's cell-table boxes (its ``boxes(likelihood)`` and classes),
+    #: imported when a table is built or read (``None``: no cell table)
+    _boxes_module: str | None = None
     #: EP's mean alone (:meth:`tilted_mean`) costs less than the mean and std together, and a
     #: table storing sigma* / sigma then needs no std
     _mean_alone: bool = False
@@ -151,6 +149,53 @@ class Likelihood(ABC):
         out = copy.copy(self)
         out._moment_table = table
         return out
+
+    def smoothed_scale(self, h) -> np.ndarray | None:
+        """``c`` with ``int N(f | a, h) p(y | f) df = p(y | a / c)`` where the likelihood's
+        Gaussian smoothing is a rescaling of itself (the probit: ``c = sqrt(1 + h)``), else
+        ``None`` (default). QP with pseudo-points needs it: its site variable ``a`` sees the
+        smoothed likelihood (Bui, Yan and Turner, 2017, eq. (20))."""
+        return None
+
+    def table_base(self) -> Likelihood | None:
+        """The likelihood whose table answers this one's lookups through :meth:`table_map`
+        (for a family with a scale: its member of scale 1), or ``None`` (default): its own."""
+        return None
+
+    def with_table_scale(self, scale: float) -> Likelihood:
+        """The member of this likelihood's family that a table of this one serves at ``scale``
+        (:meth:`table_base` of it is this one); ``ValueError`` for a likelihood without
+        one."""
+        raise ValueError(f"{self!r} has no family of scales that its table serves")
+
+    def table_map(self, mu, sigma, y) -> tuple[np.ndarray, ...]:
+        """``(mu', sigma', y', scale, slope)``: the cavity of :meth:`table_base` equivalent to
+        ``(mu, sigma, y)``, where ``sigma* = scale sigma*'(mu', sigma', y')``, EP's std scales
+        the same and ``d mu' / d mu = slope / scale`` (``sigma' = sigma / scale``); only a
+        likelihood with a :meth:`table_base` has one."""
+        raise NotImplementedError(f"{self!r} is answered by its own table")
+
+    def table_boxes(self) -> tuple:
+        """The boxes of this likelihood's cell table (:class:`qpinfer.likelihoods.layout.Box`):
+        ``boxes(self)`` of its ``_boxes_module``; ``ValueError`` for a likelihood without
+        one."""
+        if self._boxes_module is None:
+            raise ValueError(f"no cell table layout for likelihood {self.name!r}")
+        return importlib.import_module(self._boxes_module).boxes(self)
+
+    @classmethod
+    def box_kinds(cls) -> dict:
+        """Box class name -> class, for the boxes :meth:`table_boxes` gives (read back from a
+        store's attributes): every :class:`~qpinfer.likelihoods.layout.Box` its
+        ``_boxes_module`` defines; none by default."""
+        if cls._boxes_module is None:
+            return {}
+        module = importlib.import_module(cls._boxes_module)
+        return {
+            c.__name__: c
+            for c in vars(module).values()
+            if isinstance(c, type) and issubclass(c, Box) and c.__module__ == module.__name__
+        }
 
     def _moment_table_name(self) -> str:
         """The likelihood a table serving this one's EP moments is built for: its own (a
@@ -198,6 +243,37 @@ class Likelihood(ABC):
     @abstractmethod
     def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of the tilted distribution (EP's projection, eq. (5))."""
+
+    def log_lik_derivatives(self, f, y) -> tuple[np.ndarray, ...]:
+        """``(log p(y|f), d/df, d^2/df^2, d^3/df^3)``, elementwise: the Laplace baseline's
+        Newton steps and evidence gradient (Rasmussen and Williams, 2006, Alg. 3.1 and 5.1)."""
+        return self._log_lik_derivatives(
+            np.asarray(f, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        )
+
+    def expected_log_lik(self, m, v, y) -> tuple[np.ndarray, ...]:
+        """``E[log p(y|f)]`` for ``f ~ N(m, v)`` and its derivatives in ``m`` and ``v``,
+        elementwise: the data term of the VB baseline's ELBO (Opper and Archambeau, 2009)."""
+        return self._expected_log_lik(
+            np.asarray(m, dtype=np.float64),
+            np.asarray(v, dtype=np.float64),
+            np.asarray(y, dtype=np.float64),
+        )
+
+    def _log_lik_derivatives(self, f, y):
+        """:meth:`log_lik_derivatives` of float64 arrays; a likelihood without them refuses
+        the Laplace and VB baselines."""
+        raise self._no_baselines()
+
+    def _expected_log_lik(self, m, v, y):
+        """:meth:`expected_log_lik` of float64 arrays (see :meth:`_log_lik_derivatives`)."""
+        raise self._no_baselines()
+
+    def _no_baselines(self) -> ValueError:
+        return ValueError(
+            "Laplace and VB need the derivatives and Gaussian expectations of log p(y | f), "
+            f"which this likelihood does not give; got {self!r}"
+        )
 
     def ep_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(log Z, mean, std)`` of the tilted distribution: :meth:`log_z` and
@@ -287,17 +363,6 @@ class Likelihood(ABC):
         :meth:`_lobes` (default 0: ``x = f``); a likelihood anchors on the mass's lobe where
         absolute nodes would lose digits."""
         return np.zeros_like(mu)
-
-    def _lobe_edges(self, mode, width, lower, upper, mu, sigma, y, levels):
-        """Panel edges of one lobe at the log-density ``levels`` below its mode, shape
-        ``(N, 2K+1)``, or ``None`` (default): the kernel's Newton level sets then place them
-        (a likelihood that is not log-concave places its own)."""
-        return None
-
-    def _level_guess(self, side, level, mode, x, mu, sigma, y) -> np.ndarray:
-        """A better first guess than ``x`` (the Gaussian one) of the lobe's edge on ``side``
-        at ``level`` nats below the mode, for the kernel's Newton level sets (default: ``x``)."""
-        return x
 
     def _breakpoints(self, mu, sigma, y):
         """``(need, edges)``: extra panel edges at features of the likelihood that log-density

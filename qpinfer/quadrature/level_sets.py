@@ -1,5 +1,5 @@
 """Panel edges on a lobe's log-density level sets: where the sigma* kernel
-(:mod:`qpinfer.sigma.kernel`) and the power-EP moments (:mod:`qpinfer.inference.power_ep`) put their
+(:mod:`qpinfer.sigma.exact`) and the power-EP moments (:mod:`qpinfer.inference.power_ep`) put their
 quadrature panels.
 
 ``lik`` is any likelihood with the ``_log_tilted(x, mu, sigma, y, derivative=True)`` hook
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["NEWTON_STEPS", "TAIL", "level_edges"]
+__all__ = ["NEWTON_STEPS", "TAIL", "TiltedDensity", "level_edges"]
 
 TAIL = 50.0  # nats below the mode where a lobe is cut (e^-50 ~ 2e-22)
 NEWTON_STEPS = 3
@@ -20,6 +20,41 @@ _TAIL_SLACK = 10.0  # an outermost edge less than TAIL - this below the mode is 
 _STRAY = 0.5  # ... and, towards a finite bound, an edge this many level spacings off its level
 _BISECTIONS = 24  # bracket / 1.7e7: an edge needs no more (it only bounds a panel)
 _EXPANSIONS = 64
+
+
+class TiltedDensity:
+    """What the kernel's panels ask of an unnormalised log tilted density (every
+    :class:`~qpinfer.Likelihood` is one; so are the lobe-relative and fractional densities
+    some likelihoods and Power EP integrate): :meth:`_log_tilted` and the level sets' hooks,
+    with their defaults."""
+
+    _n_nodes: int = 20  # Gauss-Legendre nodes per panel in the sigma* quadrature
+    #: a lobe of the tilted density ends exactly at its finite bounds (the density jumps or
+    #: turns there): the kernel's level-set edges snap onto them
+    _snap_to_bounds: bool = False
+    #: cavities wider than this (canonical sigma) have the sigma* kernel check each lobe's
+    #: outermost panel edge where it ends (one more log-density evaluation per side) and
+    #: re-place one that stopped short of the tail cut (qpinfer.quadrature.level_sets): needed where
+    #: sqrt(drop) bends sharply, at the link's step seen from a cavity much wider than it (a
+    #: probit cavity at sigma 1.8e8 lost 2.5e-13; logit at sigma ~50, 4.4e-10); a tilt that is
+    #: nearly Gaussian never stops short (inf: never checked)
+    _tail_check_sigma: float = np.inf
+
+    def _log_tilted(self, f, mu, sigma, y, derivative: bool = True):
+        """Unnormalized log tilted density at ``f`` and (if ``derivative``) its f-derivative,
+        else ``None`` in its place."""
+        raise NotImplementedError
+
+    def _lobe_edges(self, mode, width, lower, upper, mu, sigma, y, levels):
+        """Panel edges of one lobe at the log-density ``levels`` below its mode, shape
+        ``(N, 2K+1)``, or ``None`` (default): the kernel's Newton level sets then place them
+        (a likelihood that is not log-concave places its own)."""
+        return None
+
+    def _level_guess(self, side, level, mode, x, mu, sigma, y) -> np.ndarray:
+        """A better first guess than ``x`` (the Gaussian one) of the lobe's edge on ``side``
+        at ``level`` nats below the mode, for the kernel's Newton level sets (default: ``x``)."""
+        return x
 
 
 def level_edges(lik, mode, width, lower, upper, mu, sigma, y, n_levels):

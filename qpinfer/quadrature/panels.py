@@ -1,6 +1,6 @@
 """The panel quadrature of eq. (7) over given lobes: the engine of the sigma* kernel
-(:func:`qpinfer.sigma.kernel.sigma_qp` validates, splits regimes and batches; this module only
-integrates), which Poisson's mode-relative path (:mod:`qpinfer.likelihoods.poisson_moments`) calls
+(:func:`qpinfer.sigma.exact.sigma_qp` validates, splits regimes and batches; this module only
+integrates), which Poisson's mode-relative path (:mod:`qpinfer.likelihoods.poisson_square.moments`) calls
 too.
 
 ``lik`` is any object with the likelihood hooks ``_log_tilted`` (and the optional ones that

@@ -1,7 +1,7 @@
 """EP's tilted moments (paper 000 eq. (5)) by the sigma* kernel's own panels, for likelihoods
 without closed-form moments (``logit``, ``poisson_log``).
 
-The exact sigma* kernel (:mod:`qpinfer.sigma.kernel`) places Gauss-Legendre panels on log-density
+The exact sigma* kernel (:mod:`qpinfer.sigma.exact`) places Gauss-Legendre panels on log-density
 level sets of each lobe (down to 50 nats below the mode) plus a likelihood's own breakpoints. The
 same panels integrate the density, its first moment and its *centred* second moment (two passes on
 the same nodes, so the variance never cancels), and the log normaliser, to ~1e-15 relative.

@@ -15,13 +15,13 @@ invariant: ``s_mu - E s_mu = (x - m) / sigma^2`` in any kernel coordinate x = f 
 ``s_sigma - E s_sigma = ((x - m)^2 - v + 2 D (x - m)) / sigma^3`` with D = E_q[t] - mu, the only
 place the likelihood's anchor A (``_anchor``) enters.
 
-The value returned is :func:`qpinfer.sigma.kernel.sigma_qp`'s, bit for bit (the same operations).
+The value returned is :func:`qpinfer.sigma.exact.sigma_qp`'s, bit for bit (the same operations).
 Derivatives of the symmetries: the mirror ``canonical`` maps (sign of mu), exact rescalings by
 the chain rule (``step_noise``'s sigma' = 1, a Student-t ``scale``). Regimes the kernel answers
 without panels -- closed forms (``_sigma_closed_form``: sigma* = sigma, = sigma_EP, Poisson's
 mode-relative far lobes) and the approximate rescalings (the probit beyond sigma = 1e8, Poisson's
 sigma outside [1e-100, 1e100], step_noise's deep tail) -- take a Richardson-extrapolated central
-difference of :func:`~qpinfer.sigma.kernel.sigma_qp` itself (steps 1e-3 and 5e-4 sigma, error
+difference of :func:`~qpinfer.sigma.exact.sigma_qp` itself (steps 1e-3 and 5e-4 sigma, error
 ~1e-12 relative), and only there. Where the Theorem-2 clamp moved sigma* onto sigma_EP (a rounding
 of <= 2e-14) the derivative is the quadrature's.
 """
@@ -32,7 +32,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from qpinfer.quadrature.panels import panel_moments_of, panel_sums
-from qpinfer.sigma.kernel import _clamp_to_ep, _prepare, lobe_groups, sigma_qp
+from qpinfer.sigma.exact import _clamp_to_ep, _prepare, lobe_batches, sigma_qp
 
 __all__ = ["central_difference", "sigma_qp_gradient", "tilted_third_cumulant"]
 
@@ -47,7 +47,7 @@ def sigma_qp_gradient(likelihood, mu, sigma, y, *, third_cumulant: bool = False)
     likelihood : str or Likelihood
     mu, sigma, y : array_like
         Cavity mean, cavity standard deviation (> 0) and observation; broadcast together (the
-        checks of :func:`qpinfer.sigma.kernel.sigma_qp`).
+        checks of :func:`qpinfer.sigma.exact.sigma_qp`).
     third_cumulant : bool
         Also return the tilted third central moment (:func:`tilted_third_cumulant`), from the
         same panels (no second pass).
@@ -197,26 +197,14 @@ def _richardson_third(lik, mu, sigma, y):
 def _batches(
     lik, mu, sigma, y, anchor_gap, idx_all, breaks, out, d_mu, d_sigma, k3, ep, batch_size=4096
 ):
-    """:func:`qpinfer.sigma.kernel._quadrature_batches` with the derivatives."""
-    for start in range(0, idx_all.size, batch_size):
-        idx = idx_all[start : start + batch_size]
-        m, s, yy = mu[idx], sigma[idx], y[idx]
-        for sel, sub_lobes, extra, n_levels in lobe_groups(lik, m, s, yy, breaks, idx):
-            got = _quadrature(
-                lik,
-                m[sel],
-                s[sel],
-                yy[sel],
-                anchor_gap[idx[sel]],
-                sub_lobes,
-                extra,
-                n_levels,
-                ep is not None,
-            )
-            ii = idx[sel]
-            out[ii], d_mu[ii], d_sigma[ii], k3[ii] = got[:4]
-            if ep is not None:
-                ep[ii] = got[4]
+    """:func:`qpinfer.sigma.exact._quadrature_batches` with the derivatives."""
+    for ii, m, s, yy, lobes, extra, n_levels in lobe_batches(
+        lik, mu, sigma, y, idx_all, breaks, batch_size
+    ):
+        got = _quadrature(lik, m, s, yy, anchor_gap[ii], lobes, extra, n_levels, ep is not None)
+        out[ii], d_mu[ii], d_sigma[ii], k3[ii] = got[:4]
+        if ep is not None:
+            ep[ii] = got[4]
 
 
 def _quadrature(lik, mu, sigma, y, anchor_gap, lobes, extra, n_levels, with_std):

@@ -39,7 +39,7 @@ interface of every open table), :mod:`qpinfer.tables.store` (errors, paths, read
 :mod:`qpinfer.tables.open` (:func:`~qpinfer.open_table`, either schema),
 :mod:`qpinfer.tables.grid_store` (validating a v1 store), :mod:`qpinfer.tables.grid_table` (v1
 lookups), :mod:`qpinfer.tables.reduced` with :mod:`qpinfer.tables.reduced_store` (v2 stores) and
-:mod:`qpinfer.tables.student_t` (one Student-t table for every noise scale); the v2 cells
+:mod:`qpinfer.tables.scaled` (one Student-t table for every noise scale); the v2 cells
 (:mod:`qpinfer.tables.chebyshev`, :mod:`qpinfer.tables.sweep_evaluator`) and coordinates
 (:mod:`qpinfer.tables.boxes`); :mod:`qpinfer.tables.shipped` (the tables inside qpinfer);
 :mod:`qpinfer.tables.choice` (which table ``table=None`` uses: shipped or installed, by

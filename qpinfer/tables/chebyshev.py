@@ -26,13 +26,14 @@ exact arithmetic; in floating point the probit core's cells move by <= 4e-15 rel
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 
+from qpinfer.likelihoods.layout import CellAxis
+from qpinfer.likelihoods.layout import chebyshev_nodes as _nodes
+
 __all__ = [
     "COEFFICIENT_BITS",
-    "CellAxis",
     "cell_rows",
     "coefficients",
     "evaluate",
@@ -47,14 +48,6 @@ __all__ = [
 
 
 @functools.cache
-def _nodes(n: int) -> np.ndarray:
-    """Chebyshev-Gauss nodes on [-1, 1], ascending (read-only)."""
-    x = -np.cos(np.pi * (np.arange(n) + 0.5) / n)
-    x.flags.writeable = False
-    return x
-
-
-@functools.cache
 def _values_to_coefficients(n: int) -> np.ndarray:
     """(n, n) matrix M with c = M @ values (discrete Chebyshev transform at the Gauss nodes)."""
     x = _nodes(n)
@@ -63,51 +56,6 @@ def _values_to_coefficients(n: int) -> np.ndarray:
     m[0] *= 0.5
     m.flags.writeable = False
     return m
-
-
-@dataclass(frozen=True)
-class CellAxis:
-    """One axis of a table: ``n_cells`` cells of ``width`` from ``start``, ``n`` nodes each."""
-
-    name: str
-    start: float
-    width: float
-    n_cells: int
-    n: int
-
-    def __post_init__(self) -> None:
-        if not (np.isfinite(self.start) and np.isfinite(self.width) and self.width > 0):
-            raise ValueError(f"axis {self.name!r}: start and width must be finite, width > 0")
-        if self.n_cells < 1 or self.n < 2:
-            raise ValueError(f"axis {self.name!r}: need n_cells >= 1 and n >= 2 nodes per cell")
-
-    @property
-    def stop(self) -> float:
-        return self.start + self.n_cells * self.width
-
-    def nodes(self) -> np.ndarray:
-        """All node positions, cell by cell, ascending: shape ``(n_cells * n,)``."""
-        left = self.start + self.width * np.arange(self.n_cells)
-        return (left[:, None] + 0.5 * self.width * (_nodes(self.n)[None, :] + 1.0)).ravel()
-
-    def to_attrs(self) -> dict:
-        return {
-            "name": self.name,
-            "start": self.start,
-            "width": self.width,
-            "n_cells": self.n_cells,
-            "nodes_per_cell": self.n,
-        }
-
-    @classmethod
-    def from_attrs(cls, attrs: dict) -> CellAxis:
-        return cls(
-            str(attrs["name"]),
-            float(attrs["start"]),
-            float(attrs["width"]),
-            int(attrs["n_cells"]),
-            int(attrs["nodes_per_cell"]),
-        )
 
 
 def coefficients(values: np.ndarray, axes: tuple[CellAxis, ...]) -> np.ndarray:

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from qpinfer.likelihoods.layout import CellAxis
 from qpinfer.sigma.derivatives import central_difference
-from qpinfer.tables.chebyshev import CellAxis, _locate, _matvec, _vecdot
+from qpinfer.tables.chebyshev import _locate, _matvec, _vecdot
 
 __all__ = [
     "box_gradient",
@@ -132,7 +133,7 @@ def direct_box_gradient(table, mu, sigma, y):
 
 def _coord_slopes(box, y, m, s, reference: bool):
     """Per box coordinate, and with ``reference`` for the log of the reference std
-    (:meth:`~qpinfer.tables.boxes.base.Box.reference_moments`), rows of ``(d/dm, d/ds)`` at
+    (:meth:`~qpinfer.likelihoods.layout.Box.reference_moments`), rows of ``(d/dm, d/ds)`` at
     canonical cavities inside ``box``: Richardson central differences (steps ``1e-3 s`` and half
     that) of these closed-form maps, smooth where the cells are (truncation ~1e-12, rounding
     ~1e-13 relative)."""
@@ -283,7 +284,7 @@ def reader_gradient(table, mu, sigma, y, exact=None, ep_std_slope=False):
     <= 1e-10 of sigma*). ``ep_std_slope``: a fourth array, EP's std's derivative in ``mu``
     where ``exact`` gave it (NaN elsewhere)."""
     from qpinfer.sigma.derivatives import sigma_qp_gradient
-    from qpinfer.sigma.kernel import _prepare
+    from qpinfer.sigma.exact import _prepare
 
     lik, m, s, yy = _prepare(table.likelihood_object, mu, sigma, y)
     shape = m.shape

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.likelihoods.base import Likelihood
-from qpinfer.sigma.kernel import broadcast_query, sigma_qp
+from qpinfer.sigma.exact import broadcast_query, sigma_qp
 from qpinfer.tables.grid_cubic import interp_cubic
 from qpinfer.tables.grid_store import GridAxis, check_grid_store
 from qpinfer.tables.reader import SigmaTableReader, flat_moment

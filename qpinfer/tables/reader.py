@@ -1,7 +1,7 @@
 """What every open sigma* table answers: :class:`SigmaTableReader`, the one interface of the
 v1 grid reader (:class:`qpinfer.tables.grid_table.SigmaTable`), the v2 reader
 (:class:`qpinfer.tables.reduced.ReducedTable`) and the Student-t scale adapter
-(:class:`qpinfer.tables.student_t.ScaledTable`).
+(:class:`qpinfer.tables.scaled.ScaledTable`).
 
 QP's projection (:class:`qpinfer.inference.projections.QuantileMatching`) asks a table for
 ``qp_moments`` and nothing else; the estimators and the dask sweep

@@ -8,7 +8,7 @@ integrity, completeness and verification, and refuses any change with a
 Lookups: a box whose ``denominator`` is ``"sigma"`` (probit's core) stores sigma*/sigma and is
 tried first, on the canonical cavity as it is: its nodes hold the kernel's values in every regime,
 so such a lookup needs neither EP's moments nor the regime tests, and sigma* is the value times
-sigma. The other cavities follow the exact kernel's path (:mod:`qpinfer.tables.boxes.probit`):
+sigma. The other cavities follow the exact kernel's path (:mod:`qpinfer.likelihoods.probit.boxes`):
 closed-form regimes, the likelihood's rescaling, then the first box holding the (rescaled) cavity. A
 cavity in no box (a Poisson count above the table's labels) is computed by the exact kernel and
 counted in :attr:`qpinfer.tables.SigmaTableReader.fallback_count`.
@@ -22,10 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from qpinfer.likelihoods.base import Likelihood
-from qpinfer.likelihoods.registry import get_likelihood
-from qpinfer.sigma.kernel import _prepare
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.boxes.registry import box_from_attrs
+from qpinfer.likelihoods.layout import Box
+from qpinfer.likelihoods.registry import box_from_attrs, get_likelihood
+from qpinfer.sigma.exact import _prepare
 from qpinfer.tables.chebyshev import (
     evaluate,
     evaluate_inside,
@@ -171,7 +170,7 @@ class ReducedTable(SigmaTableReader):
                 out[idx] = sig
                 rest = idx[rest]
             if rest.size:
-                from qpinfer.sigma.kernel import sigma_qp  # the exact kernel, in no box
+                from qpinfer.sigma.exact import sigma_qp  # the exact kernel, in no box
 
                 self.fallback_count += rest.size
                 out[rest] = sigma_qp(lik, mu.ravel()[rest], s[rest], y.ravel()[rest])
@@ -278,7 +277,7 @@ class ReducedTable(SigmaTableReader):
         computes EP's mean alone (:meth:`qp_moments`).
 
         No input checks but the labels': a cavity inside the box's axes has a finite mean and a
-        finite sigma > 0 (:meth:`qpinfer.tables.boxes.base.Box.axis_array`), any other one gives
+        finite sigma > 0 (:meth:`qpinfer.likelihoods.layout.Box.axis_array`), any other one gives
         ``None``, and :meth:`sigma_qp` sends the whole batch to ``_lookup()``, which checks
         it."""
         if not self._is_sweep_batch(mu, sigma, y):

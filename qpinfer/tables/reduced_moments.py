@@ -2,8 +2,8 @@
 
 Where a likelihood's EP moments have no closed form its v2 store holds, beside rho, the arrays
 of :data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS` on every box (at the box's moment nodes,
-:meth:`qpinfer.tables.boxes.base.Box.moment_axes`): log Z, the mean and log std, each measured
-against the box's :meth:`~qpinfer.tables.boxes.base.Box.reference_moments`.
+:meth:`qpinfer.likelihoods.layout.Box.moment_axes`): log Z, the mean and log std, each measured
+against the box's :meth:`~qpinfer.likelihoods.layout.Box.reference_moments`.
 :func:`read_moment_coefficients` reads their Chebyshev coefficients at open (what the
 arrays hold, rounded: :func:`~qpinfer.tables.chebyshev.rounded_coefficients`);
 :func:`stored_moments` answers canonical cavities from the first box holding each, what
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.tables.boxes.base import Box
+from qpinfer.likelihoods.layout import Box
 from qpinfer.tables.chebyshev import evaluate
 from qpinfer.tables.reduced_store import MOMENT_ARRAYS, read_cells
 

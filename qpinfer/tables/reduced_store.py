@@ -11,10 +11,10 @@ nodes are (root attribute ``data_layout`` = :data:`DATA_LAYOUT`,
 :func:`~qpinfer.tables.chebyshev.node_values` turns one into the other). Where the
 likelihood's EP moments have no closed form (``Likelihood._tabulated_moments``), every box also
 holds them at the same nodes, one array per quantity (:data:`MOMENT_ARRAYS`), measured against
-the box's :meth:`~qpinfer.tables.boxes.base.Box.reference_moments` ``(log Z_ref, mean_ref,
+the box's :meth:`~qpinfer.likelihoods.layout.Box.reference_moments` ``(log Z_ref, mean_ref,
 std_ref)`` (the cavity itself, ``(0, mu, sigma)``, unless the box says otherwise):
 ``ep_log_z_<box>`` = log Z - log Z_ref, ``ep_mean_<box>`` = (mean - mean_ref) / unit (the box's
-:meth:`~qpinfer.tables.boxes.base.Box.moment_unit`, sigma unless it says otherwise) and
+:meth:`~qpinfer.likelihoods.layout.Box.moment_unit`, sigma unless it says otherwise) and
 ``ep_log_std_<box>`` = log(std / std_ref) of the tilted distribution (root attribute
 ``moments``). Root attributes: ``likelihood``, ``boxes`` (each box's kind, axes and
 labels), ``grid`` (the same, for tools that read v1's), ``coordinates`` / ``interpolation`` /
@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import CellAxis, cell_rows, coefficients
+from qpinfer.likelihoods.layout import Box, CellAxis
+from qpinfer.tables.chebyshev import cell_rows, coefficients
 from qpinfer.tables.store import TableError, chunk_key
 
 __all__ = [

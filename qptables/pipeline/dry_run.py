@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 import qpinfer
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.boxes.registry import boxes_for
+from qpinfer.likelihoods.layout import Box
+from qpinfer.likelihoods.registry import boxes_for
 from qptables.pipeline.destination import check_destinations
 from qptables.pipeline.errors import BuildInputError
 from qptables.pipeline.estimate import (

@@ -1,7 +1,7 @@
 """Build a v2 sigma* table (reduced coordinates, Chebyshev cells) on a dask cluster.
 
 ``qptables build LIK OUT --grid v2`` (:func:`build_v2`): the boxes of
-:func:`qpinfer.tables.boxes.registry.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a
+:func:`qpinfer.likelihoods.registry.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a
 box's first axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact
 kernel at the tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``,
 per box; and EP's moments where they have no closed form), stored as each cell's rounded
@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 import qpinfer
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.boxes.registry import box_from_attrs, boxes_for
+from qpinfer.likelihoods.layout import Box
+from qpinfer.likelihoods.registry import box_from_attrs, boxes_for
 from qpinfer.tables.chebyshev import COEFFICIENT_BITS, rounded_coefficients
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.reduced_store import (
@@ -100,7 +100,7 @@ def tile_layout(box: Box) -> tuple[int, int]:
 
 def chunk_shape(box: Box, prefix: str = "rho") -> tuple[int, ...]:
     """The chunk (= one tile's values) of the box's array ``prefix``: rho on the box's axes,
-    EP's moments on :meth:`~qpinfer.tables.boxes.base.Box.moment_axes`."""
+    EP's moments on :meth:`~qpinfer.likelihoods.layout.Box.moment_axes`."""
     labels, cells = tile_layout(box)
     axes = _array_axes(box, prefix)
     return (labels, cells * axes[0].n, *(ax.n_cells * ax.n for ax in axes[1:]))
@@ -129,8 +129,8 @@ def tile_arrays(likelihood: str, box: Box, first_label: int, first_cell: int) ->
     the ratio (sigma* over sigma_EP or over sigma, ``box.denominator``) and, where the
     likelihood's EP moments have no closed form, those moments
     (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`,
-    :meth:`~qpinfer.tables.boxes.base.Box.stored_moments`), computed again on the box's moment
-    nodes (:meth:`~qpinfer.tables.boxes.base.Box.moment_axes`); each cell as its rounded
+    :meth:`~qpinfer.likelihoods.layout.Box.stored_moments`), computed again on the box's moment
+    nodes (:meth:`~qpinfer.likelihoods.layout.Box.moment_axes`); each cell as its rounded
     Chebyshev coefficients (:data:`ROUNDING_FLOOR`)."""
     lik = qpinfer.get_likelihood(likelihood)
     mu, sigma, y, shape = _tile_nodes(box, box.axes, first_label, first_cell)

@@ -1,9 +1,9 @@
 """The independent mpmath reference for sigma* and the tilted moments, and verification of a
 store against it.
 
-Holds: :mod:`~qptables.reference.sigma` (the reference for probit and Poisson, and the
-dispatch), one module per other likelihood (``logit``, ``step_noise``, ``student_t``; they import
-none of each other, nor ``sigma``), the likelihood-independent panel engine they share
+Holds: one module per likelihood (``probit``, ``poisson_square``, ``logit``, ``poisson_log``,
+``step_noise``, ``student_t``; they import none of each other), :mod:`~qptables.reference.sigma`
+(the dispatch over them, :data:`~qptables.reference.sigma.REFERENCES`, and the closed forms), the likelihood-independent panel engine they share
 (:mod:`~qptables.reference.tilted`) with its multiprecision panel rule
 (:mod:`~qptables.reference.mp_panels`), and
 :mod:`~qptables.reference.verify` (``qptables verify``) with its fan-out over a cluster

@@ -46,25 +46,31 @@ from functools import lru_cache
 import mpmath
 from mpmath import mp, mpf
 
-from qptables.reference.logit import MODELS as LOGIT_MODELS
-from qptables.reference.tilted import (
-    DEFAULT_NODES,
-    ReferencePoint,
-    Tilted,
-    bisect_decreasing,
-    evaluate,
-    mode_layout,
-)
+from qptables.reference import logit, poisson_log, poisson_square, probit, step_noise, student_t
+from qptables.reference.tilted import DEFAULT_NODES, ReferencePoint, evaluate, mode_layout
 
 __all__ = [
     "LIKELIHOODS",
+    "REFERENCES",
     "ReferencePoint",
     "reference_point",
     "sigma_qp_reference",
     "tilted_moments_reference",
 ]
 
+#: the likelihoods with closed-form moments (:func:`tilted_moments_reference`)
 LIKELIHOODS = ("probit", "poisson_square")
+#: likelihood family -> the module of its reference: a model of the panel engine (``MODEL``,
+#: with its ``LABELS``), or ``MODEL = None`` and its own ``reference_point``
+REFERENCES = {
+    "probit": probit,
+    "poisson_square": poisson_square,
+    "logit": logit,
+    "poisson_log": poisson_log,
+    "step_noise": step_noise,
+    "student_t": student_t,
+}
+_ENGINE = tuple(name for name, module in REFERENCES.items() if module.MODEL is not None)
 
 # mpmath's working precision is process-global (``mp.prec``), so evaluations in threads of one
 # process would clobber each other's precision: they are serialised. Parallelise with processes.
@@ -74,17 +80,16 @@ _LOCK = threading.RLock()
 # ----------------------------------------------------------------------------- validation
 
 
-#: what each likelihood's label is: a class label in {-1, +1} or a count >= 0
-_LABELS = {"probit": "sign", "logit": "sign", "poisson_square": "count", "poisson_log": "count"}
-
-
 def _check_point(
     likelihood_name: str, mu: float, sigma: float, y: float, allowed: tuple = LIKELIHOODS
 ) -> tuple[str, int]:
     """Validate one point of a likelihood in ``allowed`` (``ValueError`` naming the argument);
     the label as an int."""
     if likelihood_name not in allowed:
-        raise ValueError(f"likelihood_name must be one of {allowed}, got {likelihood_name!r}")
+        raise ValueError(
+            f"likelihood_name must be one of {allowed} (or a step_noise(eps=...) or "
+            f"student_t(nu=..., scale=...) name), got {likelihood_name!r}"
+        )
     for name, value in (("mu", mu), ("sigma", sigma)):
         if not math.isfinite(float(value)):
             raise ValueError(f"{name} must be finite, got {value!r}")
@@ -94,7 +99,7 @@ def _check_point(
     if not math.isfinite(yf) or yf != round(yf):
         raise ValueError(f"y must be an integer label/count, got {y!r}")
     yi = round(yf)
-    kind = _LABELS[likelihood_name]
+    kind = REFERENCES[likelihood_name].LABELS  # a class in {-1, +1} or a count >= 0
     if kind == "sign" and yi not in (-1, 1):
         raise ValueError(f"y must be -1 or +1 for the {likelihood_name} likelihood, got {y!r}")
     if kind == "count" and yi < 0:
@@ -102,82 +107,12 @@ def _check_point(
     return likelihood_name, yi
 
 
-# ----------------------------------------------------------------------------- log densities
-
-
-class _ProbitTilted(Tilted):
-    """``ell(f) = log Phi(y f) + log N(f | mu, sigma^2)`` (App. C.1)."""
-
-    graded_cuts = True  # the step of Phi(y f) at f = 0 has width 1
-
-    def ell(self, f: mpf) -> mpf:
-        gauss = -((f - self.mu) ** 2) / (2 * self.sigma**2) + self.const
-        return mpmath.log(mpmath.ncdf(self.y * f)) + gauss
-
-    def neg_curvature(self, f: mpf) -> mpf:
-        """``-ell''(f)`` (positive: ``ell`` is concave)."""
-        t = self.y * f
-        lam = mpmath.npdf(t) / mpmath.ncdf(t)
-        return lam * (t + lam) + 1 / self.sigma**2
-
-    def modes(self) -> list[mpf]:
-        """The one maximum of ``ell``: ``ell'(f) = y lam(y f) - (f - mu)/s2`` is strictly
-        decreasing; its root lies between ``mu`` and ``mu + y s2 lam(y mu)``."""
-        mu, s2, y = self.mu, self.sigma**2, self.y
-
-        def dell(f: mpf) -> mpf:
-            t = y * f
-            return y * mpmath.npdf(t) / mpmath.ncdf(t) - (f - mu) / s2
-
-        a, b = mu, mu + y * s2 * mpmath.npdf(y * mu) / mpmath.ncdf(y * mu)
-        return [bisect_decreasing(dell, *((a, b) if a < b else (b, a)), steps=200)]
-
-
-class _PoissonSquareTilted(Tilted):
-    """``ell(f) = 2y log|f| - f^2 - log y! + log N(f | mu, sigma^2)`` (App. C.2)."""
-
-    def __init__(self, name: str, mu: mpf, sigma: mpf, y: int) -> None:
-        super().__init__(name, mu, sigma, y)
-        self.const -= mpmath.loggamma(y + 1)
-
-    def ell(self, f: mpf) -> mpf:
-        gauss = -((f - self.mu) ** 2) / (2 * self.sigma**2) + self.const
-        if self.y == 0:
-            return gauss - f * f
-        if f == 0:
-            return mpf("-inf")
-        return self.y * mpmath.log(f * f) - f * f + gauss
-
-    def neg_curvature(self, f: mpf) -> mpf:
-        """``-ell''(f)`` (positive on each side of 0)."""
-        extra = 2 * self.y / (f * f) if self.y else 0
-        return extra + 2 + 1 / self.sigma**2
-
-    def modes(self) -> list[mpf]:
-        """One Gaussian mode for ``y = 0``; otherwise one each side of 0."""
-        mu, s2, y = self.mu, self.sigma**2, self.y
-        a = 2 + 1 / s2
-        if y == 0:
-            return [mu / (s2 * a)]
-        # f * ell'(f) = 2y - a f^2 + (mu/s2) f = 0 ; roots of opposite sign, product -2y/a
-        b = mu / s2
-        disc = mpmath.sqrt(b * b + 8 * y * a)
-        big = (b + disc) / (2 * a) if b >= 0 else (b - disc) / (2 * a)
-        small = -2 * y / (a * big)
-        return sorted([big, small])
-
-
-#: the model of each likelihood the panel engine integrates (issue #15: logit and the log link
-#: in :mod:`qptables.reference.logit`)
-_MODELS: dict = {"probit": _ProbitTilted, "poisson_square": _PoissonSquareTilted, **LOGIT_MODELS}
-
-
 # ----------------------------------------------------------------------------- the dispatch
 
 
 def _compute(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> ReferencePoint:
     return evaluate(
-        lambda: _MODELS[name](name, mpf(mu), mpf(sigma), y),
+        lambda: REFERENCES[name].MODEL(name, mpf(mu), mpf(sigma), y),
         mode_layout,
         dps,
         n,
@@ -193,13 +128,19 @@ def _cached(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Ref
 def reference_point(
     likelihood_name: str, mu: float, sigma: float, y: int, dps: int = 40, nodes: int = DEFAULT_NODES
 ) -> ReferencePoint:
-    """sigma*, log Z, tilted mean and std at one cavity point by the panel quadrature.
+    """sigma*, log Z, tilted mean and std at one cavity point of any likelihood name that table
+    stores record (e.g. ``"probit"``, ``"step_noise(eps=0.2)"``, ``"student_t(nu=4.0,
+    scale=1.0)"``), by that likelihood's reference module (:data:`REFERENCES`).
 
     ``mu`` and ``sigma`` (the cavity standard deviation) are taken as exact binary values of the
     given floats. Results are cached per process. ``nodes`` is the panel degree ``N`` (changing
     it gives an independent discretisation, used by the self-consistency tests).
     """
-    name, yi = _check_point(likelihood_name, mu, sigma, y, LIKELIHOODS + tuple(LOGIT_MODELS))
+    own = REFERENCES.get(str(likelihood_name).split("(")[0])
+    if own is not None and own.MODEL is None:
+        with _LOCK:
+            return own.reference_point(likelihood_name, mu, sigma, y, dps, nodes)
+    name, yi = _check_point(likelihood_name, mu, sigma, y, _ENGINE)
     if int(dps) < 15:
         raise ValueError(f"dps must be >= 15, got {dps!r}")
     if int(nodes) < 8:

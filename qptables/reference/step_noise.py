@@ -20,7 +20,11 @@ from __future__ import annotations
 import mpmath
 from mpmath import mp, mpf
 
-__all__ = ["step_noise_moments_reference", "step_noise_sigma_reference"]
+from qptables.reference.tilted import ReferencePoint
+
+__all__ = ["MODEL", "reference_point", "step_noise_moments_reference", "step_noise_sigma_reference"]
+
+MODEL = None  # (its own closed-CDF reference, not the panel engine's)
 
 _TAIL_NATS = 120
 _N_SPLIT = 12
@@ -94,3 +98,16 @@ def step_noise_moments_reference(eps, mu, sigma, y=1, dps: int = 20):
         mean = mom[1] / mom[0]
         var = mom[2] / mom[0] - mean * mean
         return mpmath.log(mom[0]), mean * y, mpmath.sqrt(var)
+
+
+def reference_point(name: str, mu, sigma, y, dps: int = 20, nodes: int = 0) -> ReferencePoint:
+    """``ReferencePoint`` of a step-noise likelihood name (``"step_noise(eps=0.2)"``): sigma*
+    and the moments by the routines above (``nodes`` unused: tanh-sinh quadrature)."""
+    from qpinfer.likelihoods.step_noise import parse_name
+
+    eps = parse_name(name)
+    if eps is None:
+        raise ValueError(f"likelihood_name must be a step_noise(eps=...) name, got {name!r}")
+    sigma_qp = step_noise_sigma_reference(eps, float(mu), float(sigma), int(y), dps=dps)
+    log_z, mean, std = step_noise_moments_reference(eps, float(mu), float(sigma), int(y), dps=dps)
+    return ReferencePoint(sigma_qp, log_z, mean, std, 0)

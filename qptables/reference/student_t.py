@@ -32,7 +32,9 @@ from qptables.reference.tilted import (
     tail_end,
 )
 
-__all__ = ["student_t_reference"]
+__all__ = ["MODEL", "reference_point", "student_t_reference"]
+
+MODEL = None  # (its own layout of the panels: the stationary points of a cubic)
 
 _MAX_PANELS = 6000
 
@@ -120,3 +122,16 @@ def student_t_reference(
         if not mpmath.isfinite(value):
             raise ValueError(f"{name} must be finite, got {value!r}")
     return _cached(float(nu), float(scale), float(mu), float(sigma), float(y), dps, n)
+
+
+def reference_point(name: str, mu, sigma, y, dps: int = 30, nodes: int = DEFAULT_NODES):
+    """:func:`student_t_reference` of a Student-t likelihood name (``"student_t(nu=4.0,
+    scale=1.0)"``)."""
+    from qpinfer.likelihoods.student_t import parse_name
+
+    params = parse_name(name)
+    if params is None:
+        raise ValueError(
+            f"likelihood_name must be a student_t(nu=..., scale=...) name, got {name!r}"
+        )
+    return student_t_reference(*params, mu, sigma, y, dps=dps, n=nodes)

@@ -15,7 +15,6 @@ from qpinfer.inference.laplace import laplace_log_evidence_gradient, laplace_mod
 from qpinfer.inference.vb import elbo
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.likelihoods.logit import Logit
-from qpinfer.likelihoods.loglik import expected_log_lik, log_lik_derivatives
 from qpinfer.likelihoods.poisson_log import PoissonLog
 from tests._helpers import FIT_CHECKS, blobs, coal, sklearn_checks
 
@@ -130,16 +129,16 @@ def _mp_log_p(name, f, y):
 def test_log_lik_derivatives_and_expectations(lik):
     f = np.linspace(-6, 4, 11)
     y = np.where(np.arange(11) % 2, 1.0, -1.0) if lik.name == "logit" else np.arange(11.0)
-    lp, d1, d2, d3 = log_lik_derivatives(lik, f, y)
+    lp, d1, d2, d3 = lik.log_lik_derivatives(f, y)
     np.testing.assert_allclose(lp, lik.log_pdf(f, y), rtol=1e-15)
     h = 1e-5
     for d, k in ((d1, 0), (d2, 1), (d3, 2)):
-        plus = log_lik_derivatives(lik, f + h, y)[k]
-        minus = log_lik_derivatives(lik, f - h, y)[k]
+        plus = lik.log_lik_derivatives(f + h, y)[k]
+        minus = lik.log_lik_derivatives(f - h, y)[k]
         np.testing.assert_allclose(d, (plus - minus) / (2 * h), rtol=1e-6, atol=1e-9)
     for m, v, yy in ((0.3, 1.0, 1.0), (-2.0, 25.0, 3.0), (1.0, 1e-3, 0.0)):
         yy = (1.0 if yy else -1.0) if lik.name == "logit" else yy
-        e, e_m, e_v = expected_log_lik(lik, np.array(m), np.array(v), np.array(yy))
+        e, e_m, e_v = lik.expected_log_lik(np.array(m), np.array(v), np.array(yy))
 
         sd = np.sqrt(v)
         near = {b for b in (-8.0, 0.0, 8.0) if abs(b - m) < 14 * sd}
@@ -151,11 +150,11 @@ def test_log_lik_derivatives_and_expectations(lik):
         assert float(e) == pytest.approx(float(ref), rel=1e-13, abs=1e-14)
         # Bonnet / Price: d/dm, d/dv by finite differences of the expectation
         hm = 1e-6
-        fm = (expected_log_lik(lik, m + hm, v, yy)[0] - expected_log_lik(lik, m - hm, v, yy)[0]) / (
+        fm = (lik.expected_log_lik(m + hm, v, yy)[0] - lik.expected_log_lik(m - hm, v, yy)[0]) / (
             2 * hm
         )
         hv = 1e-6 * v
-        fv = (expected_log_lik(lik, m, v + hv, yy)[0] - expected_log_lik(lik, m, v - hv, yy)[0]) / (
+        fv = (lik.expected_log_lik(m, v + hv, yy)[0] - lik.expected_log_lik(m, v - hv, yy)[0]) / (
             2 * hv
         )
         assert float(e_m) == pytest.approx(float(fm), rel=1e-6, abs=1e-8)

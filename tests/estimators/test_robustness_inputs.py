@@ -3,7 +3,7 @@
 * Counts far beyond the paper's: the EP tilted moments, ``log Z`` and sigma* of the square-link
   likelihood for counts 1e4 ... 1e8 are answered, each call bounded in time and held to the
   independent mpmath reference (:mod:`qptables.reference.sigma`, 30 digits) at 1e-12 relative;
-  counts above ``qpinfer.likelihoods.poisson_moments.MAX_COUNT`` (1e8) are refused with a
+  counts above ``qpinfer.likelihoods.poisson_square.moments.MAX_COUNT`` (1e8) are refused with a
   ``ValueError`` naming y and the range. Before, the moments iterated a recurrence 2y times in
   Python (a count of 1e6 among 20 points kept ``GPPoissonRegressor().fit`` busy for more than a
   minute).
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from mpmath import mp
 
 import qpinfer
-from qpinfer.likelihoods.poisson_moments import MAX_COUNT, log1pmx
+from qpinfer.likelihoods.poisson_square.moments import MAX_COUNT, log1pmx
 from qptables.reference.sigma import reference_point
 from tests._helpers import coal, load_ionosphere
 

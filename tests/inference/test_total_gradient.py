@@ -26,8 +26,8 @@ from qpinfer.inference.total_gradient import qp_objective_gradient
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.likelihoods.student_t import StudentT
+from qpinfer.tables.scaled import for_likelihood
 from qpinfer.tables.shipped import shipped_table
-from qpinfer.tables.student_t import for_likelihood
 
 BOUND = 1e-6
 SITE_TOL = 1e-13

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mpmath import mp
 
 import qpinfer
-from qpinfer.likelihoods.poisson_moments import GAUSSIAN_SKEW, MAX_COUNT
+from qpinfer.likelihoods.poisson_square.moments import GAUSSIAN_SKEW, MAX_COUNT
 from qptables.reference.sigma import reference_point
 
 TOL = 1e-12

@@ -1,5 +1,5 @@
 """The step-noise sigma* kernel from the closed-form tilted quantile function (
-:mod:`qpinfer.likelihoods.step_noise_closed`) against mpmath, its scale invariance and its
+:mod:`qpinfer.likelihoods.step_noise.closed`) against mpmath, its scale invariance and its
 continuity where regimes meet.
 
 Reference: an mpmath evaluation written here, independent of the kernel's numerics -- eq. (7) in
@@ -41,7 +41,7 @@ import pytest
 from mpmath import mp, mpf
 from scipy.special import log_ndtr, ndtri
 
-import qpinfer.likelihoods.step_noise_closed as closed
+import qpinfer.likelihoods.step_noise.closed as closed
 from qpinfer import sigma_qp
 from qpinfer.likelihoods.step_noise import StepNoise
 
@@ -200,7 +200,7 @@ def test_continuous_where_the_closed_forms_meet_the_quadrature(eps):
 
 def _layout(eps, z):
     """Each point's quadrature layout: per side, whether the knee cuts it and the panels' node
-    counts (recorded from :func:`qpinfer.likelihoods.step_noise_closed._panel_jobs`)."""
+    counts (recorded from :func:`qpinfer.likelihoods.step_noise.closed._panel_jobs`)."""
     records = []
     original = closed._panel_jobs
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import qpinfer
 from qpinfer import get_likelihood
 from qpinfer.likelihoods.student_t import StudentT
-from qpinfer.likelihoods.student_t_canonical import lobes, stationary_points
+from qpinfer.likelihoods.student_t.canonical import lobes, stationary_points
 
 FIXTURE = Path(__file__).parents[1] / "data" / "student_t_reference.json"
 NUS = (0.5, 1.0, 4.0, 30.0)

@@ -1,5 +1,5 @@
 """The Student-t tilted std (EP's moments) just before the bimodal onset of a wide
-cavity (``qpinfer.likelihoods.student_t_canonical.canonical_moments``).
+cavity (``qpinfer.likelihoods.student_t.canonical.canonical_moments``).
 
 There the tilt is unimodal, but on the cavity's side it has a shoulder about to become a lobe:
 its density is ~80 nats below the mode, yet it spans ~1e9 widths ~1e9 away, and its share of
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from numpy.polynomial import legendre
 
-from qpinfer.likelihoods.student_t_canonical import canonical_moments
+from qpinfer.likelihoods.student_t.canonical import canonical_moments
 
 
 def _brute_std(nu, mu, sigma):

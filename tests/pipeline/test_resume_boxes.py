@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qpinfer.tables.boxes.registry import boxes_for
+from qpinfer.likelihoods.registry import boxes_for
 from qptables.pipeline.errors import BuildInputError
 from qptables.pipeline.resume import create_partial, resumable, resume_refusal
 from qptables.pipeline.v2 import (

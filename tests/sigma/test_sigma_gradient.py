@@ -27,7 +27,7 @@ import pytest
 
 from qpinfer.likelihoods.student_t import StudentT
 from qpinfer.sigma import sigma_qp_gradient, tilted_third_cumulant
-from qpinfer.sigma.kernel import sigma_qp, tilted_moments
+from qpinfer.sigma.exact import sigma_qp, tilted_moments
 
 STEP_NOISE = "step_noise(eps=0.2)"
 
@@ -287,7 +287,7 @@ def test_moment_table_gradient_is_its_cells_derivative(name):
 
 
 def test_scaled_student_t_table_gradient_follows_the_scale():
-    from qpinfer.tables.student_t import for_likelihood
+    from qpinfer.tables.scaled import for_likelihood
 
     lik = StudentT(4.0, 0.5)
     table = for_likelihood(_table("student_t(nu=4.0, scale=1.0)"), lik)

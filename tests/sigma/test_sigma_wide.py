@@ -1,6 +1,6 @@
 """The probit sigma* kernel over the whole float64 range, held to the mpmath reference.
 
-Regimes (see :mod:`qpinfer.likelihoods.probit_limits`): quadrature with graded edges for wide
+Regimes (see :mod:`qpinfer.likelihoods.probit.limits`): quadrature with graded edges for wide
 cavities, the flat-likelihood and Gaussian limits, and the truncated-normal limit of very wide
 cavities.
 """
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import qpinfer
-from qpinfer.likelihoods.probit_limits import SIGMA_WIDE
+from qpinfer.likelihoods.probit.limits import SIGMA_WIDE
 from qptables.reference.sigma import sigma_qp_reference
 
 TOL = 1e-12

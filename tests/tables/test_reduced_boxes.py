@@ -1,5 +1,5 @@
 """v2 boxes of the Poisson (square link) and step-noise likelihoods
-(qpinfer.tables.boxes.poisson)."""
+(qpinfer.likelihoods.poisson_square.boxes)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 import qpinfer
-from qpinfer.tables.boxes.poisson import (
+from qpinfer.likelihoods.poisson_square.boxes import (
     MAX_COUNT,
     PoissonSquareLobe,
     lobe_s_range,
     poisson_boxes,
     poisson_r,
 )
-from qpinfer.tables.boxes.step_noise import step_noise_boxes, step_noise_z_range
+from qpinfer.likelihoods.step_noise.boxes import step_noise_boxes, step_noise_z_range
 from qpinfer.tables.chebyshev import coefficients, evaluate
 
 POISSON = qpinfer.get_likelihood("poisson_square")

@@ -13,10 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qpinfer
-from qpinfer.likelihoods.registry import get_likelihood
+from qpinfer.likelihoods.registry import box_from_attrs, boxes_for, get_likelihood
 from qpinfer.quadrature.panels import panel_rule
 from qpinfer.tables import TableError
-from qpinfer.tables.boxes.registry import box_from_attrs, boxes_for
 from qpinfer.tables.chebyshev import cell_rows, node_values
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
@@ -304,7 +303,7 @@ def test_poisson_far_single_lobes_are_answered_by_the_lobe_box():
     """A lookup leaves the kernel's far-single-lobe quadrature (a closed form of the kernel's,
     issue #27: it held poisson_square's lookups at 0.4M/s) to the ``lobe`` box: there the table
     matches the kernel's quadrature to 1e-12, with no fallback."""
-    from qpinfer.likelihoods.poisson_moments import sigma_closed_form
+    from qpinfer.likelihoods.poisson_square.moments import sigma_closed_form
 
     table = open_reduced(shipped_path("poisson_square"))
     mu, sigma, y = _poisson_cavities(20_000, seed=11)

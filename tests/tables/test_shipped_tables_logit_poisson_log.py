@@ -1,5 +1,5 @@
-"""The logit and poisson_log v2 tables (boxes: qpinfer.tables.boxes.logit and
-qpinfer.tables.boxes.poisson_log): every cavity the kernel accepts is answered by a closed form or
+"""The logit and poisson_log v2 tables (boxes: qpinfer.likelihoods.logit.boxes and
+qpinfer.likelihoods.poisson_log.boxes): every cavity the kernel accepts is answered by a closed form or
 a box, within 1e-12 of the exact kernel, with no fallback to the kernel; the log-link table serves
 every count with no count axis; the stored mpmath verification; the estimators' default use.
 
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 import qpinfer
+from qpinfer.likelihoods.layout import CellAxis
 from qpinfer.likelihoods.poisson_log import mode_frame
-from qpinfer.likelihoods.registry import get_likelihood
-from qpinfer.tables.boxes.registry import boxes_for
-from qpinfer.tables.chebyshev import CellAxis, coefficients, evaluate
+from qpinfer.likelihoods.registry import boxes_for, get_likelihood
+from qpinfer.tables.chebyshev import coefficients, evaluate
 from qpinfer.tables.reduced import ReducedTable, open_reduced
 from qpinfer.tables.shipped import open_shipped, shipped_path
 from tests._helpers import blobs, coal

@@ -1,4 +1,4 @@
-"""The shipped Student-t v2 tables (boxes: qpinfer.tables.boxes.student_t): one table per
+"""The shipped Student-t v2 tables (boxes: qpinfer.likelihoods.student_t.boxes): one table per
 nu (nu = 3, 4 and 5 ship, issue #27; most tests here are nu = 4's), built for scale 1 and serving every scale; lookups within 1e-12 of the exact
 kernel over the claimed domain without fallbacks, including the former gap (s = sigma/scale in
 (1e3, 1e10] with z < 25, issue #27), every cavity the kernel accepts answered without it, bimodal
@@ -18,12 +18,12 @@ import qpinfer
 from experiments.datasets import student_t_cavities
 from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
 from qpinfer.likelihoods.student_t import StudentT
-from qpinfer.likelihoods.student_t_canonical import stationary_points
+from qpinfer.likelihoods.student_t.boxes import gap_boxes, student_t_boxes, z_onset
+from qpinfer.likelihoods.student_t.canonical import stationary_points
 from qpinfer.tables import TableError
-from qpinfer.tables.boxes.student_t import gap_boxes, student_t_boxes, z_onset
 from qpinfer.tables.reduced import open_reduced
+from qpinfer.tables.scaled import ScaledTable, for_likelihood
 from qpinfer.tables.shipped import open_shipped, shipped_path
-from qpinfer.tables.student_t import ScaledTable, for_likelihood
 
 BASE = "student_t(nu=4.0, scale=1.0)"
 OTHER_NUS = (5.0,)  # the other shipped nu
@@ -264,7 +264,7 @@ def test_a_table_of_another_nu_is_refused_by_the_projection():
     with pytest.raises(ValueError, match="table is for likelihood"):
         qpinfer.QuantileMatching(StudentT(3.0, 2.0), for_likelihood(table, StudentT(3.0, 2.0)))
     assert shipped_path(StudentT(6.0, 1.0)) is None  # no table ships for nu = 6
-    with pytest.raises(ValueError, match="^base must be a Student-t table for scale 1.0"):
+    with pytest.raises(ValueError, match="^base must be a table that serves other scales"):
         ScaledTable(open_shipped("probit"), 2.0)
 
 

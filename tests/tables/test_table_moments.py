@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import qpinfer
-from qpinfer.likelihoods.poisson_moments import hermite_min_b, scaled_cavity
+from qpinfer.likelihoods.poisson_square.moments import hermite_min_b, scaled_cavity
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.likelihoods.student_t import student_t_name
 from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path

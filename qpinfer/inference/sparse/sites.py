@@ -41,7 +41,6 @@ from qpinfer.inference.sparse.pseudo_points import (
     _q_weights,
     low_rank_posterior,
 )
-from qpinfer.likelihoods.probit import Probit
 
 __all__ = [
     "LowRankSiteRepresentation",
@@ -65,10 +64,11 @@ class _ConditionalProjection:
         self.h = h
         self.power = float(getattr(inner, "power", 1.0))
         self.wasserstein = isinstance(inner, QuantileMatching)
-        if self.wasserstein and not isinstance(inner.likelihood, Probit):
+        if self.wasserstein and inner.likelihood.smoothed_scale(0.0) is None:
             raise ValueError(
-                "QP with pseudo-points is implemented for the probit likelihood (its marginal "
-                "likelihood of a_n is again a probit); got "
+                "QP with pseudo-points needs a likelihood whose Gaussian smoothing is a "
+                "rescaling of itself, as the probit's (the likelihood of a_n is then again "
+                "one); got "
                 f"{getattr(inner.likelihood, 'name', inner.likelihood)!r}"
             )
 
@@ -130,7 +130,7 @@ def _qp_ratio(
     Wasserstein projection (eq. (7)) scales with the variable, so the ratio sigma*/sigma_EP of
     ``a`` is the probit's ratio at the rescaled cavity: one table lookup (or exact sigma*).
     """
-    scale = np.sqrt(1.0 + h)
+    scale = qp.likelihood.smoothed_scale(h)
     mu_r = cavity_mean / scale
     sd_r = cavity_std / scale
     _, s_qp = qp.project(mu_r, sd_r, y)

@@ -3,7 +3,7 @@
 In z = (f - mu) / sigma the probit tilted density is the extended skew-normal
 phi(z) Phi(mu + sigma z) (label +1 after the mirror symmetry), with
 tau = mu / sqrt(1 + sigma^2) and delta = sigma / sqrt(1 + sigma^2). Three regimes are answered
-from limits that are exact to double precision, so :mod:`qpinfer.sigma.kernel`'s panel quadrature
+from limits that are exact to double precision, so :mod:`qpinfer.sigma.exact`'s panel quadrature
 only sees cavities whose node positions it can represent to ~1e-13 (``tests/sigma/test_sigma_wide.py``
 holds all of them to the mpmath reference):
 

@@ -16,8 +16,8 @@ standard normal pdf/cdf)::
 (the same form as the probit moments with a different ``r``; for ``eps = 0`` the probit
 Mills-ratio continued fraction of :func:`qpinfer.quadrature.normal_ratios.probit_moment_terms` is
 used in the lower tail). The tilted CDF is closed form too, so is its quantile function, and
-:func:`qpinfer.sigma.kernel.sigma_qp` takes sigma* from it (``StepNoise._sigma_qp_exact``,
-:mod:`qpinfer.likelihoods.step_noise_closed`: two Gauss-Legendre sums, ~1e-15). The panel hooks
+:func:`qpinfer.sigma.exact.sigma_qp` takes sigma* from it (``StepNoise._sigma_qp_exact``,
+:mod:`qpinfer.likelihoods.step_noise.closed`: two Gauss-Legendre sums, ~1e-15). The panel hooks
 remain for sigma*'s derivatives (:mod:`qpinfer.sigma.derivatives`) and the tables' regimes: the
 density is two lobes split at ``f = 0`` with hard bounds, each a truncated Gaussian whose mode is
 ``mu`` clipped into its side; ``eps = 0`` leaves one lobe (the other has zero mass and is dropped
@@ -31,6 +31,12 @@ Power EP (paper 002 App. C, eq. (41)): ``p(y|f)^u = C [(1 - eps_u) Theta(y f) + 
 with ``C = (1 - eps)^u + eps^u`` and ``eps_u = eps^u / C`` -- again a step likelihood, so the
 fractional tilted moments are closed form
 (:class:`qpinfer.inference.power_ep.StepNoisePowerMatching`).
+
+Holds: the likelihood (here), ``closed`` (sigma* from the closed-form tilted quantile function)
+and ``boxes`` (its cell table).
+
+May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
+:mod:`qpinfer.checks`; never another likelihood.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from scipy.special import log_ndtr, ndtr
 
 from qpinfer.checks import number_or_nan
 from qpinfer.likelihoods.base import Likelihood, check_sign_labels
-from qpinfer.likelihoods.step_noise_closed import sigma_ratio
+from qpinfer.likelihoods.step_noise.closed import sigma_ratio
 from qpinfer.quadrature.normal_ratios import probit_moment_terms
 
 __all__ = ["DEFAULT_EPS", "StepNoise", "check_eps", "parse_name"]
@@ -52,7 +58,7 @@ __all__ = ["DEFAULT_EPS", "StepNoise", "check_eps", "parse_name"]
 DEFAULT_EPS = 0.2
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
-# First log-density level of qpinfer.sigma.kernel's panels: (sqrt(2 * _TAIL) / _N_LEVELS)^2 / 2
+# First log-density level of qpinfer.sigma.exact's panels: (sqrt(2 * _TAIL) / _N_LEVELS)^2 / 2
 # nats.
 _FIRST_LEVEL = 50.0 / 16.0
 _GRADED = 10.0 ** np.arange(2.5, -14.5, -0.5)
@@ -97,6 +103,7 @@ class StepNoise(Likelihood):
     #: :func:`qpinfer.inference.ep.run_ep` then keeps instead of clipping
     log_concave = False
     _snap_to_bounds = True  # the density jumps at f = 0: lobes must end exactly there
+    _boxes_module = "qpinfer.likelihoods.step_noise.boxes"
 
     def __init__(self, eps: float = DEFAULT_EPS) -> None:
         self.eps = check_eps(eps)
@@ -155,8 +162,8 @@ class StepNoise(Likelihood):
         return mean / np.sqrt(np.maximum(var, np.finfo(np.float64).tiny))
 
     def class_probabilities(self, mean, var) -> np.ndarray:
-        """``[1 - p, p]``, ``p = eps + (1 - 2 eps) Phi(mean / sqrt(var))`` (Hernandez-Lobato
-        and Hernandez-Lobato, 2011, eq. (8))."""
+        """``[1 - p, p]``, ``p = eps + (1 - 2 eps) Phi(mean / sqrt(var))`` (Qi and Guo, 2012,
+        eq. (8))."""
         e = self.eps
         p1 = e + (1.0 - 2.0 * e) * ndtr(self.decision_values(mean, var))
         return np.column_stack((1.0 - p1, p1))
@@ -196,9 +203,9 @@ class StepNoise(Likelihood):
 
     def _sigma_qp_exact(self, mu, sigma, y):
         """sigma* at canonical cavities (y = +1) without panels, for
-        :func:`qpinfer.sigma.kernel.sigma_qp`: ``sigma`` where the tilted density is the cavity
+        :func:`qpinfer.sigma.exact.sigma_qp`: ``sigma`` where the tilted density is the cavity
         (:meth:`_sigma_closed_form`), else ``sigma * R(z)`` with ``R`` from the closed-form tilted
-        quantile function (:func:`qpinfer.likelihoods.step_noise_closed.sigma_ratio`; eps = 0's
+        quantile function (:func:`qpinfer.likelihoods.step_noise.closed.sigma_ratio`; eps = 0's
         deep tail at z = -1e8, scaled: :meth:`_rescale`), clamped to the EP std (Theorem 2, as
         the panel kernel's points are)."""
         closed, out = self._sigma_closed_form(mu, sigma, y)

@@ -9,7 +9,7 @@ The stationary points of ``log q`` solve the cubic
 
 one root (unimodal) or three: the likelihood's mode near 0, an antimode and the cavity's mode
 near mu. They are bracketed by the critical points of G and found by bisection
-(:func:`stationary_points`). The QP kernel (eq. (7), :mod:`qpinfer.sigma.kernel`) gets the two
+(:func:`stationary_points`). The QP kernel (eq. (7), :mod:`qpinfer.sigma.exact`) gets the two
 lobes split at the antimode (:func:`lobes`), panel edges on log-density level sets of each lobe
 found by bisection (:func:`level_offsets`: the lobes are not log-concave, so the kernel's Newton
 steps are not used), the level sets ending exactly at the antimode, and geometric edges

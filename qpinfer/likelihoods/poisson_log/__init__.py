@@ -13,7 +13,7 @@ so every count is the y = 0 tilt at the shifted mean m': ``sigma*/sigma_EP`` is 
 
 a log-gamma(alpha) density times N(0, s^2): rho depends on (alpha, s) only.
 
-Kernel coordinate (:mod:`qpinfer.sigma.kernel`, :mod:`qpinfer.quadrature.tilted`): where the tilt is
+Kernel coordinate (:mod:`qpinfer.sigma.exact`, :mod:`qpinfer.quadrature.tilted`): where the tilt is
 narrower than e^f's scale (``alpha + 1/s^2 >= 1``) it is g, so node positions are exact relative
 to the width for every count and cavity (h2 by its Taylor series for ``|g| < 1/2``: no terms of size
 alpha cancel). Wider tilts use f itself, ``-e^f - f (f/2 - m') / s^2``, with panel edges graded
@@ -25,6 +25,11 @@ regime where the standardized skewness ``gamma = alpha (alpha + 1/s^2)^-3/2 < 1e
 width ``(alpha + 1/s^2)^-1/2 < 0.05`` (measured 1 - sigma*/sigma_EP ~ gamma^2 / 36 < 3e-18;
 ``tests/likelihoods/test_logit_poisson_log.py``): sigma* = sigma_EP. Counts above ``MAX_COUNT`` (1e6)
 and cavities with ``s > SIGMA_MAX`` (1e4) are refused with a ValueError naming y or sigma.
+
+Holds: the likelihood (here) and ``boxes`` (its cell table).
+
+May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
+:mod:`qpinfer.checks`; never another likelihood.
 """
 
 from __future__ import annotations
@@ -120,6 +125,19 @@ class PoissonLog(Likelihood):
     """Poisson counts with rate exp(f) (see the module docstring), y in {0, 1, ..., 1e6}."""
 
     name = "poisson_log"
+    _boxes_module = "qpinfer.likelihoods.poisson_log.boxes"
+
+    def _log_lik_derivatives(self, f, y):
+        """``y f - e^f - log y!`` and its derivatives ``y - e^f``, ``-e^f``, ``-e^f``."""
+        ef = np.exp(f)
+        return y * f - ef - gammaln(y + 1.0), y - ef, -ef, -ef
+
+    def _expected_log_lik(self, m, v, y):
+        """``y m - exp(m + v/2) - log y!`` and its derivatives, in closed form."""
+        m, v, y = np.broadcast_arrays(m, v, y)
+        e = np.exp(m + 0.5 * v)
+        return y * m - e - gammaln(y + 1.0), y - e, -0.5 * e
+
     _n_nodes = 20
     _ep_from_panels = True  # tilted_moments by qpinfer.quadrature.tilted on the kernel's panels
     _tail_check_sigma = 0.0  # every cavity: sqrt(drop) bends at the link's kink
@@ -199,7 +217,7 @@ class PoissonLog(Likelihood):
         return tuple(a.reshape(shape) for a in self._moments(m, s, yy))
 
     #: the boxes hold the y = 0 tilt at m' = mu + y s^2 and measure log Z against a reference
-    #: at the count itself (qpinfer.tables.boxes.poisson_log): what they give is the query's
+    #: at the count itself (qpinfer.likelihoods.poisson_log.boxes): what they give is the query's
     _tabulated_moments = True
 
     def _equivalent_cavities(self, mu, sigma, y, rng):

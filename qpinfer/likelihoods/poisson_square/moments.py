@@ -36,6 +36,7 @@ import functools
 import numpy as np
 from scipy.special import gammaln
 
+from qpinfer.quadrature.level_sets import TiltedDensity
 from qpinfer.quadrature.panels import sigma_qp_quadrature
 
 #: The largest count ``PoissonSquare.check_y`` (so ``sigma_qp``, ``tilted_moments``) and
@@ -295,7 +296,7 @@ def lobe_moments_x(b: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
     (``_lobes_x``), or the main lobe's Gauss-Hermite rule where it holds
     (``_hermite_lobe_x``), for every count: no terms of size ``y log b`` cancel in log I,
     which the series' log Z would need (what the square link's table stores,
-    :mod:`qpinfer.tables.boxes.poisson`)."""
+    :mod:`qpinfer.likelihoods.poisson_square.boxes`)."""
     out = [np.empty(b.shape) for _ in range(3)]
     hermite = (b >= hermite_min_b(y)) & (b < np.inf)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -396,7 +397,7 @@ MODE_RELATIVE_MIN = 1e3
 _SINGLE_LOBE_CUT = -70.0  # far lobe's peak this many nats below the main one's: dropped
 
 
-class _ModeRelative:
+class _ModeRelative(TiltedDensity):
     """The main lobe of ``|x|^n phi(x - b)`` as seen from its mode ``u`` (``h = x - u``):
     ``log q = n log1pmx(h / u) - h^2 / 2``, a likelihood-like object for
     :func:`qpinfer.quadrature.panels.sigma_qp_quadrature` (its ``mu`` slot carries ``u``). Node

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr
 
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import CellAxis
+from qpinfer.likelihoods.layout import Box, CellAxis
 
-__all__ = ["StepNoiseBox", "step_noise_boxes", "step_noise_z_range"]
+__all__ = ["StepNoiseBox", "boxes", "step_noise_boxes", "step_noise_z_range"]
 
 
 @dataclass(frozen=True)
@@ -65,4 +64,6 @@ def step_noise_boxes(eps: float = 0.2, nodes: int = 12, width: float = 0.5) -> t
     return (StepNoiseBox("core", (CellAxis("z", lo, width, n_cells, nodes),), (1.0,)),)
 
 
-KINDS = {"StepNoiseBox": StepNoiseBox}
+def boxes(likelihood) -> tuple[Box, ...]:
+    """The boxes of ``likelihood``'s cell table (``Likelihood.table_boxes``)."""
+    return step_noise_boxes(likelihood.eps)

@@ -27,11 +27,11 @@ f^ (``dW/df = -d^3 log p``)::
     dlog q / dlog s = sum_i dlp_i + 1/2 sum_i Sigma_ii [d(d2_i) + d3_i (Sigma d(d1))_i]
 
 (``d(.)`` the derivatives in ``log s`` at fixed f,
-:func:`qpinfer.likelihoods.loglik_student_t.scale_derivatives`).
+:func:`qpinfer.likelihoods.student_t.baselines.scale_derivatives`).
 
 VB. The ELBO depends on the scale only through ``sum_i E_q[log p(y_i | f_i)]``; at the optimal
 ``q`` its total derivative is the partial one (envelope theorem), ``sum_i E_{N(m_i, v_i)}[d log
-p/dlog s]`` by the quadrature of :mod:`qpinfer.likelihoods.loglik_student_t`.
+p/dlog s]`` by the quadrature of :mod:`qpinfer.likelihoods.student_t.baselines`.
 
 All three are checked against central finite differences of the re-converged evidence in
 ``tests/estimators/test_student_t_scale.py``.
@@ -44,9 +44,8 @@ from typing import Any
 import numpy as np
 
 from qpinfer.inference.laplace import _z_matrix
-from qpinfer.likelihoods.loglik_student_t import (
+from qpinfer.likelihoods.student_t.baselines import (
     expected_scale_score,
-    log_lik_derivatives,
     scale_derivatives,
 )
 
@@ -66,7 +65,7 @@ def ep_scale_gradient(result: Any, y: np.ndarray, likelihood: Any) -> float:
 def laplace_scale_gradient(K: np.ndarray, result: Any, y: np.ndarray, likelihood: Any) -> float:
     """``d log q_Laplace / dlog(scale)`` (R&W eq. (3.32), the mode re-found), see above."""
     post = result.posterior
-    _, _, _, d3 = log_lik_derivatives(likelihood, result.f, y)
+    _, _, _, d3 = likelihood.log_lik_derivatives(result.f, y)
     dlp, dd1, dd2 = scale_derivatives(likelihood, result.f, y)
     Z = _z_matrix(post)
     Kv = K @ dd1

@@ -1,8 +1,8 @@
 """v2 table boxes of the ``logit`` likelihood (issues #15, #27); the log link's are in
-:mod:`qpinfer.tables.boxes.poisson_log`.
+:mod:`qpinfer.likelihoods.poisson_log.boxes`.
 
 The table stores ``rho = sigma* / sigma_EP`` (Theorem 2: in (0, 1]) at Chebyshev-Gauss nodes of
-equal cells (:mod:`qpinfer.tables.chebyshev`, :mod:`qpinfer.tables.boxes.probit`); lookups follow
+equal cells (:mod:`qpinfer.tables.chebyshev`, :mod:`qpinfer.likelihoods.probit.boxes`); lookups follow
 the kernel's path (canonical label, closed forms, then the first box holding the cavity; a cavity
 in no box would go to the exact kernel and be counted: none is, for any s in (0, 1e6]).
 
@@ -43,16 +43,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import CellAxis
+from qpinfer.likelihoods.layout import Box, CellAxis
 
 __all__ = [
-    "KINDS",
     "FoldedReference",
     "LogitBox",
     "LogitCentred",
     "LogitKink",
     "LogitMid",
+    "boxes",
     "logit_boxes",
 ]
 
@@ -194,9 +193,6 @@ def logit_boxes(nodes: int = 12) -> tuple[Box, ...]:
     return tuple(dataclasses.replace(b, moment_nodes=MOMENT_NODES[b.name]) for b in boxes)
 
 
-KINDS = {
-    "LogitBox": LogitBox,
-    "LogitCentred": LogitCentred,
-    "LogitKink": LogitKink,
-    "LogitMid": LogitMid,
-}
+def boxes(likelihood) -> tuple[Box, ...]:
+    """The boxes of ``likelihood``'s cell table (``Likelihood.table_boxes``)."""
+    return logit_boxes()

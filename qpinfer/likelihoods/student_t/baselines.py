@@ -1,6 +1,7 @@
 """log p(y | f) of Student-t noise, its f-derivatives, its Gaussian expectations and its
-derivatives in log(scale): what the Laplace and VB baselines (:mod:`qpinfer.likelihoods.loglik`) and
-the noise-scale gradient (:mod:`qpinfer.inference.student_t_scale`) need (issue #15).
+derivatives in log(scale): what the Laplace and VB baselines (``StudentT.log_lik_derivatives`` and
+``StudentT.expected_log_lik``) and the noise-scale gradient
+(:mod:`qpinfer.estimators.student_t_scale`) need.
 
 With ``r = y - f`` and ``A = nu s^2`` (``s`` the scale)::
 
@@ -30,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.likelihoods.loglik_logit_poisson_log import panel_nodes
+from qpinfer.quadrature.expectation import T_MAX as _T_MAX
+from qpinfer.quadrature.expectation import panel_nodes
 
 __all__ = [
     "expected_log_lik",
@@ -39,7 +41,6 @@ __all__ = [
     "scale_derivatives",
 ]
 
-_T_MAX = 10.0  # the panels' range in t (qpinfer.likelihoods.loglik_logit_poisson_log.panel_nodes)
 _R_EDGES = np.concatenate([-(4.0 ** np.arange(15, -1, -1)), [0.0], 4.0 ** np.arange(16)])
 
 
@@ -86,7 +87,7 @@ def expected_log_lik(likelihood: Any, m, v, y):
         np.asarray(m, dtype=np.float64), np.asarray(v, dtype=np.float64), np.asarray(y, float)
     )
     f, w = _nodes(likelihood, m, np.sqrt(v), y)
-    lp, d1, d2, _ = log_lik_derivatives(likelihood, f, y[..., None])
+    lp, d1, d2, _ = likelihood.log_lik_derivatives(f, y[..., None])
     return np.sum(w * lp, -1), np.sum(w * d1, -1), 0.5 * np.sum(w * d2, -1)
 
 

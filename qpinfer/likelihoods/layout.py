@@ -1,9 +1,10 @@
-"""Reduced coordinates of the v2 sigma* tables: where each likelihood's ratio is a smooth function
-on a bounded box (design and measurements: ``docs/tables-v2.md``).
+"""A likelihood's table layout: the boxes of reduced coordinates, each cut into equal cells,
+over which a cell table stores sigma* (design and measurements: ``docs/tables-v2.md``).
 
-A v2 table stores ``rho = sigma* / sigma_EP`` (in (0, 1], Theorem 2) at the Chebyshev-Gauss
-nodes of equal cells (:mod:`qpinfer.tables.chebyshev`) over one or more *boxes* per likelihood. A
-lookup follows the exact kernel's own path (:func:`qpinfer.sigma.kernel.sigma_qp`):
+A cell table stores ``rho = sigma* / sigma_EP`` (in (0, 1], Theorem 2 of Zhang et al., 2020) at
+the Chebyshev-Gauss nodes of equal cells (:class:`CellAxis`; the polynomials:
+:mod:`qpinfer.tables.chebyshev`) over one or more *boxes* per likelihood. A lookup follows the
+exact kernel's own path (:func:`qpinfer.sigma.sigma_qp`):
 
 1. the mirror symmetry (``Likelihood.canonical``);
 2. the regimes where sigma* is known to double precision (``Likelihood._sigma_closed_form``);
@@ -13,7 +14,8 @@ lookup follows the exact kernel's own path (:func:`qpinfer.sigma.kernel.sigma_qp
 
 A :class:`Box` knows its axes, its labels (the label axis of the stored array: probit has one,
 canonical ``y = +1``; Poisson one per count), how to turn a node back into a cavity (the build)
-and a cavity into box coordinates (the lookup).
+and a cavity into box coordinates (the lookup). A likelihood names its boxes
+(``Likelihood.table_boxes``) and their kinds (``Likelihood.box_kinds``) in its own subpackage.
 """
 
 from __future__ import annotations
@@ -24,9 +26,60 @@ from typing import ClassVar
 
 import numpy as np
 
-from qpinfer.tables.chebyshev import CellAxis
+__all__ = ["Box", "CellAxis", "chebyshev_nodes"]
 
-__all__ = ["Box"]
+
+@functools.cache
+def chebyshev_nodes(n: int) -> np.ndarray:
+    """Chebyshev-Gauss nodes on [-1, 1], ascending (read-only)."""
+    x = -np.cos(np.pi * (np.arange(n) + 0.5) / n)
+    x.flags.writeable = False
+    return x
+
+
+@dataclass(frozen=True)
+class CellAxis:
+    """One axis of a table: ``n_cells`` cells of ``width`` from ``start``, ``n`` nodes each."""
+
+    name: str
+    start: float
+    width: float
+    n_cells: int
+    n: int
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.start) and np.isfinite(self.width) and self.width > 0):
+            raise ValueError(f"axis {self.name!r}: start and width must be finite, width > 0")
+        if self.n_cells < 1 or self.n < 2:
+            raise ValueError(f"axis {self.name!r}: need n_cells >= 1 and n >= 2 nodes per cell")
+
+    @property
+    def stop(self) -> float:
+        return self.start + self.n_cells * self.width
+
+    def nodes(self) -> np.ndarray:
+        """All node positions, cell by cell, ascending: shape ``(n_cells * n,)``."""
+        left = self.start + self.width * np.arange(self.n_cells)
+        return (left[:, None] + 0.5 * self.width * (chebyshev_nodes(self.n)[None, :] + 1.0)).ravel()
+
+    def to_attrs(self) -> dict:
+        return {
+            "name": self.name,
+            "start": self.start,
+            "width": self.width,
+            "n_cells": self.n_cells,
+            "nodes_per_cell": self.n,
+        }
+
+    @classmethod
+    def from_attrs(cls, attrs: dict) -> CellAxis:
+        return cls(
+            str(attrs["name"]),
+            float(attrs["start"]),
+            float(attrs["width"]),
+            int(attrs["n_cells"]),
+            int(attrs["nodes_per_cell"]),
+        )
 
 
 @functools.cache
@@ -114,7 +167,7 @@ class Box:
     def locate(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
         """``(inside, label_index, coords)`` for canonical cavities: which lie in the box, the
         index of their label on the box's label axis, and their box coordinates. Here for a box
-        with :meth:`~qpinfer.tables.boxes.base.Box.axis_coords` (one label, the cavities inside
+        with :meth:`~qpinfer.likelihoods.layout.Box.axis_coords` (one label, the cavities inside
         its axes' ranges); others override it."""
         coords = self.axis_coords(mu, sigma, y)
         if coords is None:
@@ -160,8 +213,8 @@ class Box:
     @classmethod
     def extra_from_attrs(cls, attrs: dict) -> dict:
         """Keyword arguments of the box's own fields beyond
-        :class:`~qpinfer.tables.boxes.base.Box`'s, from its stored
-        description (:meth:`~qpinfer.tables.boxes.base.Box.to_attrs`); none here."""
+        :class:`~qpinfer.likelihoods.layout.Box`'s, from its stored
+        description (:meth:`~qpinfer.likelihoods.layout.Box.to_attrs`); none here."""
         return {}
 
     def _inside_axes(self, coords) -> np.ndarray:

@@ -1,6 +1,6 @@
 """v2 table boxes of the Poisson (square link) likelihood (issue #13).
 
-The probit boxes live in :mod:`qpinfer.tables.boxes.probit`; the measurements behind the choices
+The probit boxes live in :mod:`qpinfer.likelihoods.probit.boxes`; the measurements behind the choices
 below are in ``docs/tables-v2.md`` (section "Poisson (square link) and step_noise") and
 ``benchmarks/probe_v2_boxes.py``.
 
@@ -37,11 +37,11 @@ Gaussian factor ``N(f | beta, sv^2)`` the tilt is ``|x|^(2y) phi(x - b)``, so ea
 ``E[x] - b`` and ``log sd(x)`` (:meth:`PoissonSquareBox.stored_moments`), and a lookup adds the
 reference ``(saddle-point log Z, beta, sv)`` of the cavity asked for. The lobe box's moments
 are not clipped: beyond ``s_end`` (and wherever ``b >= max(100, 20 sqrt(2y))``) the main lobe's
-Gauss-Hermite rule answers (:func:`qpinfer.likelihoods.poisson_moments.hermite_min_b`).
+Gauss-Hermite rule answers (:func:`qpinfer.likelihoods.poisson_square.moments.hermite_min_b`).
 
 Nodes are built at ``sigma = 2`` (``a = 9``, ``mu = 6 r``). Counts above the labels (1000) are in
 no box: lookups fall back to the exact kernel, which holds to 1e8
-(``qpinfer.likelihoods.poisson_moments``).
+(``qpinfer.likelihoods.poisson_square.moments``).
 """
 
 from __future__ import annotations
@@ -50,17 +50,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qpinfer.likelihoods.poisson_moments import lobe_moments_x, saddle_log_z, scaled_cavity
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import CellAxis
+from qpinfer.likelihoods.layout import Box, CellAxis
+from qpinfer.likelihoods.poisson_square.moments import lobe_moments_x, saddle_log_z, scaled_cavity
 
-__all__ = [
-    "KINDS",
-    "MAX_COUNT",
-    "PoissonSquareBox",
-    "PoissonSquareLobe",
-    "poisson_boxes",
-]
+__all__ = ["MAX_COUNT", "PoissonSquareBox", "PoissonSquareLobe", "boxes", "poisson_boxes"]
 
 MAX_COUNT = 1000  # counts 1..MAX_COUNT are tabulated; above, the exact kernel answers
 
@@ -113,7 +106,7 @@ class PoissonSquareBox(Box):
     # EP's moments (module docstring): functions of (b, y) about the Gaussian factor
     def reference_moments(self, mu, sigma, y):
         """``(saddle-point log Z, beta, sv)``: the log density at the main lobe's mode
-        (:func:`~qpinfer.likelihoods.poisson_moments.saddle_log_z`), the Gaussian factor's
+        (:func:`~qpinfer.likelihoods.poisson_square.moments.saddle_log_z`), the Gaussian factor's
         mean and std."""
         beta, sv, _ = scaled_cavity(mu, sigma)
         return saddle_log_z(mu, sigma, np.asarray(y, dtype=np.float64)), beta, sv
@@ -124,7 +117,7 @@ class PoissonSquareBox(Box):
 
     def stored_moments(self, likelihood, mu, sigma, y, moments):
         """``(log I, E[x] - b, log sd(x))`` of the tilt in units of its Gaussian factor by the
-        lobes for every count (:func:`~qpinfer.likelihoods.poisson_moments.lobe_moments_x`):
+        lobes for every count (:func:`~qpinfer.likelihoods.poisson_square.moments.lobe_moments_x`):
         log Z less the reference, without the cancellation of the series' terms of size
         ``mu^2 / (1 + 2 sigma^2)`` at the nodes (~1e-11 at b ~ 150)."""
         _, _, b = scaled_cavity(mu, sigma)
@@ -161,7 +154,7 @@ class PoissonSquareLobe(PoissonSquareBox):
 
     def locate_moments(self, mu, sigma, y):
         """Not clipped: EP's moments beyond ``s_end`` are the main lobe's Gauss-Hermite rule's
-        (:func:`~qpinfer.likelihoods.poisson_moments.hermite_min_b`), not the box's."""
+        (:func:`~qpinfer.likelihoods.poisson_square.moments.hermite_min_b`), not the box's."""
         ok, index = self._label_index(y)
         yy = np.where(ok, np.asarray(y, dtype=np.float64), 1.0)
         s0, s_end = lobe_s_range(yy)
@@ -189,7 +182,6 @@ def poisson_boxes(
     )
 
 
-KINDS = {
-    "PoissonSquareBox": PoissonSquareBox,
-    "PoissonSquareLobe": PoissonSquareLobe,
-}
+def boxes(likelihood) -> tuple[Box, ...]:
+    """The boxes of ``likelihood``'s cell table (``Likelihood.table_boxes``)."""
+    return poisson_boxes()

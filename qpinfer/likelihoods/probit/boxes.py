@@ -1,6 +1,6 @@
 """v2 table boxes of the probit likelihood: a core box in ``(tau, log10 sigma)`` and a tail box
-(``docs/tables-v2.md``; the :class:`~qpinfer.tables.boxes.base.Box` interface is in
-:mod:`qpinfer.tables.boxes.base`)."""
+(``docs/tables-v2.md``; the :class:`~qpinfer.likelihoods.layout.Box` interface is in
+:mod:`qpinfer.likelihoods.layout`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import CellAxis
+from qpinfer.likelihoods.layout import Box, CellAxis
 
-__all__ = ["ProbitCore", "ProbitTail", "probit_boxes"]
+__all__ = ["ProbitCore", "ProbitTail", "boxes", "probit_boxes"]
 
 _TAU_SPLIT = 8.0  # the tail box starts at tau = -8
 
@@ -38,7 +37,7 @@ class ProbitCore(Box):
         return (1.0 / h, -tau * (sigma / h) / h), (zero, 1.0 / (sigma * np.log(10.0)))
 
     def axis_array(self, mu, sigma, y, tau=None):
-        """(See :meth:`qpinfer.tables.boxes.base.Box.axis_array`.) ``tau``: the first coordinate if
+        """(See :meth:`qpinfer.likelihoods.layout.Box.axis_array`.) ``tau``: the first coordinate if
         the caller has it (the probit likelihood's z, :meth:`qpinfer.Probit.tilted_mean_and_z`: the
         same operations); ``mu`` and ``y`` are then not read."""
         u = np.empty((2, sigma.size))
@@ -87,3 +86,8 @@ def probit_boxes(nodes: int = 12) -> tuple[Box, ...]:
             (1.0,),
         ),
     )
+
+
+def boxes(likelihood) -> tuple[Box, ...]:
+    """The boxes of ``likelihood``'s cell table (``Likelihood.table_boxes``)."""
+    return probit_boxes()

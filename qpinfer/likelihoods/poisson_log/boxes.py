@@ -54,18 +54,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln, log_ndtr
 
+from qpinfer.likelihoods.layout import Box, CellAxis
 from qpinfer.likelihoods.poisson_log import flat_nats, laplace_moments, mode_frame
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import CellAxis
 
 __all__ = [
-    "KINDS",
     "LaplaceReference",
     "PoissonLogBox",
     "PoissonLogKappa",
     "PoissonLogNear",
     "PoissonLogWall",
     "ShiftedReference",
+    "boxes",
     "mean_of_flat_nats",
     "poisson_log_boxes",
 ]
@@ -250,9 +249,6 @@ def poisson_log_boxes(nodes: int = 12) -> tuple[Box, ...]:
     return tuple(dataclasses.replace(b, moment_nodes=MOMENT_NODES[b.name]) for b in boxes)
 
 
-KINDS = {
-    "PoissonLogBox": PoissonLogBox,
-    "PoissonLogWall": PoissonLogWall,
-    "PoissonLogNear": PoissonLogNear,
-    "PoissonLogKappa": PoissonLogKappa,
-}
+def boxes(likelihood) -> tuple[Box, ...]:
+    """The boxes of ``likelihood``'s cell table (``Likelihood.table_boxes``)."""
+    return poisson_log_boxes()

@@ -33,7 +33,7 @@ A point's result never depends on the other points of the call (no batch-wide st
 so tables are bit-reproducible however they are tiled. A likelihood may answer some cavities
 from limits exact to double precision (``_sigma_closed_form``) and map others to an equivalent
 cavity (``_rescale``): the probit's flat, Gaussian and very-wide regimes
-(:mod:`qpinfer.likelihoods.probit_limits`), which keep the quadrature where node positions are
+(:mod:`qpinfer.likelihoods.probit.limits`), which keep the quadrature where node positions are
 exact. Accuracy against the 40-digit mpmath reference (``qptables.reference.sigma``;
 ``tests/sigma/test_sigma_qp.py``, ``tests/sigma/test_sigma_wide.py``): ~1e-15 relative over the paper
 domain (mu in [-10, 10], sigma in [0.1, 10], Poisson counts to 100); probit <= 1e-12 (measured
@@ -172,7 +172,7 @@ def _clamp_to_ep(lik, mu0, sigma0, y0, out, ep, where=None) -> None:
     kernel's panels) where given; else the likelihood's ``tilted_moments`` at the points
     ``where`` (default all). Closed-form regimes give sigma_EP itself or the cavity std where the
     tilt is the cavity (``ep = inf`` / outside ``where`` leaves them alone), except the probit's
-    limits (:mod:`qpinfer.likelihoods.probit_limits`), whose likelihood sets
+    limits (:mod:`qpinfer.likelihoods.probit.limits`), whose likelihood sets
     ``_clamp_closed_forms``. In place."""
     if ep is None:
         idx = np.arange(out.size) if where is None else np.flatnonzero(where)
@@ -213,20 +213,22 @@ def _quadrature_batches(lik, mu, sigma, y, idx_all, breaks, out, batch_size, ep=
     """Fill ``out[idx_all]`` batch by batch, grouping points by the lobes they need
     (:func:`lobe_groups`; and ``ep[idx_all]`` with the tilted std on the same panels, if
     given)."""
+    for ii, m, s, yy, lobes, extra, n_levels in lobe_batches(
+        lik, mu, sigma, y, idx_all, breaks, batch_size
+    ):
+        got = sigma_qp_quadrature(
+            lik, m, s, yy, lobes, extra=extra, n_levels=n_levels, with_std=ep is not None
+        )
+        if ep is not None:
+            got, ep[ii] = got
+        out[ii] = got
+
+
+def lobe_batches(lik, mu, sigma, y, idx_all, breaks, batch_size):
+    """``(ii, mu, sigma, y, lobes, extra, n_levels)`` of the points ``idx_all`` batch by batch,
+    grouped by the lobes they need (:func:`lobe_groups`); ``ii`` are their indices."""
     for start in range(0, idx_all.size, batch_size):
         idx = idx_all[start : start + batch_size]
         m, s, yy = mu[idx], sigma[idx], y[idx]
         for sel, sub_lobes, extra, n_levels in lobe_groups(lik, m, s, yy, breaks, idx):
-            got = sigma_qp_quadrature(
-                lik,
-                m[sel],
-                s[sel],
-                yy[sel],
-                sub_lobes,
-                extra=extra,
-                n_levels=n_levels,
-                with_std=ep is not None,
-            )
-            if ep is not None:
-                got, ep[idx[sel]] = got
-            out[idx[sel]] = got
+            yield idx[sel], m[sel], s[sel], yy[sel], sub_lobes, extra, n_levels

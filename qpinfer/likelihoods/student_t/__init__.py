@@ -12,8 +12,8 @@ Canonical coordinates. ``f' = (f - y) / s`` maps the tilted family onto itself w
 ``sigma*(mu, sigma, y) = s sigma*(|mu'|, sigma', 0)`` and ``sigma* / sigma_EP`` depends on
 ``(|mu - y| / s, sigma / s)`` for each nu only. In these units the tilted density's stationary
 points, its two lobes split at the antimode, their panels and the moments (EP's projection, eq.
-(5), and ``log Z``: no closed form) are :mod:`qpinfer.likelihoods.student_t_canonical`; the class
-below hands them to the QP kernel (eq. (7), :mod:`qpinfer.sigma.kernel`) as its hooks
+(5), and ``log Z``: no closed form) are :mod:`qpinfer.likelihoods.student_t.canonical`; the class
+below hands them to the QP kernel (eq. (7), :mod:`qpinfer.sigma.exact`) as its hooks
 (``_lobes``, ``_lobe_edges``, ``_breakpoints``).
 
 Where the cavity is narrow relative to the t factor's curvature scale,
@@ -22,6 +22,13 @@ precision (its skewness and excess kurtosis are O(r^3) and O(r^4), and sigma*/si
 second order in them: measured against mpmath <= 1e-19 at r = 1e-3 for nu = 0.1 ... 1e5), and
 sigma* is the EP std (``_sigma_closed_form``). Supported: ``sigma / s <= 1e10`` (a ``ValueError``
 naming sigma beyond); every finite mu.
+
+Holds: the likelihood (here), ``canonical`` (the tilted density in canonical units),
+``baselines`` (the Laplace and VB baselines' log p(y | f) and the noise scale's derivatives) and
+``boxes`` (its cell table).
+
+May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
+:mod:`qpinfer.checks`; never another likelihood.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from scipy.special import gammaln
 
 from qpinfer.checks import finite_array as _finite
 from qpinfer.likelihoods.base import Likelihood, fill_ep_std
-from qpinfer.likelihoods.student_t_canonical import (
+from qpinfer.likelihoods.student_t import baselines
+from qpinfer.likelihoods.student_t.canonical import (
     EXTRA_LEVEL,
     N_NODES,
     canonical_moments,
@@ -114,6 +122,7 @@ class StudentT(Likelihood):
     log_concave = False
     _moments_by_quadrature = True  # (student_t_canonical)
     _snap_to_bounds = True  # lobes end exactly at the antimode
+    _boxes_module = "qpinfer.likelihoods.student_t.boxes"
 
     def __init__(self, nu: float = DEFAULT_NU, scale: float = 1.0) -> None:
         self.nu, self.scale = check_nu_scale(nu, scale)
@@ -121,6 +130,27 @@ class StudentT(Likelihood):
         self._log_c = float(
             gammaln(0.5 * (self.nu + 1.0)) - gammaln(0.5 * self.nu) - 0.5 * np.log(self.nu * np.pi)
         )
+
+    def _log_lik_derivatives(self, f, y):
+        return baselines.log_lik_derivatives(self, f, y)
+
+    def _expected_log_lik(self, m, v, y):
+        return baselines.expected_log_lik(self, m, v, y)
+
+    def table_base(self) -> StudentT | None:
+        """The scale-1 likelihood of this nu, whose table serves every scale: ``f' = (f - y) /
+        scale`` maps the tilted family onto itself, so ``sigma*(mu, sigma, y) = scale
+        sigma*_1((mu - y) / scale, sigma / scale, 0)`` and ``sigma* / sigma_EP`` is unchanged."""
+        return None if self.scale == 1.0 else StudentT(self.nu, 1.0)
+
+    def with_table_scale(self, scale: float) -> StudentT:
+        if self.scale != 1.0:
+            raise ValueError(f"{self!r}: only the scale-1 table serves other scales")
+        return StudentT(self.nu, scale)
+
+    def table_map(self, mu, sigma, y):
+        d, s, sign = self.reduced(mu, sigma, y)  # ValueError naming sigma or mu, this scale
+        return d, s, np.zeros_like(d), self.scale, sign
 
     def __repr__(self) -> str:
         return f"StudentT(nu={self.nu!r}, scale={self.scale!r})"
@@ -203,7 +233,7 @@ class StudentT(Likelihood):
         """Mean and std of the tilted density (no closed form: :meth:`ep_moments`)."""
         return self.ep_moments(mu, sigma, y)[1:]
 
-    # hooks of the exact sigma* kernel (qpinfer.sigma.kernel) --------------------------------------
+    # hooks of the exact sigma* kernel (qpinfer.sigma.exact) --------------------------------------
 
     def canonical(self, mu, y):
         """Shift and mirror: ``sigma*(mu, sigma, y) = sigma*(|mu - y|, sigma, 0)``."""

@@ -3,7 +3,7 @@
 The tilted distribution ``q(f) ~ sigma(y f) N(f | mu, s^2)`` has no closed-form moments; EP's
 projection (paper 000 eq. (5)) and the QP standard deviation (eq. (7),
 ``sigma* = int phi(Phi^{-1}(F(f))) df``) are computed by the panel quadrature of
-:mod:`qpinfer.sigma.kernel` / :mod:`qpinfer.quadrature.tilted`. Mirror symmetry as for the probit:
+:mod:`qpinfer.sigma.exact` / :mod:`qpinfer.quadrature.tilted`. Mirror symmetry as for the probit:
 ``sigma*(mu, s, -1) = sigma*(-mu, s, +1)`` (``canonical``), so below ``y = +1``.
 
 Two exact rewritings keep every term O(1) (``m' = mu + s^2``)::
@@ -28,6 +28,11 @@ feature of width ~1 at f = 0, and graded panel edges +-0.5 * 2^k about it keep p
 than their distance from it) with form 1 if ``mu + s^2/2 >= 0`` else form 2, each with the
 quadratic centred at its own mean where the mass is there, and expanded about 0 where the mass
 sits at the step. Cavities with ``s > 1e6`` are refused (ValueError naming sigma).
+
+Holds: the likelihood (here) and ``boxes`` (its cell table).
+
+May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
+:mod:`qpinfer.checks`; never another likelihood.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from qpinfer.likelihoods.base import (
     flat_cavities,
     graded_step_edges,
 )
+from qpinfer.quadrature.expectation import T_MAX, panel_nodes
 
 __all__ = ["SIGMA_MAX", "Logit"]
 
@@ -54,6 +60,7 @@ _TINY = 1e-9  # below: the EP moments by their expansion in s^2
 _HERMITE_NODES = 16  # the narrow regime's EP moments (s < 1e-3): Gauss-Hermite nodes
 SIGMA_MAX = 1e6  # cavity standard deviations above this are refused
 _MODE_STEPS = 64
+_BREAKS = (-40.0, -8.0, 0.0, 8.0, 40.0)  # the expectations' panel edges in z = y f
 _GUESS_STEPS = 3  # Newton steps of the level-set guesses (_level_guess)
 
 
@@ -75,7 +82,7 @@ def _frame(mu, sigma):
 
 def _fold(mu, sigma):
     """The second symmetry's fold, ``max(mu, -mu - s^2)`` (the v2 boxes hold folded
-    cavities, :mod:`qpinfer.tables.boxes.logit`)."""
+    cavities, :mod:`qpinfer.likelihoods.logit.boxes`)."""
     return np.maximum(mu, -mu - sigma * sigma)
 
 
@@ -118,6 +125,33 @@ class Logit(Likelihood):
     """p(y | f) = 1 / (1 + exp(-y f)), labels y in {-1, +1} (see the module docstring)."""
 
     name = "logit"
+    _boxes_module = "qpinfer.likelihoods.logit.boxes"
+
+    def _log_lik_derivatives(self, f, y):
+        """``log sigma(y f)`` and its derivatives ``y sigma(-y f)``, ``-p (1 - p)`` and
+        ``-p (1 - p) (1 - 2 p)``, ``p = sigma(f)`` (log-concave)."""
+        p = expit(f)
+        return (
+            -np.logaddexp(0.0, -y * f),
+            y * expit(-y * f),
+            -p * (1.0 - p),
+            -p * (1.0 - p) * (1.0 - 2.0 * p),
+        )
+
+    def _expected_log_lik(self, m, v, y):
+        """By the panels of :func:`qpinfer.quadrature.expectation.panel_nodes` in ``z = y f``
+        with edges also where ``z = -+40, -+8, 0`` (the logistic's transition; ~1e-15 relative
+        for any v), ``dE/dm = E[d log p/df]``, ``dE/dv = E[d^2 log p/df^2] / 2``."""
+        m, v, y = np.broadcast_arrays(m, v, y)
+        zm, s = y * m, np.sqrt(v)
+        inner = np.stack([np.clip((b - zm) / s, -T_MAX, T_MAX) for b in _BREAKS], axis=-1)
+        z, w = panel_nodes(zm, s, inner)  # z = y f ~ N(y m, v)
+        lp = -np.logaddexp(0.0, -z)
+        d1 = expit(-z)
+        p = expit(z)
+        d2 = -p * (1.0 - p)
+        return np.sum(w * lp, -1), y * np.sum(w * d1, -1), 0.5 * np.sum(w * d2, -1)
+
     _n_nodes = 20
     _ep_from_panels = True  # tilted_moments by qpinfer.quadrature.tilted on the kernel's panels
     _tail_check_sigma = 0.0  # every cavity: sqrt(drop) bends at the link's kink

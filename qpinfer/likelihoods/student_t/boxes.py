@@ -4,7 +4,7 @@
 (:mod:`qpinfer.likelihoods.student_t`), and ``f' -> -f'`` mirrors it, so ``sigma* / scale`` depends
 on ``d = |mu - y| / scale`` and ``s = sigma / scale`` only (for each nu). The table is built for
 ``scale = 1`` (likelihood ``student_t(nu=..., scale=1.0)``) and serves every scale through
-:class:`qpinfer.tables.student_t.ScaledTable`. The fold ``d = |mu - y|`` is exact (the kernel's
+:class:`qpinfer.tables.scaled.ScaledTable`. The fold ``d = |mu - y|`` is exact (the kernel's
 own ``canonical``: ``sigma*`` at ``mu - y = +-a`` is bit for bit the same). The boxes store
 ``rho = sigma* / sigma_EP`` (in (0, 1], Theorem 2) at Chebyshev-Gauss nodes of equal cells, in
 
@@ -76,7 +76,7 @@ leave (its cells reaching into those parts are never served):
 (``far``: against ``log t_nu(d)`` for log Z, :class:`StudentTFar`), with the nodes of
 :data:`MOMENT_NODES`. Lookups reach them only where ``r = s sqrt((nu + 1) / (nu + d^2)) >=
 0.05``: narrower cavities take the Gauss-Hermite rule
-(:func:`qpinfer.likelihoods.student_t_canonical.hermite_moments`). Measured by the build (nu =
+(:func:`qpinfer.likelihoods.student_t.canonical.hermite_moments`). Measured by the build (nu =
 4, 2e4 random box points): <= 1.9e-13 in the mean (cavity stds), 2.3e-13 in the variance.
 """
 
@@ -89,11 +89,9 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import gammaln
 
-from qpinfer.tables.boxes.base import Box
-from qpinfer.tables.chebyshev import CellAxis
+from qpinfer.likelihoods.layout import Box, CellAxis
 
 __all__ = [
-    "KINDS",
     "MOMENT_NODES",
     "S_MAX",
     "StudentTCore",
@@ -101,6 +99,7 @@ __all__ = [
     "StudentTMass",
     "StudentTSheared",
     "StudentTSpread",
+    "boxes",
     "gap_boxes",
     "student_t_boxes",
 ]
@@ -309,9 +308,11 @@ def gap_boxes(nu: float = 4.0, nodes: int = 12) -> tuple[Box, ...]:
     return tuple(boxes)
 
 
-KINDS = {
-    "StudentTCore": StudentTCore,
-    "StudentTFar": StudentTFar,
-    "StudentTMass": StudentTMass,
-    "StudentTSpread": StudentTSpread,
-}
+def boxes(likelihood) -> tuple[Box, ...]:
+    """The boxes of ``likelihood``'s cell table (``Likelihood.table_boxes``)."""
+    if likelihood.scale != 1.0:
+        raise ValueError(
+            f"a Student-t cell table is built for scale 1.0 and serves every scale; got "
+            f"{likelihood.name!r} (build {likelihood.table_base().name!r})"
+        )
+    return student_t_boxes(likelihood.nu)
