@@ -108,7 +108,7 @@ class Likelihood(TiltedDensity, ABC):
     _clamp_closed_forms: bool = False
     #: _sigma_closed_form takes EP's moments (``moments=``), which a table lookup has already
     _closed_form_takes_moments: bool = False
-    #: EP's moments have no closed form: a v2 table of this likelihood stores them beside sigma*
+    #: EP's moments have no closed form: a cell table of this likelihood stores them beside sigma*
     #: (:data:`qpinfer.tables.reduced_store.MOMENT_ARRAYS`) and serves them to a likelihood that
     #: was given it (:meth:`with_moment_table`)
     _tabulated_moments: bool = False
@@ -130,7 +130,7 @@ class Likelihood(TiltedDensity, ABC):
 
     def with_moment_table(self, table) -> Likelihood:
         """A copy of this likelihood whose ``log_z`` and ``tilted_moments`` take EP's moments
-        from ``table`` (an open v2 table of this likelihood that stores them) where they have no
+        from ``table`` (an open cell table of this likelihood that stores them) where they have no
         closed form, and compute the rest -- cavities in no box -- exactly (counted in
         ``table.moment_fallback_count``). ``None``: exact moments. Returns ``self`` for a
         likelihood whose moments have closed forms."""
@@ -325,7 +325,7 @@ class Likelihood(TiltedDensity, ABC):
         return
 
     def _table_closed_form(self, mu, sigma, y, moments):
-        """``(mask, sigma*)`` that a v2 table lookup takes before its boxes, or ``None``, given
+        """``(mask, sigma*)`` that a cell table lookup takes before its boxes, or ``None``, given
         EP's ``moments`` there: the kernel's closed forms (:meth:`_sigma_closed_form`, with the
         moments where it takes them); a likelihood whose closed forms include a quadrature the
         boxes answer faster leaves it out."""

@@ -81,7 +81,7 @@ def _frame(mu, sigma):
 
 
 def _fold(mu, sigma):
-    """The second symmetry's fold, ``max(mu, -mu - s^2)`` (the v2 boxes hold folded
+    """The second symmetry's fold, ``max(mu, -mu - s^2)`` (the cell boxes hold folded
     cavities, :mod:`qpinfer.likelihoods.logit.boxes`)."""
     return np.maximum(mu, -mu - sigma * sigma)
 
@@ -307,7 +307,7 @@ class Logit(Likelihood):
         many widths from the logistic step, D is quadratic on the mode's side of the step and
         nearly linear beyond it, and _GUESS_STEPS steps land within 0.05 of a level spacing (the
         kernel's Newton steps then polish). The kernel's own Newton steps on sqrt(D), which is
-        concave beyond the step, cycled from any farther start (issue #27: edges stuck ~9 nats
+        concave beyond the step, cycled from any farther start (edges stuck ~9 nats
         down, the outermost ~19 nats instead of 50: sigma* and the tilted moments off by up to
         4e-10 at sigma ~ 35..73)."""
         log_peak, _ = self._log_tilted(mode, mu, sigma, y, derivative=False)

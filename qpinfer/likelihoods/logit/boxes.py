@@ -1,4 +1,4 @@
-"""v2 table boxes of the ``logit`` likelihood (issues #15, #27); the log link's are in
+"""Cell-table boxes of the ``logit`` likelihood; the log link's are in
 :mod:`qpinfer.likelihoods.poisson_log.boxes`.
 
 The table stores ``rho = sigma* / sigma_EP`` (Theorem 2: in (0, 1]) at Chebyshev-Gauss nodes of
@@ -21,7 +21,7 @@ side of the fold would be the far mirror image, badly resolved by the cells). In
   f = 0, with exponential sides of rates ``-mu/s^2`` and ``1 + mu/s^2``):
   ``v = log(r) / log(r_max(s))`` in [0, 1] (cells of 1/24), ``r = -tau / 8.5``, ``r_max =
   s^2 / (17 sqrt(1 + s^2))`` (the fold line), and ``log10 s`` in [1.3, 6];
-* ``mid`` (issue #27, the former gap 10^0.5 < s < 20): T in [0, 20] (cells of 1) and ``s``
+* ``mid`` (the former gap 10^0.5 < s < 20): T in [0, 20] (cells of 1) and ``s``
   itself in [3, 22.5] (cells of 1.5). At fixed T the flat regime's onset (a fixed tau, T = tau +
   ~s/2) moves by ~s/2 in T per unit of s, i.e. by ``s ln(10) / 2`` per decade: equal cells in
   log s are too coarse at the top (measured, T cells of 0.5: 4e-7 with log10 s cells of 0.25,

@@ -1,4 +1,4 @@
-"""v2 table boxes of the ``poisson_log`` likelihood (issues #15, #27): every count, every cavity.
+"""Cell-table boxes of the ``poisson_log`` likelihood: every count, every cavity.
 
 The boxes store ``rho = sigma* / sigma_EP`` (Theorem 2: in (0, 1]) at Chebyshev-Gauss nodes of
 equal cells (:mod:`qpinfer.tables.chebyshev`); lookups follow the kernel's path (closed forms,
@@ -17,7 +17,7 @@ Narrow cavities (s <= 1), coordinates ``a`` and ``log10 s``:
 * ``tiny``: a in [-6, 16], ``log10 s`` in [-8, -2] (cells of 0.5); below a = ln(1e-8) - 3 ln s
   (>= -4.6 there) the skewness ``~ alpha s^3`` is under 1e-8.
 
-Wide cavities (1 < s <= 1e4, the kernel's ``SIGMA_MAX``; issue #27). In ``(a, log10 s)`` the tilt's
+Wide cavities (1 < s <= 1e4, the kernel's ``SIGMA_MAX``). In ``(a, log10 s)`` the tilt's
 wall at f ~ 0 moves by ``|a|/s`` standard deviations per unit of log s (the ``core`` cells give
 6.9e-12 at s ~ 2.2, 2.4e-11 at s ~ 7), so the wide side has coordinates that hold the wall still:
 
@@ -31,7 +31,7 @@ wall at f ~ 0 moves by ``|a|/s`` standard deviations per unit of log s (the ``co
   against the cavity's width) in [0.3, 12.9] / [12.9, 26.9] (cells of 0.7 / 2), ``log10 s`` in
   [-0.2, 4] (cells of 0.3 / 0.6); w > 2 means b > 0.44 for every s >= 1.
 
-Every mode (issue #27):
+Every mode:
 
 * ``high``: a in [15, 37] (cells of 2), ``log10 s`` in [-8, 4] (cells of 1): the mode's rate
   e^a above 3.3e6 (counts or means of 1e4 with s < 1e-2 reach a ~ 28); a > 36.84 is the Gaussian

@@ -143,7 +143,7 @@ class PoissonSquare(Likelihood):
         modes."""
         return self.ep_moments(mu, sigma, y)[1:]
 
-    #: the series and the two-lobe quadrature cost O(y) or 160 nodes a point: the v2 table
+    #: the series and the two-lobe quadrature cost O(y) or 160 nodes a point: the cell table
     #: stores EP's moments where the main lobe's Gauss-Hermite rule does not serve them
     _tabulated_moments = True
     #: counts up to this take the series even with a table: 2-4.8 M points/s against a
@@ -235,7 +235,7 @@ class PoissonSquare(Likelihood):
         _GUESS_STEPS steps land within 0.05 of a level spacing (the kernel's Newton steps then
         polish). The kernel's first guess there, the previous edge scaled as for a Gaussian,
         could land on or past f = 0, and three Newton steps from the log-singular wall stopped
-        short (issue #27: y = 3, sigma = 2, mu ~ 14.7187: the second left edge at 36 nats
+        short (y = 3, sigma = 2, mu ~ 14.7187: the second left edge at 36 nats
         instead of 12.5, sigma* 2.6e-12 off). The side away from f = 0: ``x`` unchanged."""
         _, v, _ = self._beta_v(mu, sigma)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

@@ -1,4 +1,4 @@
-"""v2 table boxes of the Poisson (square link) likelihood (issue #13).
+"""Cell-table boxes of the Poisson (square link) likelihood.
 
 The probit boxes live in :mod:`qpinfer.likelihoods.probit.boxes`; the measurements behind the choices
 below are in ``docs/tables-v2.md`` (section "Poisson (square link) and step_noise") and

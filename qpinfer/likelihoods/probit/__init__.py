@@ -117,7 +117,7 @@ class Probit(Likelihood):
         """``(tilted_mean, z)``: the mean of :meth:`tilted_moments` and its
         ``z = y mu / sqrt(1 + sigma^2)``, which is also the probit table's core coordinate tau
         of the canonical cavity (:class:`qpinfer.likelihoods.probit.boxes.ProbitCore`, bit for bit): QP's
-        sweep with a v2 table takes both from one pass
+        sweep with a cell table takes both from one pass
         (:meth:`qpinfer.tables.reduced.ReducedTable.qp_moments`)."""
         terms = self._mean_terms(mu, sigma, y, variance=False)
         return terms[0], terms[5]
@@ -181,7 +181,7 @@ class Probit(Likelihood):
             return log_q, None
         return log_q, ratio - g / sigma + c
 
-    _closed_form_takes_moments = True  # the v2 table passes the EP moments it has already
+    _closed_form_takes_moments = True  # the cell table passes the EP moments it has already
     _clamp_closed_forms = (
         True  # the limits of qpinfer.likelihoods.probit.limits round above sigma_EP
     )

@@ -1,4 +1,4 @@
-"""v2 table boxes of the probit likelihood: a core box in ``(tau, log10 sigma)`` and a tail box
+"""Cell-table boxes of the probit likelihood: a core box in ``(tau, log10 sigma)`` and a tail box
 (``docs/tables-v2.md``; the :class:`~qpinfer.likelihoods.layout.Box` interface is in
 :mod:`qpinfer.likelihoods.layout`)."""
 

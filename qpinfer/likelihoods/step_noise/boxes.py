@@ -1,4 +1,4 @@
-"""v2 table box of the label-noise step likelihood (issue #13).
+"""The cell-table box of the label-noise step likelihood.
 
 **step_noise.** The kernel's ``_rescale`` maps every cavity to ``(z, 1)``, ``z = mu / sigma``
 (canonical y = +1), and ``_sigma_closed_form`` answers ``|z| > 9`` where the side holding the
@@ -47,7 +47,7 @@ def step_noise_z_range(eps: float) -> tuple[float, float]:
 
     if not 0.0 < eps < 0.5:
         raise ValueError(
-            f"eps must be in (0, 0.5) for a step_noise v2 box; got {eps!r} (eps = 0 has no "
+            f"eps must be in (0, 0.5) for a step_noise cell box; got {eps!r} (eps = 0 has no "
             "closed form for z < 0 and needs a tail box in u = z_0 / z)"
         )
     gap = np.log(eps / (1.0 - eps))

@@ -1,4 +1,4 @@
-"""sigma* of the step-noise likelihood from its closed-form tilted quantile function (issue #27).
+"""sigma* of the step-noise likelihood from its closed-form tilted quantile function.
 
 Canonical ``y = +1``, ``z = mu / sigma``, ``a = -z`` the step in standardized units
 ``x = (f - mu) / sigma``. The tilted density is ``phi(x) w(x) / Z``, ``w = eps`` left of ``a`` and

@@ -1,4 +1,4 @@
-"""Student-t regression noise for EP and QP (issue #15), y real.
+"""Student-t regression noise for EP and QP, y real.
 
     p(y | f) = t_nu((y - f) / s) / s,   t_nu(x) = C_nu (1 + x^2 / nu)^(-(nu + 1) / 2),
     C_nu = Gamma((nu + 1) / 2) / (Gamma(nu / 2) sqrt(nu pi)),   nu > 0, s > 0.
@@ -115,7 +115,7 @@ def parse_name(name: Any) -> tuple[float, float] | None:
 
 
 class StudentT(Likelihood):
-    """Student-t noise p(y | f) = t_nu((y - f)/scale)/scale, y real (issue #15)."""
+    """Student-t noise p(y | f) = t_nu((y - f)/scale)/scale, y real."""
 
     _n_nodes = N_NODES
     #: not log-concave: EP/QP sites may have negative precisions (kept by qpinfer.inference.ep)
@@ -195,7 +195,7 @@ class StudentT(Likelihood):
         return np.abs(d), s, np.where(d < 0, -1.0, 1.0)
 
     # EP's moments ---------------------------------------------------------------------------
-    #: no closed form where the cavity is neither narrow nor far: the v2 table of the scale-1
+    #: no closed form where the cavity is neither narrow nor far: the cell table of the scale-1
     #: likelihood of the same nu stores them (looked up in units of the scale)
     _tabulated_moments = True
 
@@ -250,7 +250,7 @@ class StudentT(Likelihood):
     def _anchor(self, mu, sigma, y):
         return _anchor(mu, sigma)
 
-    _closed_form_takes_moments = True  # the v2 table passes the EP moments it has already
+    _closed_form_takes_moments = True  # the cell table passes the EP moments it has already
 
     def _sigma_closed_form(self, mu, sigma, y, moments=None):
         """The Gaussian regime r = sigma' sqrt((nu+1)/(nu+mu'^2)) < GAUSSIAN_R: sigma* = EP std
@@ -267,7 +267,7 @@ class StudentT(Likelihood):
 
     def _rescale(self, mu, sigma, y):
         """Every cavity is computed in units of the scale (y = 0 after :meth:`canonical`); none
-        to do at scale 1 (the v2 table's lookups then need no second EP moment computation)."""
+        to do at scale 1 (the cell table's lookups then need no second EP moment computation)."""
         if self.scale == 1.0:
             return None
         return np.ones(mu.shape, dtype=bool), mu / self.scale, sigma / self.scale, self.scale

@@ -1,4 +1,4 @@
-"""v2 table boxes of the Student-t likelihood (issue #15): one table per nu, any scale.
+"""Cell-table boxes of the Student-t likelihood: one table per nu, any scale.
 
 **Reduced coordinates.** ``f' = (f - y) / scale`` maps the tilted family onto itself
 (:mod:`qpinfer.likelihoods.student_t`), and ``f' -> -f'`` mirrors it, so ``sigma* / scale`` depends
@@ -27,7 +27,7 @@ own ``canonical``: ``sigma*`` at ``mu - y = +-a`` is bit for bit the same). The 
   ``1 - rho ~ u^6`` is smooth in u. Beyond z = 2500 (u < 0.01) the kernel's Gaussian closed
   form holds for every s.
 
-**The former gap** (issue #27): ``z < 25`` with ``s`` in (1e3, 1e10] (the kernel refuses s >
+**The former gap**: ``z < 25`` with ``s`` in (1e3, 1e10] (the kernel refuses s >
 1e10, and so does the table). For s >> 1 the tilt is the t factor's lobe at ``f = y`` (mass ~
 phi(z) / s) plus the cavity's lobe near ``f = mu`` (mass ~ (z s)^-(nu+1)). As z grows at fixed s,
 rho first falls from the t lobe's 0.967 as the far lobe's share of the variance, ``(z s)^2``

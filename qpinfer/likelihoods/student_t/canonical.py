@@ -21,7 +21,7 @@ The tilted moments (EP's projection, eq. (5)) and ``log Z`` have no closed form:
 relative to the t factor, a Gauss-Hermite rule where it is narrow (``r < 0.05``,
 :func:`hermite_moments`), and otherwise Gauss-Legendre rules over the same panels
 (:func:`panel_moments`), with every node written as an offset from its lobe's mode and the log
-density relative to the mode (``_log_ratio``) so that no digits cancel -- or the v2 table's
+density relative to the mode (``_log_ratio``) so that no digits cancel -- or the cell table's
 lookup of them (:meth:`qpinfer.Likelihood.with_moment_table`).
 """
 
@@ -361,7 +361,7 @@ def cavity_shift(mu, sigma, nu):
     mean plus a shift (``mu' > 1e100`` or ``sigma' < 1e-100``: none; its Laplace series:
     ``sigma'^2 l'``), the shift computed as such. ``y + s mean'`` rounds it away once
     ``|mu - y|`` dwarfs it: at ``|y - mu| = 1e12`` the mean carried ``ulp(1e12) ~ 1e-4`` of
-    noise, which kept EP's sites for such outliers from ever converging (issue #26)."""
+    noise, which kept EP's sites for such outliers from ever converging."""
     with np.errstate(over="ignore", invalid="ignore"):
         far = (mu > _FAR) | (sigma < 1.0 / _FAR)
         series = ~far & (sigma * sigma * (nu + 1.0) < _SERIES_R2 * (nu + mu * mu))
