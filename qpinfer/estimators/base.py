@@ -334,7 +334,7 @@ class GPEstimatorBase(SiteLoopParams):
             objective,
             space,
             self._what(stage),
-            maxiter=self._optimizer_maxiter(),
+            maxiter=int(self.optimizer_maxiter),
             budget=budget,
             trail=trail,
             trust=trust,

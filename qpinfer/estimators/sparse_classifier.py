@@ -113,7 +113,6 @@ class SparseGPClassifier(
         (``docs/guide/qp_hyperparameters.md``).
     %(inducing_points)s
     %(jitter)s
-    %(max_optimizer_iter)s
     optimizer_rtol : float or None, default 3e-3
         The energy-stall stopping rule of the L-BFGS search (above); ``None``: off.
     search_tol : float or None, default 1e-3
@@ -237,7 +236,7 @@ class SparseGPClassifier(
                 objective,
                 search_space(*blocks),
                 self._what(),
-                maxiter=self._optimizer_maxiter(),
+                maxiter=int(self.optimizer_maxiter),
                 budget=budget,
                 trail=trail,
                 stall_rtol=self.optimizer_rtol,

@@ -61,7 +61,6 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
     %(blas_threads)s
     %(inducing_points)s
     %(jitter)s
-    %(max_optimizer_iter)s
 
     Attributes
     ----------
@@ -142,7 +141,7 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
                 objective,
                 space,
                 self._what(),
-                maxiter=self._optimizer_maxiter(),
+                maxiter=int(self.optimizer_maxiter),
                 quiet=(),
                 **self._search_options(n_drawn=kernel.theta.size + 1),  # kernel, noise
             )
