@@ -16,7 +16,7 @@ They are keyword-only, after an estimator's own positional arguments. :func:`est
 an estimator class a dataclass (``__init__`` generated from the fields, no generated ``__eq__``
 or ``__repr__``: :class:`~qpinfer.estimators.protocol.ParamsMixin` has the protocol) and writes
 the shared parameters' text of :data:`PARAMETER_DOCS` into its docstring, where a line
-``%(name)s`` stands. What the ``table`` parameter means:
+``%(name)s`` stands (a name of :data:`PARAMETER_GROUPS`: its entries in turn). What the ``table`` parameter means:
 :func:`qpinfer.estimators.tables.resolve_table`.
 """
 
@@ -36,6 +36,7 @@ from qpinfer.kernels import ARDSquaredExponential, as_kernel
 
 __all__ = [
     "PARAMETER_DOCS",
+    "PARAMETER_GROUPS",
     "PseudoPointParams",
     "SharedParams",
     "SiteLoopParams",
@@ -142,6 +143,19 @@ optimize_inducing : bool
 jitter : float
     Added to ``Kuu``'s diagonal, relative to the kernel variance.""",
 }
+
+#: placeholders that stand for several entries of :data:`PARAMETER_DOCS`, in this order: the
+#: search's settings after ``optimizer`` (all five estimators) and the site loop's
+PARAMETER_GROUPS = {
+    "search_settings": ("n_restarts_optimizer", "optimizer_maxiter", "blas_threads"),
+    "site_loop": ("schedule", "max_iter"),
+}
+PARAMETER_DOCS.update(
+    {
+        group: "\n".join(PARAMETER_DOCS[name] for name in names)
+        for group, names in PARAMETER_GROUPS.items()
+    }
+)
 
 _PLACEHOLDER = re.compile(r"^( *)%\((\w+)\)s$", re.MULTILINE)
 

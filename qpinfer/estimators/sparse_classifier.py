@@ -98,11 +98,8 @@ class SparseGPClassifier(
         (``optimize_inducing``) the inducing inputs, in that order; restarts draw the first.
         ``search_tol`` applies to a callable too, ``optimizer_rtol`` to L-BFGS-B only.
         %(optimizer_callable)s
-    %(n_restarts_optimizer)s
-    %(optimizer_maxiter)s
-    %(blas_threads)s
-    %(schedule)s
-    %(max_iter)s
+    %(search_settings)s
+    %(site_loop)s
     qp_objective : {"ep", "evidence", "loo"}, default "ep"
         What QP's hyperparameters and inducing inputs maximise (``method="qp"`` only):
         ``"ep"``, sparse EP's eq. (110) (alpha = 1) and then QP at its optimum; ``"evidence"``,

@@ -56,9 +56,7 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         log hyperparameters, ``log(noise_variance)`` and (``optimize_inducing``) the inducing
         inputs, in that order; restarts draw the first two.
         %(optimizer_callable)s
-    %(n_restarts_optimizer)s
-    %(optimizer_maxiter)s
-    %(blas_threads)s
+    %(search_settings)s
     %(inducing_points)s
     %(jitter)s
 

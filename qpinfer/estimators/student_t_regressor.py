@@ -86,11 +86,8 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         L-BFGS-B, or keep them fixed (``None``). With ``optimize_scale`` the search runs over
         the kernel's log hyperparameters and ``log(scale)`` (in that order).
         %(optimizer_callable)s
-    %(n_restarts_optimizer)s
-    %(optimizer_maxiter)s
-    %(blas_threads)s
-    %(schedule)s
-    %(max_iter)s
+    %(search_settings)s
+    %(site_loop)s
     %(qp_objective)s
     """
 
