@@ -16,8 +16,8 @@ They are keyword-only, after an estimator's own positional arguments. :func:`est
 an estimator class a dataclass (``__init__`` generated from the fields, no generated ``__eq__``
 or ``__repr__``: :class:`~qpinfer.estimators.protocol.ParamsMixin` has the protocol) and writes
 the shared parameters' text of :data:`PARAMETER_DOCS` into its docstring, where a line
-``%(name)s`` stands (a name of :data:`PARAMETER_GROUPS`: its entries in turn). What the ``table`` parameter means:
-:func:`qpinfer.estimators.tables.resolve_table`.
+``%(name)s`` stands (a name of :data:`PARAMETER_GROUPS`: its entries in turn). What the
+``table`` parameter means: :func:`qpinfer.estimators.tables.resolve_table`.
 """
 
 from __future__ import annotations
