@@ -11,7 +11,6 @@ arrows are checked by import-linter in CI, contracts in ``.importlinter``, and d
 :mod:`qpinfer.estimators`; the front modules :mod:`qpinfer.sparse` and :mod:`qpinfer.cli`.
 """
 
-from qpinfer import _moved
 from qpinfer.estimators.classifier import GPClassifier
 from qpinfer.estimators.poisson_regressor import GPPoissonRegressor
 from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
@@ -26,8 +25,6 @@ from qpinfer.sigma import sigma_qp, tilted_moments
 from qpinfer.sparse import MiniBatchSparseGPClassifier, SparseGPClassifier, SparseGPRegressor
 from qpinfer.tables import SigmaTable, TableError, open_table
 from qpinfer.version import __version__
-
-_moved.install(_moved.QPINFER)
 
 __all__ = [
     "ARDSquaredExponential",

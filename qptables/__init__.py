@@ -16,10 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qpinfer import _moved
 from qptables.grid import AxisSpec, GridError, GridSpec, paper_grid
-
-_moved.install(_moved.QPTABLES)
 
 __version__ = "0.1.0"
 __all__ = [

@@ -59,7 +59,7 @@ from qpinfer.checks import (  # check_X, check_positive_int: re-exported (were d
 )
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import SiteLoopParams
-from qpinfer.estimators.protocol import NotFittedError
+from qpinfer.estimators.protocol import NotFittedError, log_marginal_likelihood_method
 from qpinfer.estimators.tables import resolve_table, with_moment_table
 from qpinfer.inference.ep import (
     ConvergenceWarning,
@@ -334,7 +334,7 @@ class GPEstimatorBase(SiteLoopParams):
             objective,
             space,
             self._what(stage),
-            maxiter=self._optimizer_maxiter(),
+            maxiter=int(self.optimizer_maxiter),
             budget=budget,
             trail=trail,
             trust=trust,
@@ -367,12 +367,7 @@ class GPEstimatorBase(SiteLoopParams):
             return self.kernel_, theta
         return self.kernel_.with_theta(theta[:nk]), theta
 
-    def log_marginal_likelihood(
-        self,
-        theta: np.ndarray | None = None,
-        eval_gradient: bool = False,
-        clone_kernel: bool = True,
-    ) -> float | tuple[float, np.ndarray]:
+    log_marginal_likelihood = log_marginal_likelihood_method(
         """The evidence at log hyperparameters ``theta`` (default: the fitted ones), with
         scikit-learn's signature.
 
@@ -387,7 +382,9 @@ class GPEstimatorBase(SiteLoopParams):
         ``kernel_`` when ``theta`` is its own hyperparameters and builds the kernel at ``theta``
         otherwise, as ``clone_kernel=True`` does.
         """
-        self._check_is_fitted()
+    )
+
+    def _log_marginal_likelihood(self, theta: Any, eval_gradient: bool, clone_kernel: Any) -> Any:
         X, y = self.X_train_, self.y_train_
         if theta is None:
             self._checked_theta(self.kernel_.theta, clone_kernel)  # checks clone_kernel

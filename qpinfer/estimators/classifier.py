@@ -137,11 +137,8 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
         (``None``). QP's two stages with ``qp_objective="ep"`` (EP's evidence, then QP's polished) both use
         a callable.
         %(optimizer_callable)s
-    %(n_restarts_optimizer)s
-    %(optimizer_maxiter)s
-    %(blas_threads)s
-    %(schedule)s
-    %(max_iter)s
+    %(search_settings)s
+    %(site_loop)s
     %(qp_objective)s
     alpha : float in (0, 1]
         The Power EP power (``method="pep"`` only): ``alpha = 1`` is EP exactly, ``alpha -> 0``

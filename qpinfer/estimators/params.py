@@ -10,23 +10,20 @@ them take are fields of the dataclasses below, which the estimators inherit:
 * :class:`SiteLoopParams` (the dense estimators and :class:`qpinfer.SparseGPClassifier`):
   ``schedule``, ``max_iter``, ``tol``, ``damping``;
 * :class:`PseudoPointParams` (the sparse estimators): ``n_inducing`` (positional, first),
-  ``inducing_points``, ``optimize_inducing``, ``jitter``, and
-  ``max_optimizer_iter``, the old name of ``optimizer_maxiter`` (until 0.3: accepted, and its
-  value used, with a ``FutureWarning`` at ``fit``).
+  ``inducing_points``, ``optimize_inducing``, ``jitter``.
 
 They are keyword-only, after an estimator's own positional arguments. :func:`estimator` makes
 an estimator class a dataclass (``__init__`` generated from the fields, no generated ``__eq__``
 or ``__repr__``: :class:`~qpinfer.estimators.protocol.ParamsMixin` has the protocol) and writes
 the shared parameters' text of :data:`PARAMETER_DOCS` into its docstring, where a line
-``%(name)s`` stands. What the ``table`` parameter means:
-:func:`qpinfer.estimators.tables.resolve_table`.
+``%(name)s`` stands (a name of :data:`PARAMETER_GROUPS`: its entries in turn). What the
+``table`` parameter means: :func:`qpinfer.estimators.tables.resolve_table`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 from typing import Any
 
 import numpy as np
@@ -39,6 +36,7 @@ from qpinfer.kernels import ARDSquaredExponential, as_kernel
 
 __all__ = [
     "PARAMETER_DOCS",
+    "PARAMETER_GROUPS",
     "PseudoPointParams",
     "SharedParams",
     "SiteLoopParams",
@@ -50,13 +48,6 @@ __all__ = [
 QP_OBJECTIVES = ("evidence", "loo", "ep")
 #: the default cap on L-BFGS-B iterations (paper 000 Sec. 6)
 OPTIMIZER_MAXITER = 1000
-#: ``max_optimizer_iter``'s default: not passed (the cap is then ``optimizer_maxiter``)
-RENAMED = "deprecated"
-
-
-def _renamed(value: Any) -> bool:
-    """Whether the old name ``max_optimizer_iter`` was passed (its value is not the default)."""
-    return not (isinstance(value, str) and value == RENAMED)
 
 
 #: the shared parameters' entries of an estimator's "Parameters" section
@@ -151,11 +142,20 @@ optimize_inducing : bool
     "jitter": """\
 jitter : float
     Added to ``Kuu``'s diagonal, relative to the kernel variance.""",
-    "max_optimizer_iter": """\
-max_optimizer_iter : int, deprecated
-    The old name of ``optimizer_maxiter`` (renamed in 0.2, removed in 0.3): still accepted,
-    and its value used, with a ``FutureWarning`` at ``fit``.""",
 }
+
+#: placeholders that stand for several entries of :data:`PARAMETER_DOCS`, in this order: the
+#: search's settings after ``optimizer`` (all five estimators) and the site loop's
+PARAMETER_GROUPS = {
+    "search_settings": ("n_restarts_optimizer", "optimizer_maxiter", "blas_threads"),
+    "site_loop": ("schedule", "max_iter"),
+}
+PARAMETER_DOCS.update(
+    {
+        group: "\n".join(PARAMETER_DOCS[name] for name in names)
+        for group, names in PARAMETER_GROUPS.items()
+    }
+)
 
 _PLACEHOLDER = re.compile(r"^( *)%\((\w+)\)s$", re.MULTILINE)
 
@@ -211,10 +211,6 @@ class SharedParams(ParamsMixin):
         if not isinstance(self.ard, bool | np.bool_):
             raise ValueError(f"ard must be True or False, got {self.ard!r}")
         check_blas_threads(self.blas_threads)
-
-    def _optimizer_maxiter(self) -> int:
-        """The L-BFGS-B iteration cap."""
-        return int(self.optimizer_maxiter)
 
     def _search_options(self, n_drawn: int | None = None) -> dict[str, Any]:
         """The keyword arguments of :func:`qpinfer.inference.optimize.search_evidence` these
@@ -317,31 +313,9 @@ class PseudoPointParams(SharedParams):
     inducing_points: Any = None
     optimize_inducing: bool = True
     jitter: float = 1e-6
-    max_optimizer_iter: Any = RENAMED
 
     def _check_pseudo_point_params(self) -> None:
-        """Validate the search's parameters and ``jitter``; ``max_optimizer_iter`` (the old
-        name of ``optimizer_maxiter``) warns ``FutureWarning`` and must agree with it."""
-        old = self.max_optimizer_iter
-        if _renamed(old):
-            warnings.warn(
-                "max_optimizer_iter was renamed optimizer_maxiter in qpinfer 0.2 and will be "
-                f"removed in 0.3; pass optimizer_maxiter={old!r} instead",
-                FutureWarning,
-                stacklevel=3,
-            )
-            check_positive_int(old, "max_optimizer_iter")
-            if self.optimizer_maxiter not in (OPTIMIZER_MAXITER, old):
-                raise ValueError(
-                    f"max_optimizer_iter={old!r} and optimizer_maxiter={self.optimizer_maxiter!r} "
-                    "disagree; pass optimizer_maxiter only (max_optimizer_iter is its old name)"
-                )
+        """Validate the search's parameters and ``jitter``."""
         self._check_search_params()
         if not (isinstance(self.jitter, int | float) and self.jitter >= 0):
             raise ValueError(f"jitter must be a non-negative number, got {self.jitter!r}")
-
-    def _optimizer_maxiter(self) -> int:
-        """The L-BFGS-B iteration cap: ``max_optimizer_iter`` if it was passed, else
-        ``optimizer_maxiter``."""
-        old = self.max_optimizer_iter
-        return int(old if _renamed(old) else self.optimizer_maxiter)

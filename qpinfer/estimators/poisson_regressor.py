@@ -178,11 +178,8 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
         Fit the hyperparameters (EP/QP: eq. (4); Laplace: R&W eq. (3.32); VB: the ELBO at its
         optimal variational parameters) with L-BFGS-B, or keep them fixed (``None``).
         %(optimizer_callable)s
-    %(n_restarts_optimizer)s
-    %(optimizer_maxiter)s
-    %(blas_threads)s
-    %(schedule)s
-    %(max_iter)s
+    %(search_settings)s
+    %(site_loop)s
     %(qp_objective)s
     link : {"square", "log"}
         The rate: ``f^2`` (the paper's square link, App. C.2) or ``exp(f)`` (issue #15,

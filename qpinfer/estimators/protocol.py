@@ -2,7 +2,8 @@
 
 :class:`ParamsMixin` gives every estimator ``get_params``/``set_params``/``__repr__`` (its
 parameters are the arguments of its ``__init__``, stored verbatim), the fitted check and the
-check of prediction inputs; :class:`NotFittedError` is raised before ``fit`` (also an instance
+check of prediction inputs; :func:`log_marginal_likelihood_method` the evidence method with
+scikit-learn's signature; :class:`NotFittedError` is raised before ``fit`` (also an instance
 of scikit-learn's own when scikit-learn is loaded); :class:`RegressorTagsMixin` gives the
 regressors' tags to scikit-learn's tooling. The parameters themselves are defined in
 :mod:`qpinfer.estimators.params`.
@@ -18,7 +19,13 @@ import numpy as np
 
 from qpinfer.checks import check_X
 
-__all__ = ["NotFittedError", "ParamsMixin", "RegressorTagsMixin", "not_fitted_error"]
+__all__ = [
+    "NotFittedError",
+    "ParamsMixin",
+    "RegressorTagsMixin",
+    "log_marginal_likelihood_method",
+    "not_fitted_error",
+]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -132,6 +139,25 @@ class ParamsMixin:
             if not same:
                 changed.append(f"{k}={v!r}")
         return f"{type(self).__name__}({', '.join(changed)})"
+
+
+def log_marginal_likelihood_method(doc: str) -> Any:
+    """An estimator's ``log_marginal_likelihood`` method, with scikit-learn's signature and the
+    docstring ``doc``: after the fitted check it returns the estimator's
+    ``_log_marginal_likelihood(theta, eval_gradient, clone_kernel)`` (the evidence, and with
+    ``eval_gradient`` also its gradient in ``theta``)."""
+
+    def log_marginal_likelihood(
+        self,
+        theta: np.ndarray | None = None,
+        eval_gradient: bool = False,
+        clone_kernel: bool = True,
+    ) -> float | tuple[float, np.ndarray]:
+        self._check_is_fitted()
+        return self._log_marginal_likelihood(theta, eval_gradient, clone_kernel)
+
+    log_marginal_likelihood.__doc__ = doc
+    return log_marginal_likelihood
 
 
 class RegressorTagsMixin:

@@ -14,6 +14,7 @@ from qpinfer.estimators.classifier import _check_X, _check_y, binary_labels
 from qpinfer.estimators.multiclass import MultiClassMixin, check_multi_class
 from qpinfer.estimators.params import SiteLoopParams, estimator
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
+from qpinfer.estimators.protocol import log_marginal_likelihood_method
 from qpinfer.estimators.sparse_base import SchedulerCloneMixin, SparseEstimatorBase
 from qpinfer.estimators.tables import resolve_table
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
@@ -98,11 +99,8 @@ class SparseGPClassifier(
         (``optimize_inducing``) the inducing inputs, in that order; restarts draw the first.
         ``search_tol`` applies to a callable too, ``optimizer_rtol`` to L-BFGS-B only.
         %(optimizer_callable)s
-    %(n_restarts_optimizer)s
-    %(optimizer_maxiter)s
-    %(blas_threads)s
-    %(schedule)s
-    %(max_iter)s
+    %(search_settings)s
+    %(site_loop)s
     qp_objective : {"ep", "evidence", "loo"}, default "ep"
         What QP's hyperparameters and inducing inputs maximise (``method="qp"`` only):
         ``"ep"``, sparse EP's eq. (110) (alpha = 1) and then QP at its optimum; ``"evidence"``,
@@ -113,7 +111,6 @@ class SparseGPClassifier(
         (``docs/guide/qp_hyperparameters.md``).
     %(inducing_points)s
     %(jitter)s
-    %(max_optimizer_iter)s
     optimizer_rtol : float or None, default 3e-3
         The energy-stall stopping rule of the L-BFGS search (above); ``None``: off.
     search_tol : float or None, default 1e-3
@@ -237,7 +234,7 @@ class SparseGPClassifier(
                 objective,
                 search_space(*blocks),
                 self._what(),
-                maxiter=self._optimizer_maxiter(),
+                maxiter=int(self.optimizer_maxiter),
                 budget=budget,
                 trail=trail,
                 stall_rtol=self.optimizer_rtol,
@@ -294,12 +291,7 @@ class SparseGPClassifier(
             self.kernel_, self.inducing_points_, self._Lu, self.pep_result_.posterior, X
         )
 
-    def log_marginal_likelihood(
-        self,
-        theta: np.ndarray | None = None,
-        eval_gradient: bool = False,
-        clone_kernel: bool = True,
-    ) -> float | tuple[float, np.ndarray]:
+    log_marginal_likelihood = log_marginal_likelihood_method(
         """Eq. (110) at the kernel's log hyperparameters ``theta`` (default: the fitted ones),
         inducing inputs fixed at the fitted ones, with scikit-learn's signature.
 
@@ -311,9 +303,11 @@ class SparseGPClassifier(
         nothing: the fitted model is never modified. Multi-class: the mean over the binary
         problems (:meth:`qpinfer.estimators.multiclass.MultiClassMixin.log_marginal_likelihood`).
         """
+    )
+
+    def _log_marginal_likelihood(self, theta: Any, eval_gradient: bool, clone_kernel: Any) -> Any:
         if self._is_multiclass():
             return super().log_marginal_likelihood(theta, eval_gradient, clone_kernel=clone_kernel)
-        self._check_is_fitted()
         theta = self._checked_theta(self.kernel_.theta if theta is None else theta, clone_kernel)
         X, Z, y = self.X_train_, self.inducing_points_, self.y_train_
         fitted = np.array_equal(theta, self.kernel_.theta)

@@ -11,7 +11,7 @@ from qpinfer.checks import check_target_vector
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X
 from qpinfer.estimators.params import estimator
-from qpinfer.estimators.protocol import RegressorTagsMixin
+from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
 from qpinfer.estimators.sparse_base import SparseEstimatorBase
 from qpinfer.inference.optimize import search_evidence
 from qpinfer.inference.power_ep import check_power
@@ -56,12 +56,9 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         log hyperparameters, ``log(noise_variance)`` and (``optimize_inducing``) the inducing
         inputs, in that order; restarts draw the first two.
         %(optimizer_callable)s
-    %(n_restarts_optimizer)s
-    %(optimizer_maxiter)s
-    %(blas_threads)s
+    %(search_settings)s
     %(inducing_points)s
     %(jitter)s
-    %(max_optimizer_iter)s
 
     Attributes
     ----------
@@ -142,7 +139,7 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
                 objective,
                 space,
                 self._what(),
-                maxiter=self._optimizer_maxiter(),
+                maxiter=int(self.optimizer_maxiter),
                 quiet=(),
                 **self._search_options(n_drawn=kernel.theta.size + 1),  # kernel, noise
             )
@@ -204,18 +201,15 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         ybar = np.sum(w * y) / np.sum(w)
         return float(1.0 - np.sum(w * (y - pred) ** 2) / np.sum(w * (y - ybar) ** 2))
 
-    def log_marginal_likelihood(
-        self,
-        theta: np.ndarray | None = None,
-        eval_gradient: bool = False,
-        clone_kernel: bool = True,
-    ) -> float | tuple[float, np.ndarray]:
+    log_marginal_likelihood = log_marginal_likelihood_method(
         """Eq. (128) for the normalised targets at ``theta = [kernel log hyperparameters,
         log noise_variance]`` (default: the fitted ones), inducing inputs fixed at the fitted
         ones; with ``eval_gradient`` also its gradient in ``theta``. scikit-learn's signature:
         ``clone_kernel`` is accepted (checked) and changes nothing, the fitted model is never
         modified."""
-        self._check_is_fitted()
+    )
+
+    def _log_marginal_likelihood(self, theta: Any, eval_gradient: bool, clone_kernel: Any) -> Any:
         if theta is None:
             theta = np.concatenate([self.kernel_.theta, [np.log(self.noise_variance_)]])
         theta = self._checked_theta(theta, clone_kernel, ("log noise_variance",))

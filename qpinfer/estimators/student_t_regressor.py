@@ -41,7 +41,7 @@ from qpinfer.checks import finite_array as _finite
 from qpinfer.estimators.base import GPEstimatorBase
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import estimator
-from qpinfer.estimators.protocol import RegressorTagsMixin
+from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
 from qpinfer.estimators.student_t_scale import scale_gradient
 from qpinfer.inference.ep import MomentMatching
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail
@@ -86,11 +86,8 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         L-BFGS-B, or keep them fixed (``None``). With ``optimize_scale`` the search runs over
         the kernel's log hyperparameters and ``log(scale)`` (in that order).
         %(optimizer_callable)s
-    %(n_restarts_optimizer)s
-    %(optimizer_maxiter)s
-    %(blas_threads)s
-    %(schedule)s
-    %(max_iter)s
+    %(search_settings)s
+    %(site_loop)s
     %(qp_objective)s
     """
 
@@ -199,14 +196,16 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         self._use(lik)
         return kern, result, search.n_evaluations
 
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
+    log_marginal_likelihood = log_marginal_likelihood_method(
         """The evidence (EP/QP eq. (4), Laplace R&W eq. (3.32), VB the ELBO) at log
         hyperparameters ``theta``; with ``optimize_scale`` ``theta`` ends with ``log(scale)``
         (and so does the gradient), otherwise it is the kernel's alone (the base class's, where
         ``eval_gradient`` and ``clone_kernel`` are described)."""
+    )
+
+    def _log_marginal_likelihood(self, theta: Any, eval_gradient: bool, clone_kernel: Any) -> Any:
         if not self.optimize_scale:
-            return super().log_marginal_likelihood(theta, eval_gradient, clone_kernel)
-        self._check_is_fitted()
+            return super()._log_marginal_likelihood(theta, eval_gradient, clone_kernel)
         X, y = self.X_train_, self.y_train_
         if theta is None:
             theta = np.append(self.kernel_.theta, np.log(self.likelihood_.scale))

@@ -43,10 +43,43 @@ from qpinfer.inference.site_chord import DenseCovariance, SiteJacobian, covarian
 from qpinfer.inference.site_jacobian import SiteMaps
 from qpinfer.inference.site_update import resolve_floor
 
-__all__ = ["OBJECTIVES", "qp_objective_gradient"]
+__all__ = ["OBJECTIVES", "adjoint", "qp_objective_gradient"]
 
 #: QP's own hyperparameter objectives
 OBJECTIVES: tuple[str, ...] = ("evidence", "loo")
+
+
+def adjoint(
+    cov: Any,
+    a: np.ndarray,
+    b: np.ndarray,
+    local: np.ndarray,
+    G_tau: np.ndarray,
+    G_nu: np.ndarray,
+    objective: str,
+    rtol: float = 1e-10,
+) -> tuple[SiteJacobian, np.ndarray, np.ndarray, np.ndarray]:
+    """The adjoint solve ``(I - dG/ds)^T lam = dL/ds`` at QP's fixed point, dense or low rank.
+
+    ``cov`` has the products with ``Sigma`` and ``Sigma o Sigma`` (``dot``, ``hadamard_dot``);
+    ``a``, ``b`` are the posterior marginals; ``local`` (rows ``a, b, tau, nu`` and any more
+    differentials) holds the objective's local derivatives and ``G_tau``, ``G_nu`` (rows alike)
+    the new sites'. ``dL/ds`` is the total one (through ``a``, ``b`` and locally) plus, for
+    ``objective="evidence"``, Phi's own. Returns the site update's
+    :class:`~qpinfer.inference.site_chord.SiteJacobian`, ``lam`` split into its ``tau`` and
+    ``nu`` halves, and ``omega = local + G_tau lam_tau + G_nu lam_nu`` (``dL/d(a, b, ...)`` in
+    total, row by row); GMRES solves to ``rtol``."""
+    hb_sigma = cov.dot(local[1])
+    rhs_t = local[2] - cov.hadamard_dot(local[0]) - b * hb_sigma
+    rhs_n = local[3] + hb_sigma
+    if objective == "evidence":
+        rhs_t = rhs_t - 0.5 * (a + b * b)
+        rhs_n = rhs_n + b
+    jacobian = SiteJacobian(cov, b, G_tau, G_nu)
+    lam = jacobian.solve(np.concatenate([rhs_t, rhs_n]), transpose=True, rtol=rtol)
+    n = b.size
+    lt, ln = lam[:n], lam[n:]
+    return jacobian, lt, ln, local + G_tau * lt + G_nu * ln
 
 
 def qp_objective_gradient(
@@ -85,20 +118,8 @@ def qp_objective_gradient(
     maps = SiteMaps(projection, a, b, tau, nu, y, objective, clipped, floor)
     C, A, Sigma = covariances(post, K)
     cov = DenseCovariance(Sigma)  # Sigma o Sigma once, for the right-hand side and the adjoint
-    h = maps.h
-    # dL/ds in total (through a, b and locally), plus Phi's own for the evidence
-    hb_sigma = cov.dot(h[1])
-    rhs_t = h[2] - cov.hadamard_dot(h[0]) - b * hb_sigma
-    rhs_n = h[3] + hb_sigma
-    if objective == "evidence":
-        rhs_t = rhs_t - 0.5 * (a + b * b)
-        rhs_n = rhs_n + b
-    jacobian = SiteJacobian(cov, b, maps.G_tau, maps.G_nu)
-    lam = jacobian.solve(np.concatenate([rhs_t, rhs_n]), transpose=True)
-    n = b.size
-    lt, ln = lam[:n], lam[n:]
-    omega_a = h[0] + maps.G_tau[0] * lt + maps.G_nu[0] * ln
-    omega_b = h[1] + maps.G_tau[1] * lt + maps.G_nu[1] * ln
+    jacobian, lt, ln, omega = adjoint(cov, a, b, maps.h, maps.G_tau, maps.G_nu, objective)
+    omega_a, omega_b = omega[0], omega[1]
     alpha = post.b  # K^-1 mu
     W = (A * omega_a[None, :]) @ A.T
     u = A @ omega_b

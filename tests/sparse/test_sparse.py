@@ -331,35 +331,6 @@ def test_get_set_params_and_sklearn_clone():
     assert clone.get_params()["n_inducing"] == 7 and clone.schedule == "sequential"
 
 
-@pytest.mark.parametrize("cls", [SparseGPClassifier, SparseGPRegressor])
-def test_the_old_name_max_optimizer_iter_still_works_with_a_future_warning(cls):
-    """``max_optimizer_iter`` (renamed ``optimizer_maxiter`` in 0.2, every estimator's name):
-    accepted and kept by get_params/clone, a FutureWarning at fit that names the new name, and
-    its value used -- the same fit as the new name; a disagreeing pair is a ValueError."""
-    rng = np.random.default_rng(3)
-    X = rng.normal(size=(30, 2))
-    y = X[:, 0] > 0 if cls is SparseGPClassifier else np.sin(X[:, 0])
-    kw = {"n_inducing": 6, "random_state": 0}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", qpinfer.ConvergenceWarning)  # 3 iterations: capped
-        warnings.simplefilter("error", FutureWarning)
-        new = cls(**kw, optimizer_maxiter=3).fit(X, y)
-        old = cls(**kw, max_optimizer_iter=3)
-        assert old.get_params()["max_optimizer_iter"] == 3
-        with pytest.warns(FutureWarning, match="optimizer_maxiter=3"):
-            old.fit(X, y)
-    assert old.log_marginal_likelihood_ == new.log_marginal_likelihood_
-    assert old.n_evaluations_ == new.n_evaluations_
-    np.testing.assert_array_equal(old.kernel_.theta, new.kernel_.theta)
-    np.testing.assert_array_equal(old.inducing_points_, new.inducing_points_)
-    base = pytest.importorskip("sklearn.base")
-    assert base.clone(old).get_params() == old.get_params()
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="disagree"):
-        cls(**kw, max_optimizer_iter=3, optimizer_maxiter=5).fit(X, y)
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="max_optimizer_iter"):
-        cls(**kw, max_optimizer_iter=0).fit(X, y)
-
-
 def test_parallel_sparse_ep_converges_on_separable_data():
     """Iris setosa vs the rest: parallel updates at damping 0.5 oscillated (RMS ~2e-3 after 1000
     sweeps); the loop halves the damping when the change stalls."""

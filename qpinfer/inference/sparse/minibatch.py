@@ -46,21 +46,25 @@ __all__ = [
 
 @dataclass
 class MinibatchSettings:
-    """The knobs of :func:`fit_minibatch` (checked by the estimator)."""
+    """The knobs of :func:`fit_minibatch`, set and checked by the estimator (its parameters of
+    the same names, where their defaults are: :class:`qpinfer.sparse.MiniBatchSparseGPClassifier`;
+    ``optimize_kernel``: its ``optimizer`` is not ``None``; ``seed``: from its
+    ``random_state``)."""
 
-    batch_size: int = 4096
-    batch_parts: int = 2
-    max_epochs: int = 20
-    learning_rate: float = 0.01
+    batch_size: int
+    batch_parts: int
+    max_epochs: int
+    learning_rate: float
+    validation_fraction: float
+    n_iter_no_change: int
+    tol: float
+    optimize_kernel: bool
+    optimize_inducing: bool
+    jitter: float
+    seed: int
+    verbose: bool
+    #: the last epoch's learning rate as a fraction of the first's (geometric decay in between)
     final_lr_ratio: float = 0.1
-    validation_fraction: float = 0.05
-    n_iter_no_change: int = 3
-    tol: float = 1e-4
-    optimize_kernel: bool = True
-    optimize_inducing: bool = True
-    jitter: float = 1e-6
-    seed: int = 0
-    verbose: bool = False
 
 
 @dataclass

@@ -159,28 +159,6 @@ def _se_cross_contract(
 
 
 def _contract_prior_gradient(
-    kernel: ARDSquaredExponential,
-    X: np.ndarray,
-    Z: np.ndarray,
-    prior: PseudoPointPrior,
-    G_fu: np.ndarray,
-    G_uu: np.ndarray,
-    g_kdiag: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``dF = sum G_fu * dKfu + sum G_uu * dKuu + g_kdiag . d diag(Kff)`` in (theta, Z);
-    ``G_fu`` (N x M, a temporary of the callers) is overwritten. A scikit-learn kernel goes to
-    ``_cross_prior_gradient()``; the SE kernel's contraction is written out here."""
-    if not isinstance(kernel, ARDSquaredExponential):
-        return _cross_prior_gradient(kernel, X, Z, prior, G_fu, G_uu, g_kdiag)
-    g1, gz1 = _se_cross_contract(kernel, X, Z, G_fu, prior.Kuf.T, overwrite_W=True)
-    g2, gz2 = _se_cross_contract(kernel, Z, Z, G_uu, prior.Kuu)  # G_uu symmetric: Z twice
-    g_theta = g1 + g2
-    # jitter * variance and diag(Kff) = variance both scale with the variance
-    g_theta[0] += prior.jitter * np.trace(G_uu) + g_kdiag @ prior.kdiag
-    return g_theta, gz1 + 2.0 * gz2
-
-
-def _cross_prior_gradient(
     kernel: Any,
     X: np.ndarray,
     Z: np.ndarray,
@@ -189,12 +167,22 @@ def _cross_prior_gradient(
     G_uu: np.ndarray,
     g_kdiag: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``_contract_prior_gradient()`` for a scikit-learn kernel (theta: its ``theta``), by
-    :func:`qpinfer.kernels.cross.cross_contract` and :func:`~qpinfer.kernels.cross.diag_contract`.
+    """``dF = sum G_fu * dKfu + sum G_uu * dKuu + g_kdiag . d diag(Kff)`` in (theta, Z);
+    ``G_fu`` (N x M, a temporary of the callers) may be overwritten.
 
-    The jitter ``jit = jitter * mean diag Kuu`` moves with the kernel's diagonal:
-    ``d jit = jit * d(sum_m k(z_m, z_m)) / sum_m k(z_m, z_m)``, weighted by ``tr(G_uu)``, in theta
-    and (``DotProduct``: ``k(z, z) = sigma_0^2 + |z|^2``) in ``Z``."""
+    The SE kernel's contraction is written out (``_se_cross_contract()``); a scikit-learn
+    kernel's (theta: its ``theta``) is :func:`qpinfer.kernels.cross.cross_contract` and
+    :func:`~qpinfer.kernels.cross.diag_contract`. There the jitter ``jit = jitter * mean diag
+    Kuu`` moves with the kernel's diagonal: ``d jit = jit * d(sum_m k(z_m, z_m)) / sum_m k(z_m,
+    z_m)``, weighted by ``tr(G_uu)``, in theta and (``DotProduct``: ``k(z, z) = sigma_0^2 +
+    |z|^2``) in ``Z``."""
+    if isinstance(kernel, ARDSquaredExponential):
+        g1, gz1 = _se_cross_contract(kernel, X, Z, G_fu, prior.Kuf.T, overwrite_W=True)
+        g2, gz2 = _se_cross_contract(kernel, Z, Z, G_uu, prior.Kuu)  # G_uu symmetric: Z twice
+        g_theta = g1 + g2
+        # jitter * variance and diag(Kff) = variance both scale with the variance
+        g_theta[0] += prior.jitter * np.trace(G_uu) + g_kdiag @ prior.kdiag
+        return g_theta, gz1 + 2.0 * gz2
     sk = _sklearn_kernel(kernel)
     g1, gz1 = cross_contract(sk, X, Z, G_fu, prior.Kuf.T)
     g2, gz2 = cross_contract(sk, Z, Z, G_uu, prior.Kuu)  # G_uu symmetric: Z twice

@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from qpinfer.inference.projections import QuantileMatching
-from qpinfer.inference.site_chord import SiteJacobian
 from qpinfer.inference.site_jacobian import cavity_derivatives
 from qpinfer.inference.sparse.pseudo_points import (
     PseudoPointPrior,
@@ -46,6 +45,7 @@ from qpinfer.inference.sparse.sites import (
     _ConditionalProjection,
     _sparse_site_proposal,
 )
+from qpinfer.inference.total_gradient import adjoint
 
 __all__ = ["OBJECTIVES", "sparse_qp_objective_gradient"]
 
@@ -166,18 +166,7 @@ def sparse_qp_objective_gradient(
     Linv = post.Linv if post.Linv is not None else _tri_inv(post.L, "B")
     V = Linv @ A
     sig = _LowRankSigma(V)
-    loc = maps.loc
-    hb_sigma = sig.dot(loc[1])
-    rhs_t = loc[2] - sig.hadamard_dot(loc[0]) - b * hb_sigma
-    rhs_n = loc[3] + hb_sigma
-    if objective == "evidence":
-        rhs_t = rhs_t - 0.5 * (a + b * b)
-        rhs_n = rhs_n + b
-    jacobian = SiteJacobian(sig, b, maps.G_tau, maps.G_nu)
-    lam = jacobian.solve(np.concatenate([rhs_t, rhs_n]), transpose=True, rtol=1e-11)
-    n = b.size
-    lt, ln = lam[:n], lam[n:]
-    om = loc + maps.G_tau * lt + maps.G_nu * ln  # omega_a, omega_b, ., ., omega_h
+    om = adjoint(sig, a, b, maps.loc, maps.G_tau, maps.G_nu, objective, rtol=1e-11)[3]
     om_a, om_b, om_h = om[0], om[1], om[4]
     # Y = W A^T (N x M): T X = X - S A^T B^-1 A X; T^T A^T = A^T B^-1 = E
     Binv = Linv.T @ Linv
