@@ -43,7 +43,7 @@ from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.multiclass import MultiClassMixin, check_multi_class
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
-from qpinfer.inference.power_ep import PowerMomentMatching, StepNoisePowerMatching, check_power
+from qpinfer.inference.power_ep import PowerMomentMatching, check_power
 from qpinfer.inference.relaxed_ep import RelaxedMomentMatching, check_penalty
 from qpinfer.likelihoods.probit import Probit
 from qpinfer.likelihoods.step_noise import StepNoise, check_eps
@@ -261,8 +261,6 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     def _projection(self, likelihood: Any, table: Any) -> Any:
         """Power EP's and relaxed EP's projections; the others as the base class."""
         if self.method == "pep":
-            if isinstance(likelihood, StepNoise):
-                return StepNoisePowerMatching(likelihood, self.alpha)
             return PowerMomentMatching(likelihood, self.alpha)
         if self.method == "rep":
             return RelaxedMomentMatching(likelihood, self.rep_c)

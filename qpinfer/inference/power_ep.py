@@ -20,8 +20,9 @@ What this module adds to the site-update loop of :mod:`qpinfer.inference.ep`:
   :func:`qpinfer.inference.ep.run_ep` (:func:`qpinfer.inference.site_update.site_proposal`) uses for
   the fractional cavity and the fractional site update (``tau~ <- (1/sigma*^2 - tau_cav) / alpha``).
   With ``alpha = 1`` it calls the likelihood's closed forms, so it *is* EP (bit for bit). Otherwise
-  the moments and the normaliser come from :func:`~qpinfer.inference.power_ep.tilted_power_moments`,
-  an adaptive Gauss-Hermite rule centred on the mode of the (log-concave) tilted density.
+  the moments and the normaliser are the likelihood's :meth:`~qpinfer.Likelihood.power_moments`
+  (the probit's panel quadrature about the mode of its log-concave fractional tilt,
+  :mod:`qpinfer.likelihoods.probit.power`; the label-noise step's closed form).
 * :func:`power_ep_log_evidence` -- the Power EP approximate log marginal likelihood, paper 004
   eq. (110) with the pseudo-points at the training inputs (``u = f``)::
 
@@ -41,33 +42,13 @@ point), so only ``G(q) - G(p)`` moves with ``K`` to first order.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
-from numpy.polynomial import legendre
-from scipy.special import logsumexp
 
 from qpinfer.checks import number_or_nan
-from qpinfer.likelihoods.step_noise import StepNoise
-from qpinfer.quadrature.level_sets import TiltedDensity
 
-__all__ = [
-    "PowerMomentMatching",
-    "StepNoisePowerMatching",
-    "check_power",
-    "power_ep_log_evidence",
-    "tilted_power_moments",
-]
-
-_LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
-_N_LEVELS = 4  # level-set panels on each side of the mode
-_N_NODES = 12  # Gauss-Legendre nodes per panel
-
-
-@functools.cache
-def _legendre_rule(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    return legendre.leggauss(n_nodes)
+__all__ = ["PowerMomentMatching", "check_power", "power_ep_log_evidence"]
 
 
 def check_power(power: Any) -> float:
@@ -81,131 +62,14 @@ def check_power(power: Any) -> float:
     return p
 
 
-def _probit_mode(
-    mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, power: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Mode and Laplace width of ``N(f | mu, sigma^2) Phi(y f)^power`` (log-concave).
-
-    Newton on ``g'(z) = power r(z) - (z - m)/s2`` in ``z = y f`` with ``m = y mu`` and
-    ``r = phi/Phi``: ``g'`` is convex and decreasing, so Newton started at ``z = m`` (where
-    ``g' > 0``, left of the root) increases monotonically to the root.
-    """
-    from qpinfer.quadrature.normal_ratios import (
-        probit_moment_terms as _probit_moment_terms,  # stable r, z + r
-    )
-
-    s2 = sigma * sigma
-    m = y * mu
-    z = m.copy()  # g'(m) = power r(m) > 0: left of the root, so Newton increases monotonically
-    for _ in range(100):
-        r, z_plus_r, _ = _probit_moment_terms(z)
-        g1 = power * r - (z - m) / s2
-        g2 = -power * r * z_plus_r - 1.0 / s2
-        step = g1 / g2
-        z = z - step
-        if np.all(np.abs(step) <= 1e-12 * (1.0 + np.abs(z))):
-            break
-    r, z_plus_r, _ = _probit_moment_terms(z)
-    width = 1.0 / np.sqrt(power * r * z_plus_r + 1.0 / s2)
-    return y * z, width
-
-
-class _FractionalTilted(TiltedDensity):
-    """The fractional tilted density ``p(y | f)^power N(f | mu, sigma^2)`` through the
-    likelihood hook ``_log_tilted`` that :func:`qpinfer.quadrature.level_sets.level_edges` places
-    panels with."""
-
-    def __init__(self, likelihood: Any, power: float) -> None:
-        self.likelihood = likelihood
-        self.power = power
-
-    def _log_tilted(self, f, mu, sigma, y, derivative: bool = True):
-        log_lik, ratio = self.likelihood._log_cdf(f)  # y == +1 after canonical()
-        d = (f - mu) / sigma
-        out = self.power * log_lik - 0.5 * d * d
-        if not derivative:
-            return out, None
-        return out, self.power * ratio - d / sigma
-
-
-def tilted_power_moments(
-    likelihood: Any,
-    mu: np.ndarray,
-    sigma: np.ndarray,
-    y: np.ndarray,
-    power: float,
-    n_levels: int = _N_LEVELS,
-    n_nodes: int = _N_NODES,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(log Z, mean, std)`` of the fractional tilted density ``N(f | mu, sigma^2) p(y|f)^power``.
-
-    ``log Z = log ∫ N(f | mu, sigma^2) p(y | f)^power df`` (paper 004 eq. (116) for one site);
-    mean and standard deviation are those of the normalised density (the Power EP projection,
-    eq. (16)). Probit likelihood (the fractional tilted density is log-concave), vectorised:
-
-    1. the mode and curvature width by Newton (``_probit_mode()``);
-    2. panel edges on log-density level sets on both sides of the mode, ``n_levels`` per side
-       down to 50 nats (the panel placement of the exact sigma* kernel,
-       :func:`qpinfer.quadrature.level_sets.level_edges`), plus the probit's own breakpoints (where
-       ``Phi`` turns from rising to flat, ``Probit._breakpoints``) clipped into that range, so that
-       a wide cavity's flat stretch and the sharp probit edge land on different panels;
-    3. ``n_nodes`` Gauss-Legendre nodes per panel give the normaliser (log-sum-exp) and the first
-       two moments about the mode (no cancellation).
-
-    Accurate to ~1e-9 relative against adaptive ``scipy.integrate.quad`` over mu in [-30, 30],
-    sigma in [0.05, 40], power in [1e-3, 1] (``tests/inference/test_power_ep.py``).
-    """
-    from qpinfer.quadrature.level_sets import (
-        level_edges as _level_edges,  # the sigma* kernel's panels
-    )
-
-    if getattr(likelihood, "name", None) != "probit":
-        raise NotImplementedError(
-            "Power EP with alpha < 1 is implemented for the probit likelihood only, got "
-            f"{getattr(likelihood, 'name', likelihood)!r}"
-        )
-    mu, sigma, y = np.broadcast_arrays(
-        np.asarray(mu, dtype=np.float64),
-        np.asarray(sigma, dtype=np.float64),
-        np.asarray(y, dtype=np.float64),
-    )
-    shape = mu.shape
-    mu, sigma, y = (np.atleast_1d(a).ravel() for a in (mu, sigma, y))
-    m, y1 = likelihood.canonical(mu, y)  # z = y f: the tilted density of z has y = +1
-    mode, width = _probit_mode(m, sigma, y1, power)
-    frac = _FractionalTilted(likelihood, power)
-    inf = np.full_like(mode, np.inf)
-    with np.errstate(invalid="ignore"):  # inf - inf in its bound guard, discarded by np.where
-        edges = _level_edges(frac, mode, width, -inf, inf, m, sigma, y1, n_levels)
-    breaks = likelihood._breakpoints(m, sigma, y1)
-    if breaks is not None:
-        base = breaks[1](1) if callable(breaks[1]) else breaks[1]  # the step's own edges
-        extra = np.clip(base[None, :], edges[:, :1], edges[:, -1:])
-        edges = np.sort(np.concatenate([edges, extra], axis=1), axis=1)
-    x, w = _legendre_rule(int(n_nodes))
-    half = 0.5 * (edges[:, 1:] - edges[:, :-1])
-    z = (0.5 * (edges[:, 1:] + edges[:, :-1]))[..., None] + half[..., None] * x
-    col = (slice(None), None, None)
-    log_q, _ = frac._log_tilted(z, m[col], sigma[col], y1[col], derivative=False)
-    with np.errstate(divide="ignore"):
-        log_terms = (log_q + np.log(half)[..., None] + np.log(w)).reshape(len(m), -1)
-    log_mass = logsumexp(log_terms, axis=1)
-    wts = np.exp(log_terms - log_mass[:, None])
-    dev = z.reshape(len(m), -1) - mode[:, None]  # moments about the mode: no cancellation
-    m_dev = np.sum(wts * dev, axis=1)
-    var = np.sum(wts * (dev - m_dev[:, None]) ** 2, axis=1)
-    log_z = log_mass - np.log(sigma) - _LOG_SQRT_2PI
-    mean = y * (mode + m_dev)
-    return log_z.reshape(shape), mean.reshape(shape), np.sqrt(var).reshape(shape)
-
-
 class PowerMomentMatching:
     """Power EP's projection: moment matching of ``N(f | cavity) p(y | f)^power`` (Sec. 3.4).
 
     Plugs into :func:`qpinfer.inference.ep.run_ep` (the loop reads ``power`` for the fractional
     cavity and site update). ``power = 1`` uses the likelihood's closed forms and is exactly
-    :class:`qpinfer.MomentMatching`; otherwise
-    :func:`~qpinfer.inference.power_ep.tilted_power_moments` (panel quadrature; probit only).
+    :class:`qpinfer.MomentMatching`; otherwise the likelihood's
+    :meth:`~qpinfer.Likelihood.power_moments` (the probit's panel quadrature, the label-noise
+    step's closed form; another likelihood refuses, naming itself).
     """
 
     def __init__(self, likelihood: Any, power: float = 0.5) -> None:
@@ -217,7 +81,7 @@ class PowerMomentMatching:
     ) -> tuple[np.ndarray, np.ndarray]:
         if self.power == 1.0:
             return self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
-        _, mean, std = tilted_power_moments(self.likelihood, cavity_mean, cavity_std, y, self.power)
+        _, mean, std = self.likelihood.power_moments(cavity_mean, cavity_std, y, self.power)
         return mean, std
 
     def log_normalizer(
@@ -226,7 +90,7 @@ class PowerMomentMatching:
         """``log ∫ N(f | cavity) p(y | f)^power df`` (eq. (116))."""
         if self.power == 1.0:
             return self.likelihood.log_z(cavity_mean, cavity_std, y)
-        log_z, _, _ = tilted_power_moments(self.likelihood, cavity_mean, cavity_std, y, self.power)
+        log_z, _, _ = self.likelihood.power_moments(cavity_mean, cavity_std, y, self.power)
         return log_z
 
     def __repr__(self) -> str:
@@ -275,29 +139,3 @@ def power_ep_log_evidence(
     )
     log_z = -post.half_logdet_B() + 0.5 * nu @ mean + np.sum(log_zhat + delta_g) / alpha
     return float(log_z), cav_mean, cav_var
-
-
-class StepNoisePowerMatching:
-    """Power EP projection for :class:`~qpinfer.likelihoods.step_noise.StepNoise` (paper 002 App. C,
-    eq. (41)), closed form.
-
-    ``p(y|f)^power = C StepNoise(eps_u)``, ``C = (1-eps)^power + eps^power``,
-    ``eps_u = eps^power / C``; ``power = 1`` is EP exactly.
-    """
-
-    def __init__(self, likelihood: StepNoise, power: float = 0.8) -> None:
-        self.likelihood = likelihood
-        self.power = check_power(power)
-        e = likelihood.eps
-        c = (1.0 - e) ** self.power + e**self.power
-        self._log_c = float(np.log(c)) if self.power != 1.0 else 0.0
-        self._frac = likelihood if self.power == 1.0 else StepNoise(e**self.power / c)
-
-    def project(self, cavity_mean, cavity_std, y):
-        return self._frac.tilted_moments(cavity_mean, cavity_std, y)
-
-    def log_normalizer(self, cavity_mean, cavity_std, y):
-        return self._log_c + self._frac.log_z(cavity_mean, cavity_std, y)
-
-    def __repr__(self) -> str:
-        return f"StepNoisePowerMatching({self.likelihood!r}, power={self.power!r})"

@@ -275,6 +275,15 @@ class Likelihood(TiltedDensity, ABC):
             f"which this likelihood does not give; got {self!r}"
         )
 
+    def power_moments(self, mu, sigma, y, power: float) -> tuple[np.ndarray, ...]:
+        """``(log Z, mean, std)`` of the fractional tilt ``p(y | f)^power N(f | mu, sigma^2)``,
+        ``power`` in (0, 1): Power EP's projection (Bui et al., 2017, Sec. 3.4). A likelihood
+        without them refuses Power EP with ``alpha < 1``."""
+        raise ValueError(
+            "Power EP with alpha < 1 needs the moments of p(y | f)^alpha N(f | mu, sigma^2), "
+            f"which this likelihood does not give; got {self!r}"
+        )
+
     def ep_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(log Z, mean, std)`` of the tilted distribution: :meth:`log_z` and
         :meth:`tilted_moments` together (a likelihood that computes them in one pass overrides

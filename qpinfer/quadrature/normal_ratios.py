@@ -1,6 +1,6 @@
 """Ratios of the standard normal density to its distribution function, computed without
-overflow or cancellation: shared by the probit likelihood, its power-EP moments
-(:mod:`qpinfer.inference.power_ep`), the step-noise likelihood and the expected log-likelihood.
+overflow or cancellation: shared by the probit likelihood (its moments, power-EP moments and the baselines'
+derivatives) and the label-noise step likelihood.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_ndtr
 
-__all__ = ["probit_moment_terms", "ratio_phi_over_Phi"]
+__all__ = ["normal_ratio_terms", "ratio_phi_over_Phi"]
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -22,7 +22,7 @@ def ratio_phi_over_Phi(z: np.ndarray) -> np.ndarray:
 _CF_TERMS = ((1.5, 2.5, 200), (2.5, 3.5, 80), (3.5, 5.0, 60), (5.0, np.inf, 30))
 
 
-def probit_moment_terms(
+def normal_ratio_terms(
     z: np.ndarray, variance: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``(r, z + r, 1 - r (z + r))`` with r = phi(z)/Phi(z), each without cancellation

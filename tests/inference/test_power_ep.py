@@ -17,12 +17,9 @@ from scipy.special import log_ndtr
 
 import qpinfer
 from qpinfer.inference.ep import MomentMatching, log_evidence, log_evidence_gradient, run_ep
-from qpinfer.inference.power_ep import (
-    PowerMomentMatching,
-    power_ep_log_evidence,
-    tilted_power_moments,
-)
+from qpinfer.inference.power_ep import PowerMomentMatching, power_ep_log_evidence
 from qpinfer.kernels import ARDSquaredExponential
+from qpinfer.likelihoods.probit.power import tilted_power_moments
 from tests._helpers import load_ionosphere
 
 PROBIT = qpinfer.get_likelihood("probit")
@@ -92,8 +89,8 @@ def test_power_one_projection_is_moment_matching_bit_for_bit():
     np.testing.assert_array_equal(pep.log_normalizer(mu, sigma, y), ep.log_normalizer(mu, sigma, y))
 
 
-def test_fractional_power_for_other_likelihoods_is_not_implemented():
-    with pytest.raises(NotImplementedError, match="probit"):
+def test_fractional_power_for_other_likelihoods_is_refused_naming_them():
+    with pytest.raises(ValueError, match="Power EP with alpha < 1 needs .* got PoissonSquare"):
         PowerMomentMatching(qpinfer.PoissonSquare(), 0.5).project(
             np.zeros(2), np.ones(2), np.array([1.0, 2.0])
         )

@@ -5,7 +5,7 @@ import pytest
 
 from qpinfer import get_likelihood, sigma_qp
 from qpinfer.inference.ep import QuantileMatching
-from qpinfer.inference.power_ep import StepNoisePowerMatching
+from qpinfer.inference.power_ep import PowerMomentMatching
 from qpinfer.likelihoods.step_noise import StepNoise
 from qptables.reference.step_noise import (
     step_noise_moments_reference,
@@ -106,9 +106,9 @@ def test_sigma_below_ep_and_mirror(eps):
 def test_power_projection_is_ep_at_one_and_matches_quadrature():
     lik = StepNoise(0.2)
     mu, sigma, y = np.array([0.3, -1.0]), np.array([1.2, 0.7]), np.array([1.0, -1.0])
-    ep = StepNoisePowerMatching(lik, 1.0)
+    ep = PowerMomentMatching(lik, 1.0)
     np.testing.assert_array_equal(ep.project(mu, sigma, y)[1], lik.tilted_moments(mu, sigma, y)[1])
-    pep = StepNoisePowerMatching(lik, 0.8)
+    pep = PowerMomentMatching(lik, 0.8)
     f = np.linspace(-15, 15, 600001)
     for i in range(2):
         w = np.exp(0.8 * lik.log_pdf(f, y[i])) * np.exp(-0.5 * ((f - mu[i]) / sigma[i]) ** 2)

@@ -220,13 +220,13 @@ def test_step_noise_every_finite_query_is_answered_or_refused(mu, sigma, y, eps)
         # std may exceed the cavity's)
 
 
-def test_probit_moment_terms_match_mpmath():
+def test_normal_ratio_terms_match_mpmath():
     """r = phi/Phi, z + r and 1 - r (z + r) (EP's probit moments): the direct formulas lost
     1.5e-12 of the variance factor at z = -5 before the continued fraction took over."""
-    from qpinfer.quadrature.normal_ratios import probit_moment_terms as _probit_moment_terms
+    from qpinfer.quadrature.normal_ratios import normal_ratio_terms as _normal_ratio_terms
 
     z = np.concatenate([np.linspace(-40.0, 5.0, 181), [-5.0000001, -4.9999999, -1.5000001]])
-    r, z_plus_r, var_factor = _probit_moment_terms(z)
+    r, z_plus_r, var_factor = _normal_ratio_terms(z)
     with mpmath.workdps(40):
         for i, zi in enumerate(z):
             zm = mpmath.mpf(float(zi))

@@ -13,7 +13,7 @@ import numpy as np
 from scipy.special import erfcx, log_ndtr, ndtr
 
 from qpinfer.likelihoods.base import Likelihood, check_sign_labels
-from qpinfer.quadrature.normal_ratios import probit_moment_terms, ratio_phi_over_Phi
+from qpinfer.quadrature.normal_ratios import normal_ratio_terms, ratio_phi_over_Phi
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -74,9 +74,9 @@ class Probit(Likelihood):
 
     def _log_lik_derivatives(self, f, y):
         """``log Phi(y f)`` and its derivatives from ``r = phi(z) / Phi(z)``, ``z = y f``, in the
-        cancellation-free form of :func:`qpinfer.quadrature.normal_ratios.probit_moment_terms`."""
+        cancellation-free form of :func:`qpinfer.quadrature.normal_ratios.normal_ratio_terms`."""
         z = y * f
-        r, z_plus_r, var_factor = probit_moment_terms(np.atleast_1d(z).astype(np.float64))
+        r, z_plus_r, var_factor = normal_ratio_terms(np.atleast_1d(z).astype(np.float64))
         r, z_plus_r, var_factor = (a.reshape(np.shape(z)) for a in (r, z_plus_r, var_factor))
         lp = log_ndtr(z)
         d1 = y * r
@@ -94,6 +94,13 @@ class Probit(Likelihood):
         lp, d1, d2, _ = self._log_lik_derivatives(z, np.ones_like(z))
         ys = y[..., None]
         return np.sum(w * lp, -1), np.sum(w * ys * d1, -1), 0.5 * np.sum(w * d2, -1)
+
+    def power_moments(self, mu, sigma, y, power: float) -> tuple[np.ndarray, ...]:
+        """By panel quadrature about the mode of the log-concave fractional tilt
+        (:func:`qpinfer.likelihoods.probit.power.tilted_power_moments`)."""
+        from qpinfer.likelihoods.probit.power import tilted_power_moments
+
+        return tilted_power_moments(self, mu, sigma, y, power)
 
     def smoothed_scale(self, h) -> np.ndarray:
         """``sqrt(1 + h)``: ``int N(f | a, h) Phi(y f) df = Phi(y a / sqrt(1 + h))``."""
@@ -124,12 +131,12 @@ class Probit(Likelihood):
 
     def _mean_terms(self, mu, sigma, y, variance=True):
         mu, sigma, y = np.broadcast_arrays(mu, sigma, y)
-        # the tail branch of probit_moment_terms replaces what overflows in the direct forms;
+        # the tail branch of normal_ratio_terms replaces what overflows in the direct forms;
         # the mean itself may exceed the float range only when |mu| is within a factor of it
         with np.errstate(over="ignore", invalid="ignore"):
             h = np.hypot(1.0, sigma)  # no overflow of 1 + sigma^2
             z = np.atleast_1d(y * mu / h)  # the same operations as _z
-            _, z_plus_r, var_factor = probit_moment_terms(z, variance)
+            _, z_plus_r, var_factor = normal_ratio_terms(z, variance)
             eps, delta = 1.0 / h, sigma / h
             mean = (mu * eps) * eps + y * (sigma * delta) * z_plus_r.reshape(mu.shape)
         return mean, sigma, eps, delta, var_factor, z

@@ -14,7 +14,7 @@ standard normal pdf/cdf)::
     Var[t] = 1 - r (z + r)
 
 (the same form as the probit moments with a different ``r``; for ``eps = 0`` the probit
-Mills-ratio continued fraction of :func:`qpinfer.quadrature.normal_ratios.probit_moment_terms` is
+Mills-ratio continued fraction of :func:`qpinfer.quadrature.normal_ratios.normal_ratio_terms` is
 used in the lower tail). The tilted CDF is closed form too, so is its quantile function, and
 :func:`qpinfer.sigma.exact.sigma_qp` takes sigma* from it (``StepNoise._sigma_qp_exact``,
 :mod:`qpinfer.likelihoods.step_noise.closed`: two Gauss-Legendre sums, ~1e-15). The panel hooks
@@ -30,7 +30,7 @@ table built for one ``eps`` is refused by :class:`qpinfer.QuantileMatching` for 
 Power EP (paper 002 App. C, eq. (41)): ``p(y|f)^u = C [(1 - eps_u) Theta(y f) + eps_u Theta(-y f)]``
 with ``C = (1 - eps)^u + eps^u`` and ``eps_u = eps^u / C`` -- again a step likelihood, so the
 fractional tilted moments are closed form
-(:class:`qpinfer.inference.power_ep.StepNoisePowerMatching`).
+(:meth:`StepNoise.power_moments`).
 
 Holds: the likelihood (here), ``closed`` (sigma* from the closed-form tilted quantile function)
 and ``boxes`` (its cell table).
@@ -50,7 +50,7 @@ from scipy.special import log_ndtr, ndtr
 from qpinfer.checks import number_or_nan
 from qpinfer.likelihoods.base import Likelihood, check_sign_labels
 from qpinfer.likelihoods.step_noise.closed import sigma_ratio
-from qpinfer.quadrature.normal_ratios import probit_moment_terms
+from qpinfer.quadrature.normal_ratios import normal_ratio_terms
 
 __all__ = ["DEFAULT_EPS", "StepNoise", "check_eps", "parse_name"]
 
@@ -145,7 +145,7 @@ class StepNoise(Likelihood):
         with np.errstate(over="ignore", invalid="ignore"):
             z = np.atleast_1d(y * mu / sigma)
             if self.eps == 0.0:
-                r, z_plus_r, var_factor = probit_moment_terms(z)
+                r, z_plus_r, var_factor = normal_ratio_terms(z)
             else:
                 log_r = np.log1p(-2.0 * self.eps) - 0.5 * z * z - _LOG_SQRT_2PI - self._log_z_of(z)
                 r = np.exp(log_r)
@@ -167,6 +167,14 @@ class StepNoise(Likelihood):
         e = self.eps
         p1 = e + (1.0 - 2.0 * e) * ndtr(self.decision_values(mean, var))
         return np.column_stack((1.0 - p1, p1))
+
+    def power_moments(self, mu, sigma, y, power: float) -> tuple[np.ndarray, ...]:
+        """Closed form: ``p(y|f)^power = C StepNoise(eps_u)``, ``C = (1 - eps)^power +
+        eps^power``, ``eps_u = eps^power / C`` (Qi and Guo, 2012, App. C, eq. (41))."""
+        e = self.eps
+        c = (1.0 - e) ** power + e**power
+        frac = StepNoise(e**power / c)
+        return float(np.log(c)) + frac.log_z(mu, sigma, y), *frac.tilted_moments(mu, sigma, y)
 
     def canonical(self, mu, y):
         """Mirror symmetry: sigma*(mu, sigma, -1) == sigma*(-mu, sigma, +1) exactly."""
