@@ -19,7 +19,9 @@ from qpinfer.inference.laplace import LaplaceResult, laplace_mode
 from qpinfer.inference.power_ep import PowerMomentMatching
 from qpinfer.inference.vb import VBResult, fit_vb
 from qpinfer.kernels import ARDSquaredExponential, Kernel
-from qpinfer.likelihoods import Likelihood, PoissonSquare, Probit
+from qpinfer.likelihoods import Likelihood
+from qpinfer.likelihoods.poisson_square import PoissonSquare
+from qpinfer.likelihoods.probit import Probit
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.sigma import sigma_qp, tilted_moments
 from qpinfer.sparse import MiniBatchSparseGPClassifier, SparseGPClassifier, SparseGPRegressor

@@ -20,7 +20,5 @@ tables, inference or estimators.
 """
 
 from qpinfer.likelihoods.base import Likelihood, check_cavity
-from qpinfer.likelihoods.poisson_square import PoissonSquare
-from qpinfer.likelihoods.probit import Probit
 
-__all__ = ["Likelihood", "PoissonSquare", "Probit", "check_cavity"]
+__all__ = ["Likelihood", "check_cavity"]

@@ -5,7 +5,7 @@ import pytest
 
 from qpinfer.inference.ep import MomentMatching, run_ep
 from qpinfer.inference.relaxed_ep import RelaxedMomentMatching, rep_objective
-from qpinfer.likelihoods import Probit
+from qpinfer.likelihoods.probit import Probit
 from qpinfer.likelihoods.step_noise import StepNoise
 
 

@@ -14,7 +14,7 @@ from qpinfer.inference.sparse import dask_sweep  # noqa: E402
 from qpinfer.inference.sparse.dask_sweep import run_sparse_pep_dask  # noqa: E402
 from qpinfer.inference.sparse.pseudo_points import pseudo_point_prior  # noqa: E402
 from qpinfer.kernels import ARDSquaredExponential  # noqa: E402
-from qpinfer.likelihoods import Probit  # noqa: E402
+from qpinfer.likelihoods.probit import Probit  # noqa: E402
 from qpinfer.sparse import SparseGPClassifier, run_sparse_pep  # noqa: E402
 from qpinfer.tables.shipped import open_shipped  # noqa: E402
 

@@ -30,7 +30,7 @@ from qpinfer.inference.power_ep import PowerMomentMatching  # noqa: E402
 from qpinfer.inference.projections import MomentMatching  # noqa: E402
 from qpinfer.kernels import ARDSquaredExponential, SklearnKernel  # noqa: E402
 from qpinfer.kernels.cross import check_cross_kernel, cross_contract, diag_contract  # noqa: E402
-from qpinfer.likelihoods import Probit  # noqa: E402
+from qpinfer.likelihoods.probit import Probit  # noqa: E402
 from qpinfer.sparse import (  # noqa: E402
     SparseGPClassifier,
     SparseGPRegressor,
