@@ -12,6 +12,7 @@ std, flattened cavities, EP's std where sigma* has a closed form, edges graded a
 
 from __future__ import annotations
 
+import copy
 import importlib
 from abc import ABC, abstractmethod
 
@@ -88,11 +89,14 @@ def graded_step_edges(need: int) -> np.ndarray:
 
 
 class Likelihood(TiltedDensity, ABC):
-    """A likelihood p(y | f) with everything a site update needs, vectorized over sites.
+    """A likelihood p(y | f) with everything inference asks of it, vectorized over sites.
 
     Subclasses implement :meth:`check_y`, :meth:`log_pdf`, :meth:`log_z`,
-    :meth:`tilted_moments` and the two hooks used by the exact sigma* kernel:
-    ``_log_tilted()`` and ``_lobes()``.
+    :meth:`tilted_moments` and the two hooks of the exact sigma* kernel, ``_log_tilted()`` and
+    ``_lobes()``. Every other hook has its default here, which a likelihood overrides where it
+    knows better: closed forms and limits of sigma*, the baselines' derivatives, Power EP's
+    fractional moments, class predictions, the boxes of its cell table. Nothing outside a
+    likelihood's own subpackage asks for its type or name.
     """
 
     name: str = ""
@@ -144,8 +148,6 @@ class Likelihood(TiltedDensity, ABC):
                 f"table must be an open table of {want!r} that stores EP's moments (see "
                 f"qpinfer.tables.shipped.shipped_table) or None; got {table!r}"
             )
-        import copy
-
         out = copy.copy(self)
         out._moment_table = table
         return out
