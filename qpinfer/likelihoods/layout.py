@@ -20,6 +20,7 @@ and a cavity into box coordinates (the lookup). A likelihood names its boxes
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import ClassVar
@@ -208,17 +209,25 @@ class Box:
             "denominator": self.denominator,
             # (absent where unset: the stores built before it keep their attributes)
             **({"moment_nodes": self.moment_nodes} if self.moment_nodes else {}),
+            **{f.name: getattr(self, f.name) for f in _own_fields(type(self))},
         }
 
     @classmethod
     def extra_from_attrs(cls, attrs: dict) -> dict:
-        """Keyword arguments of the box's own fields beyond
-        :class:`~qpinfer.likelihoods.layout.Box`'s, from its stored
-        description (:meth:`~qpinfer.likelihoods.layout.Box.to_attrs`); none here."""
-        return {}
+        """Keyword arguments of the box's own (float) fields beyond
+        :class:`~qpinfer.likelihoods.layout.Box`'s, from its stored description
+        (:meth:`~qpinfer.likelihoods.layout.Box.to_attrs`); a field's default where a store
+        written before it lacks it."""
+        return {f.name: float(attrs.get(f.name, f.default)) for f in _own_fields(cls)}
 
     def _inside_axes(self, coords) -> np.ndarray:
         inside = np.ones(np.shape(coords[0]), dtype=bool)
         for ax, x in zip(self.axes, coords, strict=True):
             inside &= (x >= ax.start) & (x <= ax.stop)
         return inside
+
+
+def _own_fields(cls: type) -> tuple[dataclasses.Field, ...]:
+    """The dataclass fields of a box class beyond :class:`Box`'s."""
+    base = {f.name for f in dataclasses.fields(Box)}
+    return tuple(f for f in dataclasses.fields(cls) if f.name not in base)

@@ -29,10 +29,8 @@ than their distance from it) with form 1 if ``mu + s^2/2 >= 0`` else form 2, eac
 quadratic centred at its own mean where the mass is there, and expanded about 0 where the mass
 sits at the step. Cavities with ``s > 1e6`` are refused (ValueError naming sigma).
 
-Holds: the likelihood (here) and ``boxes`` (its cell table).
-
-May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
-:mod:`qpinfer.checks`; never another likelihood.
+Holds: :class:`Logit` with its two exact rewritings and closed forms (here) and its cell-table
+boxes (``boxes``). May import: what :mod:`qpinfer.likelihoods` may; never another likelihood.
 """
 
 from __future__ import annotations

@@ -26,10 +26,8 @@ width ``(alpha + 1/s^2)^-1/2 < 0.05`` (measured 1 - sigma*/sigma_EP ~ gamma^2 / 
 ``tests/likelihoods/test_logit_poisson_log.py``): sigma* = sigma_EP. Counts above ``MAX_COUNT`` (1e6)
 and cavities with ``s > SIGMA_MAX`` (1e4) are refused with a ValueError naming y or sigma.
 
-Holds: the likelihood (here) and ``boxes`` (its cell table).
-
-May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
-:mod:`qpinfer.checks`; never another likelihood.
+Holds: :class:`PoissonLog` with its mode frame and Laplace moments (here) and its cell-table
+boxes (``boxes``). May import: what :mod:`qpinfer.likelihoods` may; never another likelihood.
 """
 
 from __future__ import annotations

@@ -16,11 +16,9 @@ sum_j Poisson(j; a) / (j + 1/2) = 2 D(sqrt a) / sqrt a``). The asymptotic series
 its smallest term, which for ``a > 40`` is below ``1e-17`` relative (the neglected part is
 ``O(e^-a)``: the mass of N(m, v) near the singularity at 0).
 
-Holds: the likelihood with the baselines' expectations (here), ``moments`` (the tilted moments
-and log Z for any count) and ``boxes`` (its cell table).
-
-May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
-:mod:`qpinfer.checks`; never another likelihood.
+Holds: :class:`PoissonSquare` with the baselines' expectations (here), its tilted moments for
+any count (``moments``) and its cell-table boxes (``boxes``). May import: what
+:mod:`qpinfer.likelihoods` may; never another likelihood.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The probit likelihood p(y | f) = Phi(y f), y in {-1, +1} (paper 000 App. C.1).
 
-Holds: the likelihood (here), ``limits`` (the regimes where sigma* needs no quadrature) and
-``boxes`` (its cell table).
-
-May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
-:mod:`qpinfer.checks`; never another likelihood.
+Holds: :class:`Probit` (here), its sigma* limits (``limits``), its Power EP moments (``power``)
+and its cell-table boxes (``boxes``). May import: what :mod:`qpinfer.likelihoods` may; never
+another likelihood.
 """
 
 from __future__ import annotations

@@ -72,15 +72,7 @@ class _FractionalTilted(TiltedDensity):
         return out, self.power * ratio - d / sigma
 
 
-def tilted_power_moments(
-    likelihood: Any,
-    mu: np.ndarray,
-    sigma: np.ndarray,
-    y: np.ndarray,
-    power: float,
-    n_levels: int = _N_LEVELS,
-    n_nodes: int = _N_NODES,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def tilted_power_moments(likelihood: Any, mu, sigma, y, power: float) -> tuple[np.ndarray, ...]:
     """``(log Z, mean, std)`` of the fractional tilted density ``N(f | mu, sigma^2) p(y|f)^power``.
 
     ``log Z = log ∫ N(f | mu, sigma^2) p(y | f)^power df`` (Bui et al., 2017, eq. (116) for one site);
@@ -88,12 +80,12 @@ def tilted_power_moments(
     eq. (16)). Probit likelihood (the fractional tilted density is log-concave), vectorised:
 
     1. the mode and curvature width by Newton (``_probit_mode()``);
-    2. panel edges on log-density level sets on both sides of the mode, ``n_levels`` per side
+    2. panel edges on log-density level sets on both sides of the mode, ``_N_LEVELS`` per side
        down to 50 nats (the panel placement of the exact sigma* kernel,
        :func:`qpinfer.quadrature.level_sets.level_edges`), plus the probit's own breakpoints (where
        ``Phi`` turns from rising to flat, ``Probit._breakpoints``) clipped into that range, so that
        a wide cavity's flat stretch and the sharp probit edge land on different panels;
-    3. ``n_nodes`` Gauss-Legendre nodes per panel give the normaliser (log-sum-exp) and the first
+    3. ``_N_NODES`` Gauss-Legendre nodes per panel give the normaliser (log-sum-exp) and the first
        two moments about the mode (no cancellation).
 
     Accurate to ~1e-9 relative against adaptive ``scipy.integrate.quad`` over mu in [-30, 30],
@@ -115,13 +107,13 @@ def tilted_power_moments(
     frac = _FractionalTilted(likelihood, power)
     inf = np.full_like(mode, np.inf)
     with np.errstate(invalid="ignore"):  # inf - inf in its bound guard, discarded by np.where
-        edges = _level_edges(frac, mode, width, -inf, inf, m, sigma, y1, n_levels)
+        edges = _level_edges(frac, mode, width, -inf, inf, m, sigma, y1, _N_LEVELS)
     breaks = likelihood._breakpoints(m, sigma, y1)
     if breaks is not None:
         base = breaks[1](1) if callable(breaks[1]) else breaks[1]  # the step's own edges
         extra = np.clip(base[None, :], edges[:, :1], edges[:, -1:])
         edges = np.sort(np.concatenate([edges, extra], axis=1), axis=1)
-    x, w = _legendre_rule(int(n_nodes))
+    x, w = _legendre_rule(_N_NODES)
     half = 0.5 * (edges[:, 1:] - edges[:, :-1])
     z = (0.5 * (edges[:, 1:] + edges[:, :-1]))[..., None] + half[..., None] * x
     col = (slice(None), None, None)

@@ -32,11 +32,9 @@ with ``C = (1 - eps)^u + eps^u`` and ``eps_u = eps^u / C`` -- again a step likel
 fractional tilted moments are closed form
 (:meth:`StepNoise.power_moments`).
 
-Holds: the likelihood (here), ``closed`` (sigma* from the closed-form tilted quantile function)
-and ``boxes`` (its cell table).
-
-May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
-:mod:`qpinfer.checks`; never another likelihood.
+Holds: :class:`StepNoise` (here), sigma* from its closed-form tilted quantile function
+(``closed``) and its cell-table box (``boxes``). May import: what :mod:`qpinfer.likelihoods`
+may; never another likelihood.
 """
 
 from __future__ import annotations

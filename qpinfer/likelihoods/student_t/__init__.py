@@ -23,12 +23,9 @@ second order in them: measured against mpmath <= 1e-19 at r = 1e-3 for nu = 0.1 
 sigma* is the EP std (``_sigma_closed_form``). Supported: ``sigma / s <= 1e10`` (a ``ValueError``
 naming sigma beyond); every finite mu.
 
-Holds: the likelihood (here), ``canonical`` (the tilted density in canonical units),
-``baselines`` (the Laplace and VB baselines' log p(y | f) and the noise scale's derivatives) and
-``boxes`` (its cell table).
-
-May import: :mod:`qpinfer.likelihoods.base` and ``layout``, :mod:`qpinfer.quadrature` and
-:mod:`qpinfer.checks`; never another likelihood.
+Holds: :class:`StudentT` (here), its tilted density in canonical units (``canonical``), the
+baselines' log p(y | f) and scale derivatives (``baselines``) and its cell-table boxes
+(``boxes``). May import: what :mod:`qpinfer.likelihoods` may; never another likelihood.
 """
 
 from __future__ import annotations

@@ -151,13 +151,6 @@ class StudentTFar(Box):
 
     nu: float = 4.0
 
-    def to_attrs(self) -> dict:
-        return {**super().to_attrs(), "nu": self.nu}
-
-    @classmethod
-    def extra_from_attrs(cls, attrs: dict) -> dict:
-        return {"nu": float(attrs.get("nu", cls.nu))}
-
     def reference_moments(self, mu, sigma, y):
         """``(log t_nu(mu), mu, sigma)``: the t density at the (canonical) cavity's mean, then
         the cavity itself."""
@@ -186,13 +179,6 @@ class StudentTSheared(Box):
 
     shear: float = 0.0
     AXIS: ClassVar[str] = "c"
-
-    def to_attrs(self) -> dict:
-        return {**super().to_attrs(), "shear": self.shear}
-
-    @classmethod
-    def extra_from_attrs(cls, attrs: dict) -> dict:
-        return {"shear": float(attrs.get("shear", cls.shear))}
 
     def cavity(self, label, c, log10_sigma):
         ls = np.asarray(log10_sigma, dtype=np.float64)
