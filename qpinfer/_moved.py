@@ -82,9 +82,7 @@ QPINFER = {
 #: ``qptables.build`` and ``qptables.verify``, whose names are the package's public functions (an
 #: import of a module under them would rebind ``qptables.build`` to the module).
 QPTABLES = {
-    "qptables.build_v2": "qptables.pipeline.v2",
     "qptables.cli_parser": "qptables.cli.parser",
-    "qptables.cli_v2": "qptables.cli.v2",
     "qptables.dask_run": "qptables.pipeline.dask_run",
     "qptables.destination": "qptables.pipeline.destination",
     "qptables.errors": "qptables.pipeline.errors",

@@ -1,10 +1,11 @@
-"""Verify a table store against the mpmath reference (``qptables verify``).
+"""Verify a grid store (the App. J layout) against the mpmath reference (``qptables verify`` of a
+grid store, through :func:`qptables.pipeline.verify.verify`).
 
 Three checks, whose results form the ``verification`` report stored in the store's attributes:
 
 1. **Reference sample** -- a stratified sample of grid points is recomputed with
    :func:`qptables.reference.sigma.sigma_qp_reference` (mpmath, 40 digits) and compared with the
-   stored ``sigma_qp`` (sigma* of paper 000 eq. (7)): for every ``y`` slice the four corners
+   stored ``sigma_qp`` (sigma*, Zhang et al. (2020), eq. (7)): for every ``y`` slice the four corners
    and the four edge midpoints of the ``(mu, log10_sigma)`` rectangle, plus ``samples`` random
    grid points (seeded, so repeated runs check the same points). The check passes when the
    largest relative error is at most ``tolerance`` (default 1e-10).
@@ -13,7 +14,7 @@ Three checks, whose results form the ``verification`` report stored in the store
 3. **Checksums** -- when the store records ``attrs["checksums"]``, every chunk file's sha256 is
    recomputed and compared (the scan of 2. reads each chunk once for both).
 
-Before any of them, :func:`verify` refuses (``ValueError``, nothing written) a store whose
+Before any of them, :func:`verify_grid` refuses (``ValueError``, nothing written) a store whose
 metadata no longer matches its integrity digest (:mod:`qpinfer.tables.integrity`), naming what
 changed; a store without a digest (built before digests existed) is checked as before.
 
@@ -49,7 +50,7 @@ __all__ = [
     "sample_indices",
     "scan_store",
     "verification_report",
-    "verify",
+    "verify_grid",
 ]
 
 #: Default number of random grid points checked (on top of corners and edge midpoints).
@@ -315,7 +316,7 @@ def scan_store(
     }
 
 
-def verify(
+def verify_grid(
     path: str | os.PathLike,
     *,
     samples: int = DEFAULT_SAMPLES,
@@ -327,7 +328,7 @@ def verify(
     write: bool = True,
     progress: bool | None = None,
 ) -> dict[str, Any]:
-    """Verify the store at ``path``; return the report and (``write=True``) store it in
+    """Verify the grid store at ``path``; return the report and (``write=True``) store it in
     ``attrs["verification"]``.
 
     The report holds ``points``, ``max_rel_error``, ``median_rel_error``, ``tolerance``,
@@ -353,19 +354,11 @@ def verify(
             f"built ({'; '.join(changes)}); not verified (nothing written) -- rebuild it"
         )
     header = StoreHeader.of(attrs)
-    scan = scan_store(path, client=client, workers=workers, header=header)
+    where = {"client": client, "workers": workers}
+    scan = scan_store(path, header=header, **where)
     scan.pop("checksums", None)
-    ref = reference_sample(
-        path,
-        samples=samples,
-        tolerance=tolerance,
-        seed=seed,
-        dps=dps,
-        client=client,
-        workers=workers,
-        progress=progress,
-        header=header,
-    )
+    checks = {"samples": samples, "tolerance": tolerance, "seed": seed, "dps": dps}
+    ref = reference_sample(path, progress=progress, header=header, **checks, **where)
     report = verification_report(ref, scan)
     report["seconds"] = round(time.perf_counter() - t0, 3)
     if write:

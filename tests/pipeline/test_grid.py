@@ -18,7 +18,8 @@ from qptables.grid import (
     paper_grid,
     validate_y,
 )
-from qptables.pipeline.paper import _mirror_rows, evaluate_rows
+from qptables.pipeline.tiles import evaluate_rows
+from qptables.pipeline.tiles import mirror_rows as _mirror_rows
 from qptables.reference.verify import sample_indices
 
 
