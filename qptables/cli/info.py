@@ -131,7 +131,8 @@ def info_command(args: argparse.Namespace) -> int:
     lines = [
         f"{path}",
         (
-            f"  likelihood: {attrs.get('likelihood')}   schema v{attrs.get('qp_schema_version')}   "
+            f"  likelihood: {attrs.get('likelihood')}   layout: grid (schema "
+            f"{attrs.get('qp_schema_version')})   "
             f"package {attrs.get('package_version')}   created {attrs.get('created')}"
         ),
         f"  complete: {attrs.get('complete')}",
@@ -175,7 +176,10 @@ def _info_cells(path: Path, attrs: dict) -> int:
     except ValueError as exc:
         status = f"REFUSED by the reader: {exc}"
     ver = attrs.get("verification") or {}
-    print(f"{path}\n  likelihood: {attrs.get('likelihood')}   cells (reduced coordinates)")
+    print(
+        f"{path}\n  likelihood: {attrs.get('likelihood')}   layout: cells, reduced coordinates "
+        f"(schema {attrs.get('qp_schema_version')})"
+    )
     for box in attrs.get("boxes") or []:
         axes = ", ".join(
             f"{a['name']} [{a['start']:g}, {a['start'] + a['n_cells'] * a['width']:g}] "

@@ -317,27 +317,23 @@ def scan_store(
 
 
 def verify_grid(
-    path: str | os.PathLike,
-    *,
-    samples: int = DEFAULT_SAMPLES,
-    tolerance: float = DEFAULT_TOLERANCE,
-    seed: int = 0,
-    dps: int = DEFAULT_DPS,
-    client: Any | None = None,
-    workers: int | None = None,
-    write: bool = True,
-    progress: bool | None = None,
+    path: str | os.PathLike, *, write: bool = True, progress: bool | None = None, **options: Any
 ) -> dict[str, Any]:
     """Verify the grid store at ``path``; return the report and (``write=True``) store it in
     ``attrs["verification"]``.
 
-    The report holds ``points``, ``max_rel_error``, ``median_rel_error``, ``tolerance``,
-    ``seconds`` and ``passed`` (all three checks of the module docstring), plus details
-    (``worst`` point, ``scan`` summary, ``where`` the points were and which workers ran them).
-    ``progress``: a progress bar of the mpmath points (default: when stderr is a terminal).
+    ``options``: those of :func:`reference_sample` -- ``samples``, ``tolerance`` (default
+    :data:`DEFAULT_TOLERANCE`), ``seed``, ``dps`` (default :data:`DEFAULT_DPS`), and where the
+    points run (``client``, ``workers``). The report holds ``points``, ``max_rel_error``,
+    ``median_rel_error``, ``tolerance``, ``seconds`` and ``passed`` (all three checks of the
+    module docstring), plus details (``worst`` point, ``scan`` summary, ``where`` the points were
+    and which workers ran them). ``progress``: a progress bar of the mpmath points (default: when
+    stderr is a terminal).
     """
     if progress is None:
         progress = sys.stderr.isatty()
+    options = {"tolerance": DEFAULT_TOLERANCE, "dps": DEFAULT_DPS, **options}
+    tolerance, dps = options["tolerance"], options["dps"]
     if not (isinstance(tolerance, float | int) and np.isfinite(tolerance) and tolerance > 0):
         raise ValueError(f"--tolerance: must be a positive number, got {tolerance!r}")
     if int(dps) < 15:
@@ -354,11 +350,10 @@ def verify_grid(
             f"built ({'; '.join(changes)}); not verified (nothing written) -- rebuild it"
         )
     header = StoreHeader.of(attrs)
-    where = {"client": client, "workers": workers}
+    where = {"client": options.get("client"), "workers": options.get("workers")}
     scan = scan_store(path, header=header, **where)
     scan.pop("checksums", None)
-    checks = {"samples": samples, "tolerance": tolerance, "seed": seed, "dps": dps}
-    ref = reference_sample(path, progress=progress, header=header, **checks, **where)
+    ref = reference_sample(path, progress=progress, header=header, **options)
     report = verification_report(ref, scan)
     report["seconds"] = round(time.perf_counter() - t0, 3)
     if write:
