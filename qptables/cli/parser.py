@@ -95,6 +95,13 @@ def _add_check_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_cluster_flags(p: argparse.ArgumentParser, *, scheduler: str, workers: str) -> None:
+    """Where the work runs, shared by ``build``, ``verify`` and ``ship``: ``--scheduler`` (a
+    running dask scheduler) and ``--workers`` (local processes), with each command's help."""
+    p.add_argument("--scheduler", metavar="ADDRESS", default=None, help=scheduler)
+    p.add_argument("--workers", type=_int_at_least(1, "--workers"), default=None, help=workers)
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``qptables`` (all subcommands)."""
     p = OneLineParser(
@@ -171,17 +178,11 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="paper grid: mu rows per tile/chunk (default: ~150k points per tile)",
     )
-    b.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="existing dask scheduler (e.g. tcp://host:8786); OUT must be on a file "
+    _add_cluster_flags(
+        b,
+        scheduler="existing dask scheduler (e.g. tcp://host:8786); OUT must be on a file "
         "system the workers share",
-    )
-    b.add_argument(
-        "--workers",
-        type=_int_at_least(1, "--workers"),
-        default=None,
-        help="worker processes of the embedded LocalCluster (default: CPU count; with "
+        workers="worker processes of the embedded LocalCluster (default: CPU count; with "
         "--scheduler only for --dry-run's estimate)",
     )
     b.add_argument(
@@ -205,7 +206,7 @@ def parser() -> argparse.ArgumentParser:
     v = sub.add_parser(
         "verify",
         help="re-check a store against mpmath and its checksums",
-        description="Paper-grid stores: checksums, a sanity scan and mpmath at sample points; "
+        description="Grid stores (App. J): checksums, a sanity scan and mpmath at sample points; "
         "the report is stored in the store unless --no-write. Cells stores (built with --grid cells, "
         "or shipped in qpinfer/tables_data): the integrity record, then the exact kernel at "
         "random points of every box and mpmath at --samples of them; never written to.",
@@ -226,13 +227,11 @@ def parser() -> argparse.ArgumentParser:
         help="cells stores: check only these boxes (names as `qptables info` lists them; default: "
         "every box), e.g. the ones a kernel change touched",
     )
-    v.add_argument(
-        "--workers",
-        type=_int_at_least(1, "--workers"),
-        default=None,
-        help="local processes for the mpmath points (default: CPU count)",
+    _add_cluster_flags(
+        v,
+        scheduler="run the checks on a dask cluster",
+        workers="local processes for the mpmath points (default: CPU count)",
     )
-    v.add_argument("--scheduler", metavar="ADDRESS", help="run the checks on a dask cluster")
     v.add_argument(
         "--no-write",
         action="store_true",
@@ -255,13 +254,9 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write into the installed qpinfer package's tables_data (e.g. in site-packages)",
     )
-    sh.add_argument(
-        "--workers",
-        type=_int_at_least(1, "--workers"),
-        default=None,
-        help="LocalCluster worker processes",
+    _add_cluster_flags(
+        sh, scheduler="address of a running dask scheduler", workers="LocalCluster worker processes"
     )
-    sh.add_argument("--scheduler", default=None, help="address of a running dask scheduler")
     sh.add_argument("--no-progress", action="store_true", help="no progress bars")
     i = sub.add_parser("info", help="describe a store: grid, sizes, verification")
     i.add_argument("out", metavar="OUT")
