@@ -207,8 +207,8 @@ def parser() -> argparse.ArgumentParser:
         "verify",
         help="re-check a store against mpmath and its checksums",
         description="Grid stores (App. J): checksums, a sanity scan and mpmath at sample points; "
-        "the report is stored in the store unless --no-write. Cells stores (built with --grid cells, "
-        "or shipped in qpinfer/tables_data): the integrity record, then the exact kernel at "
+        "the report is stored in the store unless --no-write. Cells stores (built with --grid "
+        "cells, or shipped in qpinfer/tables_data): the integrity record, then the exact kernel at "
         "random points of every box and mpmath at --samples of them; never written to.",
     )
     v.add_argument("out", metavar="OUT")

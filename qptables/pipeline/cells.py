@@ -167,8 +167,9 @@ def _chunk_file(path: Path, box: Box, first_label: int, first_cell: int, prefix=
 
 
 def chunk_sizes(boxes: tuple[Box, ...], moments: bool = False) -> dict[str, int]:
-    """Every tile's chunk key (of every data array, :func:`data_arrays`) -> the size of its
-    (uncompressed, full-size) file."""
+    """Every tile's chunk key (of every data array,
+    :func:`~qpinfer.tables.reduced_store.data_arrays`) -> the size of its (uncompressed,
+    full-size) file."""
     return {
         _chunk_key(boxes[k], label, cell, prefix): 8 * int(np.prod(chunk_shape(boxes[k], prefix)))
         for k, label, cell in cell_tiles(boxes)

@@ -1,14 +1,15 @@
 """The check of a cells (reduced-coordinate) table against the exact kernel and mpmath: run by
 the build before it publishes (:mod:`qptables.pipeline.cells_layout`) and again by
-``qptables verify`` on any cells store, shipped ones included (:func:`verify_cells`).
+``qptables verify`` on any cells store, shipped ones included
+(:func:`~qptables.pipeline.cells_check.verify_cells`).
 
 :func:`check_points` draws ``kernel_points`` random points spread over the boxes (seeded), compares
 the interpolant with the exact kernel (:func:`qpinfer.sigma_qp`) there, and compares it with the
 mpmath reference (:func:`reference_sigma`) at the first ``samples`` of them (a stratified sample:
 the same number per box), fanned out over a dask client or a local process pool
 (:func:`qptables.reference.fanout.fan_out`). The draws and the report's keys are the build's, so a
-rebuilt store records the same report bit for bit. :func:`verify_cells` adds the store's integrity
-record (every file and signed attribute re-hashed, :mod:`qpinfer.tables.reduced_store`).
+rebuilt store records the same report bit for bit. :func:`verify_cells` adds the store's
+integrity record (every file and signed attribute re-hashed, :mod:`qpinfer.tables.reduced_store`).
 """
 
 from __future__ import annotations

@@ -121,7 +121,8 @@ class CellsLayout(Layout):
     """The cells' part of a build of ``likelihood`` (its boxes:
     :func:`qpinfer.tables.boxes.registry.boxes_for`); ``checks``: the options of
     :func:`~qptables.pipeline.cells_check.check_points` (``samples``, ``tolerance``, ``seed``,
-    ``dps``) and ``kernel_points`` (None: :data:`DEFAULT_KERNEL_POINTS`)."""
+    ``dps``) and ``kernel_points`` (None:
+    :data:`~qptables.pipeline.cells_check.DEFAULT_KERNEL_POINTS`)."""
 
     name = "cells"
 
@@ -187,9 +188,9 @@ class CellsLayout(Layout):
             kernel_points=self.kernel_points, samples=self.checks["samples"], n_boxes=len(boxes),
         )  # fmt: skip
         text = (
-            f"{human_seconds(est['total'])} on {n_workers} workers (tiles {human_seconds(est['tiles'])}: {sum(points):,} kernel "
-            f"points at ~{min(rates):,.0f}-{max(rates):,.0f} points/s probed here "
-            f"x{CONCURRENCY_FACTOR}; check against the kernel {human_seconds(est['kernel_check'])} "
+            f"{human_seconds(est['total'])} on {n_workers} workers (tiles "
+            f"{human_seconds(est['tiles'])}: {sum(points):,} kernel points at "
+            f"~{min(rates):,.0f}-{max(rates):,.0f} points/s probed here x{CONCURRENCY_FACTOR}; check against the kernel {human_seconds(est['kernel_check'])} "
             f"at {self.kernel_points:,} points; {est['mpmath_points']} mpmath points "
             f"{human_seconds(est['mpmath'])})"
         )

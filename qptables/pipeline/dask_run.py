@@ -1,5 +1,6 @@
 """The dask run of a build: a ``distributed`` client (a new ``LocalCluster`` or an existing
-scheduler), its workers, and one pure task per tile (:class:`TileTask`: the grid's
+scheduler), its workers, and one pure task per tile
+(:class:`~qptables.pipeline.dask_run.TileTask`: the grid's
 :func:`qptables.pipeline.tiles.compute_tile`, the cells' :func:`qptables.pipeline.cells.run_tile`),
 written in place by the workers; the client only ever holds tiny per-tile reports.
 """

@@ -37,7 +37,7 @@ def store_layout(attrs: dict[str, Any]) -> str:
 class Layout(ABC):
     """One layout's part of a build of ``likelihood`` (the likelihood's canonical name).
 
-    :meth:`prepare` runs under the build's lock and sets :attr:`record`, the resume record
+    :meth:`prepare` runs under the build's lock and sets ``record``, the resume record
     (:func:`qptables.pipeline.resume.build_record`); the other methods follow in the build's
     order.
     """
@@ -50,7 +50,7 @@ class Layout(ABC):
     @abstractmethod
     def prepare(self) -> None:
         """Probe what the plan needs (grid: the kernel's fingerprint and rate) and set
-        :attr:`record`; :class:`~qptables.BuildInputError` for what the kernel refuses."""
+        ``record``; :class:`~qptables.BuildInputError` for what the kernel refuses."""
 
     @abstractmethod
     def tiles(self) -> list[Hashable]:

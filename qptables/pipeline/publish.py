@@ -14,8 +14,9 @@ mpmath-checked point in the report. A cells store: :func:`qpinfer.tables.reduced
 
 The archive is reproducible: members sorted, owner ``0:0``, modes ``0644``/``0755``, every
 mtime the store's ``created`` time (a cells store records no time: 0), gzip header without name
-or time -- so publishing the same store twice gives the same sha256. Tar + gzip (stdlib on both sides) rather than a zarr zip
-store because the reader memory-maps chunk files, so the table is installed unpacked anyway.
+or time -- so publishing the same store twice gives the same sha256. Tar + gzip (stdlib on both
+sides) rather than a zarr zip store because the reader memory-maps chunk files, so the table is
+installed unpacked anyway.
 
 Manifest (format :data:`qpinfer.tables.remote.transfer.MANIFEST_FORMAT`)::
 

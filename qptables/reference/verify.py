@@ -5,9 +5,9 @@ Three checks, whose results form the ``verification`` report stored in the store
 
 1. **Reference sample** -- a stratified sample of grid points is recomputed with
    :func:`qptables.reference.sigma.sigma_qp_reference` (mpmath, 40 digits) and compared with the
-   stored ``sigma_qp`` (sigma*, Zhang et al. (2020), eq. (7)): for every ``y`` slice the four corners
-   and the four edge midpoints of the ``(mu, log10_sigma)`` rectangle, plus ``samples`` random
-   grid points (seeded, so repeated runs check the same points). The check passes when the
+   stored ``sigma_qp`` (sigma*, Zhang et al. (2020), eq. (7)): for every ``y`` slice the four
+   corners and the four edge midpoints of the ``(mu, log10_sigma)`` rectangle, plus ``samples``
+   random grid points (seeded, so repeated runs check the same points). The check passes when the
    largest relative error is at most ``tolerance`` (default 1e-10).
 2. **Sanity scan** -- every stored value (edge-chunk padding excluded) is finite, ``sigma_qp >
    0`` and ``0 < sigma_ratio <= 1 + 1e-12`` (Theorem 2: sigma_qp <= sigma_ep).

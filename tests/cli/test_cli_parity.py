@@ -1,7 +1,7 @@
-"""``qptables`` on every store layout: ``info``, ``verify``, ``plot`` and
-``publish`` on each shipped (cells) table and on small real builds of both layouts; ``build --dry-run``
-writes nothing for any grid; flags that do not apply to a grid are refused in one line; help
-lists every likelihood and the default grid; a missing ``tables`` extra is named; ``ship`` never
+"""``qptables`` on every store layout: ``info``, ``verify``, ``plot`` and ``publish`` on each
+shipped (cells) table and on small real builds of both layouts; ``build --dry-run`` writes nothing
+for any layout; flags that do not apply to a layout are refused in one line; help lists every
+likelihood and the default grid; a missing ``tables`` extra is named; ``ship`` never
 writes into an installed package unless asked."""
 
 from __future__ import annotations
