@@ -37,7 +37,7 @@ from typing import Any
 
 from qptables import GridSpec, build, paper_grid
 from qptables.grid import PAPER_LOG10_SIGMA, PAPER_MU
-from qptables.pipeline.paper import SINGLE_THREAD_ENV
+from qptables.pipeline.dask_run import SINGLE_THREAD_ENV
 
 DASK = str(Path(sys.executable).with_name("dask"))
 

@@ -64,7 +64,7 @@ def cavities(name: str, n: int, seed: int = 0):
 
 
 def lookups(points: int, check: int) -> None:
-    from qptables.pipeline.v2_check import moment_errors
+    from qptables.pipeline.cells_check import moment_errors
 
     print(f"{points} cavities per table, one batch, one thread")
     head = f"{'table':30s} {'lookup/s':>9s} {'sigma_qp/s':>10s} {'moments/s':>10s} {'exact/s':>12s}"

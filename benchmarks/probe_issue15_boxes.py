@@ -8,7 +8,7 @@ the box, drawn uniformly in its coordinates and looked up through ``Box.locate``
     OPENBLAS_NUM_THREADS=1 python benchmarks/probe_issue15_boxes.py logit --points 20000
     OPENBLAS_NUM_THREADS=1 python benchmarks/probe_issue15_boxes.py poisson_log --boxes near kappa
 
-Whole table (``--store``): a built store (``qptables build LIK OUT --grid v2``) against the
+Whole table (``--store``): a built store (``qptables build LIK OUT --grid cells``) against the
 kernel at random cavities, through the reader's lookup path, counting the fallbacks to the
 kernel. Three equal sets: |mu| uniform on [0, 1e4], |mu| log-uniform on [1e-3, 1e4], and
 cavities near the likelihood's features (logit: ``mu = -s^2 u + s z``, u uniform on [0, 1], z

@@ -25,7 +25,7 @@ LocalCluster of single-threaded worker processes unless ``--scheduler`` names a 
 runs in-process); each finished fold is written to ``OUT/folds/<name>.json`` and a re-run skips
 folds already there (resume). ``--folds-per-repeat`` runs only the first k folds of each
 repeat's partition (each still trains on the other 9/10 of the data), to fit a time budget.
-QP looks sigma* up in tables built once with :func:`qptables.pipeline.paper` (``OUT/tables``) unless
+QP looks sigma* up in tables built once with :func:`qptables.build` (``OUT/tables``) unless
 ``--table``/``--poisson-table`` name others (or ``exact``); lookups outside a table are exact.
 Finally :mod:`experiments.report` writes ``OUT/table.md`` and the plots.
 """
@@ -283,7 +283,7 @@ def ensure_tables(args: argparse.Namespace, scheduler: str | None) -> dict[str, 
                 y=(tuple(range(grid["y_max"] + 1)) if "y_max" in grid else (-1, 1)),
             )
             print(f"building the {lik} sigma* table {path} (once) ...", flush=True)
-            qptables.pipeline.paper(lik, path, spec, scheduler=scheduler)
+            qptables.build(lik, path, spec, scheduler=scheduler)
         out[key] = str(path)
     return out
 

@@ -2,9 +2,12 @@
 
 Public API (the ``qptables`` command line is a thin layer over it):
 
-* :class:`GridSpec` / :func:`paper_grid` -- what a table covers (paper 000, App. J);
-* :func:`build` -- compute, verify and atomically publish a table store;
-* :func:`verify` -- re-check a store against the mpmath reference;
+* :class:`GridSpec` / :func:`paper_grid` -- the App. J grid of Zhang et al. (2020) and other
+  rectangles of the grid layout;
+* :func:`build` -- compute, verify and atomically publish a table store of either layout: the
+  grid (``grid="paper"`` or a GridSpec) or the reduced-coordinate cells (``grid="cells"``);
+* :func:`verify` -- re-check a store of either layout against mpmath (and the cells against the
+  exact kernel);
 * :func:`sigma_qp_reference` -- the mpmath ground truth (imported lazily).
 
 The rooms, lowest first: the top-level :mod:`qptables.grid`, :mod:`qptables.store` and
@@ -38,12 +41,12 @@ __all__ = [
 #: Public names imported on first use: they need the ``tables`` extra (dask, distributed,
 #: mpmath), and the ``qptables`` command must start without it to name the extra to install.
 _LAZY = {
-    "BuildError": "qptables.pipeline.paper",
-    "BuildInputError": "qptables.pipeline.paper",
-    "BuildResult": "qptables.pipeline.paper",
-    "LockError": "qptables.pipeline.paper",
-    "build": "qptables.pipeline.paper",
-    "verify": "qptables.reference.verify",
+    "BuildError": "qptables.pipeline.errors",
+    "BuildInputError": "qptables.pipeline.errors",
+    "BuildResult": "qptables.pipeline.build",
+    "LockError": "qptables.pipeline.errors",
+    "build": "qptables.pipeline.build",
+    "verify": "qptables.pipeline.verify",
     "sigma_qp_reference": "qptables.reference.sigma",
 }
 

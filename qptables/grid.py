@@ -1,4 +1,4 @@
-"""Grid specifications for sigma* lookup tables (paper 000, App. J).
+"""Grid specifications for sigma* lookup tables of the grid layout (Zhang et al. (2020), App. J).
 
 A table covers the cavity parameters ``mu`` (linear scale), ``log10_sigma`` (``sigma`` on a
 log10 scale) and the observed label ``y``. Axis values follow the store contract

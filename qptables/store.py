@@ -7,7 +7,7 @@ A store is a zarr v3 directory (``zarr.storage.LocalStore``) with data variables
 ``y``/``mu``/``log10_sigma`` and the root attributes of
 :data:`qpinfer.tables.schema.REQUIRED_ATTRS`.
 
-Chunk integrity (every build, the v2 tables of :mod:`qptables.pipeline.v2` too). Builds write
+Chunk integrity (every build, the cells of :mod:`qptables.pipeline.cells` too). Builds write
 uncompressed chunks with :func:`write_chunk`, so every chunk file has a known size (here
 ``tile_mu * n_log10_sigma * 8`` bytes; edge chunks are stored full size and padded with the NaN
 fill value). A chunk counts as *done* only when its file exists with exactly that size

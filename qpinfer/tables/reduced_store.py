@@ -1,6 +1,6 @@
 """The files of a v2 sigma* store: their layout, their integrity record, their arrays.
 
-A v2 store (``qp_schema_version == 2``, written by ``qptables build LIK OUT --grid v2``) is a
+A v2 store (``qp_schema_version == 2``, written by ``qptables build LIK OUT --grid cells``) is a
 zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
 :mod:`qpinfer.tables.boxes` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
 <box>_<axis1>])`` (:func:`array_names`): ``rho = sigma* / sigma_EP`` at the Chebyshev-Gauss nodes

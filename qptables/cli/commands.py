@@ -12,13 +12,15 @@ Errors are one line, ``qptables COMMAND: error: ...`` (:mod:`qpinfer.cli_errors`
 shows the traceback instead. A command that needs the ``tables`` extra (dask, distributed,
 mpmath, xarray, tqdm) where it is not installed says so in that line, naming the pip command.
 
-Every command takes every store kind the package writes or ships: paper-grid (v1) stores and v2
-(reduced-coordinate) stores, the latter handled by :mod:`qptables.cli.v2`.
+Every command takes every store the package writes or ships, of either layout: the grid (the
+App. J grid, ``--grid paper``) and the reduced-coordinate cells (``--grid cells``, and the tables
+shipped inside qpinfer); ``ship`` is :mod:`qptables.cli.ship`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from qpinfer.cli_errors import run_command
-from qptables.cli.info import existing_store, format_verification, info_command
+from qptables.cli.info import existing_store, format_verification, info_command, is_cells
 from qptables.cli.parser import Refused as _Refused
 from qptables.cli.parser import parser
 
@@ -74,13 +76,6 @@ def _with_extras(handler, needs_extra: bool):
     return run
 
 
-def _is_v2(path: Path) -> bool:
-    """Whether the store at ``path`` is a v2 (reduced-coordinate) store."""
-    from qptables.store import read_attrs
-
-    return read_attrs(path).get("qp_schema_version") == 2
-
-
 def _grid_from_args(args: argparse.Namespace) -> Any:
     """The GridSpec of ``build``'s flags: the ``--grid`` preset with ``--mu``,
     ``--log10-sigma`` and ``--y`` replacing its parts."""
@@ -105,9 +100,27 @@ def _grid_from_args(args: argparse.Namespace) -> Any:
         raise _Refused(str(exc)) from None
 
 
+#: ``build`` flags of the grid layout, refused with ``--grid cells`` (its boxes are fixed).
+GRID_FLAGS = ("mu", "log10_sigma", "y", "y_max", "tile_mu")
+
+
+def _layout_from_args(args: argparse.Namespace) -> Any:
+    """``build``'s layout: ``"cells"`` (the grid flags refused), else the GridSpec of
+    :func:`_grid_from_args`."""
+    if args.grid != "cells":
+        return _grid_from_args(args)
+    for flag in GRID_FLAGS:
+        if getattr(args, flag, None) is not None:
+            name = "--" + flag.replace("_", "-")
+            raise _Refused(
+                f"{name}: a flag of the grid layout; --grid cells has fixed boxes "
+                f"(docs/tables-v2.md)"
+            )
+    return "cells"
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
-    from qptables.pipeline.paper import BuildError, BuildInputError, build
-    from qptables.reference.verify import DEFAULT_DPS, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
+    from qptables.pipeline.build import BuildError, BuildInputError, build
 
     try:
         import qpinfer
@@ -133,37 +146,26 @@ def _cmd_build(args: argparse.Namespace) -> int:
         )
     if args.verify_dps is not None and args.verify_dps < 15:
         raise _Refused(f"--verify-dps: must be >= 15, got {args.verify_dps}")
-    if args.grid == "v2":
-        from qptables.cli.v2 import build_v2_command
-
-        return build_v2_command(args)
-    grid = _grid_from_args(args)
-    tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
-    if not (math.isfinite(tol) and tol > 0):
+    grid = _layout_from_args(args)
+    tol = args.tolerance
+    if tol is not None and not (math.isfinite(tol) and tol > 0):
         raise _Refused(f"--tolerance: must be a positive number, got {tol!r}")
     try:
         result = build(
-            args.likelihood,
-            args.out,
-            grid,
-            scheduler=args.scheduler,
-            workers=args.workers,
-            force=args.force,
-            samples=DEFAULT_SAMPLES if args.samples is None else args.samples,
-            tolerance=tol,
-            seed=args.seed,
-            verify_dps=DEFAULT_DPS if args.verify_dps is None else args.verify_dps,
-            progress=not args.no_progress,
-            dry_run=args.dry_run,
-        )
+            args.likelihood, args.out, grid, scheduler=args.scheduler, workers=args.workers,
+            force=args.force, **({} if args.samples is None else {"samples": args.samples}),
+            tolerance=tol, seed=args.seed, verify_dps=args.verify_dps,
+            progress=not args.no_progress, dry_run=args.dry_run,
+        )  # fmt: skip
     except BuildInputError as exc:
         raise _Refused(str(exc)) from None
     except BuildError as exc:
         print(f"qptables build: error: {exc}", file=sys.stderr)
         return 1
+    result_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(result).items()}
     if args.dry_run:
         if args.json:
-            print(json.dumps({"dry_run": True, **vars(result)}, default=str))
+            print(json.dumps({"dry_run": True, **result_json}, default=str))
         return 0
     print(
         f"done: {result.path} -- computed {result.tiles_computed} tiles, reused "
@@ -172,13 +174,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.json:
-        d = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(result).items()}
-        print(json.dumps(d, default=str))
+        print(json.dumps(result_json, default=str))
     return 0
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from qptables.reference.verify import DEFAULT_DPS, DEFAULT_SAMPLES, DEFAULT_TOLERANCE, verify
+    from qpinfer.tables import TableError
+    from qptables.pipeline.errors import BuildInputError
+    from qptables.pipeline.verify import verify
 
     path = existing_store(args.out)
     if args.tolerance is not None and not (math.isfinite(args.tolerance) and args.tolerance > 0):
@@ -187,34 +190,23 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise _Refused(f"--verify-dps: must be >= 15, got {args.verify_dps}")
     if args.scheduler and args.workers is not None:
         raise _Refused("--workers: the local processes' count, not with --scheduler")
-    if _is_v2(path):
-        from qptables.cli.v2 import verify_v2_command
-
-        return verify_v2_command(path, args)
-    for flag, value in (("--kernel-points", args.kernel_points), ("--boxes", args.boxes)):
-        if value is not None:
-            raise _Refused(f"{flag}: only for v2 stores; {path} is a paper-grid store")
-    tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     kwargs = {
-        "samples": DEFAULT_SAMPLES if args.samples is None else args.samples,
-        "tolerance": tol,
-        "seed": args.seed,
-        "dps": DEFAULT_DPS if args.verify_dps is None else args.verify_dps,
-        "workers": args.workers,
-        "write": not args.no_write,
-    }
-    if args.scheduler:
-        from qptables.pipeline.dask_run import connect_scheduler
-        from qptables.pipeline.errors import BuildInputError
+        "samples": args.samples, "tolerance": args.tolerance, "seed": args.seed,
+        "dps": args.verify_dps, "workers": args.workers, "write": not args.no_write,
+        "kernel_points": args.kernel_points, "boxes": args.boxes,
+    }  # fmt: skip
+    try:
+        with contextlib.ExitStack() as stack:
+            if args.scheduler:
+                from qptables.pipeline.dask_run import connect_scheduler
 
-        try:  # within a deadline, handshake included (a non-dask server never hangs it)
-            client = connect_scheduler(args.scheduler)
-        except BuildInputError as exc:
-            raise _Refused(str(exc)) from None
-        with client:
-            report = verify(path, client=client, **kwargs)
-    else:
-        report = verify(path, **kwargs)
+                # within a deadline, handshake included (a non-dask server never hangs it)
+                kwargs["client"] = stack.enter_context(connect_scheduler(args.scheduler))
+            report = verify(path, **kwargs)
+    except TableError as exc:
+        raise _Refused(f"OUT: {exc}") from None
+    except BuildInputError as exc:  # a scheduler that does not answer; a flag of the other layout
+        raise _Refused(str(exc)) from None
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     print(format_verification(report), file=sys.stderr)
@@ -226,7 +218,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
     path = existing_store(args.out)
     try:
-        if _is_v2(path):
+        if is_cells(path):
             from qptables.cli.plot import plot_reduced
 
             out = plot_reduced(
@@ -235,7 +227,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         else:
             for flag, value in (("--mu", args.mu), ("--log10-sigma", args.log10_sigma)):
                 if value is not None:
-                    raise _Refused(f"{flag}: only for v2 stores; {path} is drawn over its grid")
+                    raise _Refused(f"{flag}: only for cells stores; {path} is drawn over its grid")
             out = plot_table(path, args.y, args.output, var=args.var)
     except ValueError as exc:
         raise _Refused(str(exc)) from None
@@ -251,22 +243,22 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     from qptables.units import human_bytes as _human_bytes
 
     path = existing_store(args.out)
-    if _is_v2(path):
-        from qptables.cli.v2 import publish_v2_command
-
-        return publish_v2_command(path, args)
     try:
         entry = publish(path, args.to, name=args.name, manifest=args.manifest)
     except PublishError as exc:
         raise _Refused(str(exc)) from None
     manifest = args.manifest or str(Path(args.to) / "manifest.json")
     v = entry["verification"]
+    if "boxes" in entry:  # a cells store
+        what = f"cells, boxes {', '.join(entry['boxes'])}"
+        checked = f"{v['kernel_points']} kernel and {v['points']} mpmath points"
+    else:
+        what, checked = f"shape {entry['shape']}", f"{v.get('points')} mpmath points"
     print(
         f"published {entry['name']}: {Path(args.to) / entry['file']} "
         f"({_human_bytes(entry['size'])}, store {_human_bytes(entry['store_bytes'])}), sha256 "
-        f"{entry['sha256']}\n  {entry['likelihood']}, shape {entry['shape']}; verified "
-        f"{v.get('points')} mpmath points, max rel error {v.get('max_rel_error', 0):.2e}\n"
-        f"  manifest: {manifest}",
+        f"{entry['sha256']}\n  {entry['likelihood']}, {what}; verified {checked}, max rel error "
+        f"{v.get('max_rel_error', 0):.2e}\n  manifest: {manifest}",
         file=sys.stderr,
     )
     if args.json:
@@ -275,7 +267,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _ship(args: argparse.Namespace) -> int:
-    from qptables.cli.v2 import ship
+    from qptables.cli.ship import ship
 
     return ship(args)
 

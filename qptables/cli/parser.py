@@ -13,12 +13,12 @@ __all__ = ["Refused", "likelihood_names", "parser"]
 _EPILOG = """examples:
   qptables build probit tables/probit-small.zarr --mu -5 5 0.01 --log10-sigma -1 1 0.01
   qptables build probit tables/probit-paper.zarr --grid paper
-  qptables build logit tables/logit.zarr --grid v2 --dry-run
+  qptables build logit tables/logit.zarr --grid cells --dry-run
   qptables build poisson_square tables/poisson.zarr --grid paper --y-max 10
   qptables verify tables/probit-paper.zarr --samples 100
   qptables info tables/probit-paper.zarr
   qptables plot tables/probit-paper.zarr --y 1 --output ratio.png
-  qptables verify qpinfer/tables_data/probit.zarr --samples 4   # a shipped v2 table
+  qptables verify qpinfer/tables_data/probit.zarr --samples 4   # a shipped (cells) table
   qptables publish tables/probit-paper.zarr --to dist/   # dist/probit-paper.tar.gz + manifest.json
 """
 
@@ -75,24 +75,31 @@ def _add_check_flags(p: argparse.ArgumentParser) -> None:
         "--samples",
         type=_int_at_least(0, "--samples"),
         default=None,
-        help="points checked against mpmath (default 24): paper grid, random grid points "
-        "besides each label's corners and edge midpoints; v2, a stratified sample of the "
+        help="points checked against mpmath (default 24): the grid, random grid points "
+        "besides each label's corners and edge midpoints; the cells, a stratified sample of the "
         "random points checked against the exact kernel, at least one per box",
     )
     p.add_argument(
         "--tolerance",
         type=_float,
         default=None,
-        help="largest accepted relative error (default: paper grid 1e-10 against mpmath; v2 "
-        "1e-12 against the exact kernel and mpmath, or what a v2 store's build recorded)",
+        help="largest accepted relative error (default: the grid 1e-10 against mpmath; the "
+        "cells 1e-12 against the exact kernel and mpmath, or what a cells store's build recorded)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the checked points' draw")
     p.add_argument(
         "--verify-dps",
         type=int,
         default=None,
-        help="decimal digits of the mpmath reference, >= 15 (default 40; v2 Student-t 30)",
+        help="decimal digits of the mpmath reference, >= 15 (default 40; cells Student-t 30)",
     )
+
+
+def _add_cluster_flags(p: argparse.ArgumentParser, *, scheduler: str, workers: str) -> None:
+    """Where the work runs, shared by ``build``, ``verify`` and ``ship``: ``--scheduler`` (a
+    running dask scheduler) and ``--workers`` (local processes), with each command's help."""
+    p.add_argument("--scheduler", metavar="ADDRESS", default=None, help=scheduler)
+    p.add_argument("--workers", type=_int_at_least(1, "--workers"), default=None, help=workers)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -100,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="qptables",
         description="Build, verify and inspect precomputed sigma* lookup tables for "
-        "Quantile Propagation (paper 000, App. J).",
+        "Quantile Propagation (Zhang et al. (2020), App. J).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -112,10 +119,10 @@ def parser() -> argparse.ArgumentParser:
         "build",
         help="build a verified table store with dask",
         description="Compute sigma* over a grid as a dask graph (one task per tile/chunk), "
-        "verify it (mpmath; v2: also the exact kernel), then atomically publish it at OUT. "
+        "verify it (mpmath; cells: also the exact kernel), then atomically publish it at OUT. "
         "Interrupted builds resume from OUT.partial. The default grid is the paper's App. J "
         "grid (--grid paper): mu -10..10 and log10 sigma -1..1, both in steps of 0.001, i.e. "
-        "20001 x 2001 points per label, the product's specification. --grid v2 builds instead "
+        "20001 x 2001 points per label, the product's specification. --grid cells builds instead "
         "the reduced-coordinate table qpinfer ships (Chebyshev cells: every finite mu and "
         "sigma > 0, ~1e-12 relative, a few MB).",
     )
@@ -123,17 +130,17 @@ def parser() -> argparse.ArgumentParser:
         "likelihood",
         metavar="LIKELIHOOD",
         help=f"one of {', '.join(names)}; step_noise takes --eps, student_t is nu=4, scale=1 "
-        "unless named as student_t(nu=NU, scale=S) (--grid v2: scale 1, any nu)",
+        "unless named as student_t(nu=NU, scale=S) (--grid cells: scale 1, any nu)",
     )
     b.add_argument("out", metavar="OUT", help="destination zarr directory")
     b.add_argument(
         "--grid",
         default="paper",
-        choices=["paper", "v2"],
+        choices=["paper", "cells"],
         help="paper (default): the paper's App. J grid, 20001 x 2001 points per label (mu "
         "-10..10, log10 sigma -1..1, steps 0.001; y = -1,+1 for probit and step_noise, 0..--y-max "
         "for poisson_square, --y for the others), which --mu, --log10-sigma, --y, --y-max and "
-        "--tile-mu modify; v2: the reduced-coordinate Chebyshev-cell table of "
+        "--tile-mu modify; cells: the reduced-coordinate Chebyshev-cell table of "
         "docs/tables-v2.md, as shipped in qpinfer (fixed boxes: the grid flags are refused)",
     )
     b.add_argument(
@@ -171,17 +178,11 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="paper grid: mu rows per tile/chunk (default: ~150k points per tile)",
     )
-    b.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="existing dask scheduler (e.g. tcp://host:8786); OUT must be on a file "
+    _add_cluster_flags(
+        b,
+        scheduler="existing dask scheduler (e.g. tcp://host:8786); OUT must be on a file "
         "system the workers share",
-    )
-    b.add_argument(
-        "--workers",
-        type=_int_at_least(1, "--workers"),
-        default=None,
-        help="worker processes of the embedded LocalCluster (default: CPU count; with "
+        workers="worker processes of the embedded LocalCluster (default: CPU count; with "
         "--scheduler only for --dry-run's estimate)",
     )
     b.add_argument(
@@ -205,9 +206,9 @@ def parser() -> argparse.ArgumentParser:
     v = sub.add_parser(
         "verify",
         help="re-check a store against mpmath and its checksums",
-        description="Paper-grid stores: checksums, a sanity scan and mpmath at sample points; "
-        "the report is stored in the store unless --no-write. v2 stores (built with --grid v2, "
-        "or shipped in qpinfer/tables_data): the integrity record, then the exact kernel at "
+        description="Grid stores (App. J): checksums, a sanity scan and mpmath at sample points; "
+        "the report is stored in the store unless --no-write. Cells stores (built with --grid "
+        "cells, or shipped in qpinfer/tables_data): the integrity record, then the exact kernel at "
         "random points of every box and mpmath at --samples of them; never written to.",
     )
     v.add_argument("out", metavar="OUT")
@@ -216,34 +217,32 @@ def parser() -> argparse.ArgumentParser:
         "--kernel-points",
         type=_int_at_least(1, "--kernel-points"),
         default=None,
-        help="v2 stores: random points checked against the exact kernel (default 20000)",
+        help="cells stores: random points checked against the exact kernel (default 20000)",
     )
     v.add_argument(
         "--boxes",
         nargs="+",
         metavar="BOX",
         default=None,
-        help="v2 stores: check only these boxes (names as `qptables info` lists them; default: "
+        help="cells stores: check only these boxes (names as `qptables info` lists them; default: "
         "every box), e.g. the ones a kernel change touched",
     )
-    v.add_argument(
-        "--workers",
-        type=_int_at_least(1, "--workers"),
-        default=None,
-        help="local processes for the mpmath points (default: CPU count)",
+    _add_cluster_flags(
+        v,
+        scheduler="run the checks on a dask cluster",
+        workers="local processes for the mpmath points (default: CPU count)",
     )
-    v.add_argument("--scheduler", metavar="ADDRESS", help="run the checks on a dask cluster")
     v.add_argument(
         "--no-write",
         action="store_true",
-        help="do not store the report in a paper-grid store (a v2 store is never written to)",
+        help="do not store the report in a grid store (a cells store is never written to)",
     )
     v.add_argument("--json", action="store_true", help="print the report as JSON")
 
     sh = sub.add_parser(
         "ship",
-        help="(re)build the v2 tables shipped inside qpinfer",
-        description="Build every v2 table that ships with qpinfer (qpinfer.tables.shipped.SHIPPED) "
+        help="(re)build the tables shipped inside qpinfer",
+        description="Build every table that ships with qpinfer (qpinfer.tables.shipped.SHIPPED) "
         "into DIR, replacing the stores there; the result is bit for bit the same on every run. "
         "Default DIR: qpinfer/tables_data of a source checkout (a pyproject.toml of "
         "quantile-propagation beside the package); an installed package's folder only with "
@@ -255,13 +254,9 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write into the installed qpinfer package's tables_data (e.g. in site-packages)",
     )
-    sh.add_argument(
-        "--workers",
-        type=_int_at_least(1, "--workers"),
-        default=None,
-        help="LocalCluster worker processes",
+    _add_cluster_flags(
+        sh, scheduler="address of a running dask scheduler", workers="LocalCluster worker processes"
     )
-    sh.add_argument("--scheduler", default=None, help="address of a running dask scheduler")
     sh.add_argument("--no-progress", action="store_true", help="no progress bars")
     i = sub.add_parser("info", help="describe a store: grid, sizes, verification")
     i.add_argument("out", metavar="OUT")
@@ -270,7 +265,7 @@ def parser() -> argparse.ArgumentParser:
     pl = sub.add_parser(
         "plot",
         help="PNG heatmap of sigma_qp / sigma_ep for one label",
-        description="Paper-grid stores: the stored values over the store's grid. v2 stores: "
+        description="Grid stores: the stored values over the store's grid. Cells stores: "
         "the table's lookups over --mu and --log10-sigma (default: the paper's window, mu "
         "-10..10, log10 sigma -1..1), divided by the exact EP standard deviation for "
         "sigma_ratio.",
@@ -286,7 +281,7 @@ def parser() -> argparse.ArgumentParser:
             type=_float,
             default=None,
             metavar=("START", "STOP"),
-            help=f"v2 stores: the {what} range drawn (a paper-grid store is drawn over its grid)",
+            help=f"cells stores: the {what} range drawn (a grid store is drawn over its grid)",
         )
 
     pb = sub.add_parser(

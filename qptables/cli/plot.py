@@ -1,5 +1,5 @@
 """``qptables plot``: a PNG heatmap of sigma_qp / sigma_ep over ``(mu, log10_sigma)``, from a
-paper-grid store's values (:func:`~qptables.cli.plot.plot_table`) or a v2 store's lookups
+grid store's values (:func:`~qptables.cli.plot.plot_table`) or a cells store's lookups
 (:func:`~qptables.cli.plot.plot_reduced`).
 
 matplotlib is an optional extra (``pip install quantile-propagation[plot]``) and is imported
@@ -17,14 +17,14 @@ import numpy as np
 from qptables.grid import GridSpec
 from qptables.store import read_attrs
 
-__all__ = ["MAX_PIXELS", "V2_PIXELS", "V2_WINDOW", "plot_reduced", "plot_table"]
+__all__ = ["MAX_PIXELS", "CELLS_PIXELS", "CELLS_WINDOW", "plot_reduced", "plot_table"]
 
 #: Largest number of grid points drawn per axis (larger grids are subsampled by striding).
 MAX_PIXELS = (2000, 1000)
-#: Points per axis of a v2 store's heatmap (``mu``, ``log10 sigma``).
-V2_PIXELS = (401, 201)
-#: The ``(mu, log10 sigma)`` window drawn of a v2 store by default: the paper's (App. J).
-V2_WINDOW = ((-10.0, 10.0), (-1.0, 1.0))
+#: Points per axis of a cells store's heatmap (``mu``, ``log10 sigma``).
+CELLS_PIXELS = (401, 201)
+#: The ``(mu, log10 sigma)`` window drawn of a cells store by default: the paper's (App. J).
+CELLS_WINDOW = ((-10.0, 10.0), (-1.0, 1.0))
 
 _LABELS = {
     "sigma_ratio": r"$\sigma_{QP} / \sigma_{EP}$",
@@ -40,7 +40,7 @@ def plot_table(
     dpi: int = 120,
 ) -> Path:
     """Draw ``var`` (default ``sigma_ratio`` = sigma_qp / sigma_ep) of label ``y`` of a
-    paper-grid store as a heatmap with ``mu`` on the x axis and ``log10 sigma`` on the y axis;
+    grid store as a heatmap with ``mu`` on the x axis and ``log10 sigma`` on the y axis;
     save it to ``output``."""
     if var not in _LABELS:
         raise ValueError(f"--var: expected one of {sorted(_LABELS)}, got {var!r}")
@@ -70,17 +70,17 @@ def plot_reduced(
     log10_sigma: tuple[float, float] | None = None,
     dpi: int = 120,
 ) -> Path:
-    """Draw ``var`` of label ``y`` of a v2 store from its lookups
+    """Draw ``var`` of label ``y`` of a cells store from its lookups
     (:meth:`~qpinfer.tables.reduced.ReducedTable.sigma_qp` or ``sigma_ratio``; outside its boxes a
-    lookup is the exact kernel's value) on :data:`V2_PIXELS` points of the window ``mu`` x ``log10_sigma``
-    (default :data:`V2_WINDOW`); save it to ``output``. The store is opened as the reader opens
+    lookup is the exact kernel's value) on :data:`CELLS_PIXELS` points of the window ``mu`` x ``log10_sigma``
+    (default :data:`CELLS_WINDOW`); save it to ``output``. The store is opened as the reader opens
     it (integrity, verification): a store it refuses is not drawn (``ValueError``)."""
     if var not in _LABELS:
         raise ValueError(f"--var: expected one of {sorted(_LABELS)}, got {var!r}")
     from qpinfer.tables.reduced import open_reduced
 
     window = []
-    for flag, given, default in zip(("--mu", "--log10-sigma"), (mu, log10_sigma), V2_WINDOW):
+    for flag, given, default in zip(("--mu", "--log10-sigma"), (mu, log10_sigma), CELLS_WINDOW):
         lo, hi = default if given is None else (float(given[0]), float(given[1]))
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"{flag}: expected finite START < STOP, got {lo!r} {hi!r}")
@@ -88,8 +88,8 @@ def plot_reduced(
     if not -300 <= window[1][0] < window[1][1] <= 300:
         raise ValueError(f"--log10-sigma: must lie in [-300, 300], got {window[1]}")
     table = open_reduced(path)
-    mus = np.linspace(*window[0], V2_PIXELS[0])
-    ls = np.linspace(*window[1], V2_PIXELS[1])
+    mus = np.linspace(*window[0], CELLS_PIXELS[0])
+    ls = np.linspace(*window[1], CELLS_PIXELS[1])
     m, s = np.meshgrid(mus, 10.0**ls, indexing="ij")
     label = np.full(m.shape, float(y))
     lookup = table.sigma_ratio if var == "sigma_ratio" else table.sigma_qp
@@ -97,7 +97,7 @@ def plot_reduced(
         data = lookup(m, s, label)
     except ValueError as exc:
         raise ValueError(f"--y: {y:g} is not a label of {table.likelihood} ({exc})") from None
-    return _draw(mus, ls, data, var, f"{table.likelihood} (v2 table), y = {y:g}", output, dpi)
+    return _draw(mus, ls, data, var, f"{table.likelihood} (cells table), y = {y:g}", output, dpi)
 
 
 def _draw(mu, ls, data, var: str, title: str, output, dpi: int) -> Path:

@@ -1,11 +1,14 @@
-"""Building a table: the grid's plan, the dask run of its tiles, the lock and resume, the atomic
-publish, and packing a finished store for distribution.
+"""Building a table: the one build of every layout (the App. J grid and the reduced-coordinate
+cells), its plan, the dask run of its tiles, the lock and resume, the atomic publish, the check of
+a finished store, and packing a finished store for distribution.
 
-Holds: :mod:`~qptables.pipeline.paper` (``qptables build`` of the paper's (mu, log10 sigma)
-grid), :mod:`~qptables.pipeline.v2` (the v2 reduced-coordinate tables, with ``v2_check`` and
-``publish_v2``), and the parts they share: ``plan``, ``tiles``, ``dask_run``, ``resume``,
-``destination``, ``estimate``, ``dry_run``, ``interrupt``, ``errors``, ``publish``. Named ``pipeline`` rather than ``build`` because :func:`qptables.build`
-is the public build function.
+Holds: :mod:`~qptables.pipeline.build` (``qptables build``, :func:`qptables.build`) and what it
+asks of a layout (:mod:`~qptables.pipeline.layouts`): the grid's
+(:mod:`~qptables.pipeline.grid_layout`, with ``plan``, ``tiles`` and ``estimate``) and the
+cells' (:mod:`~qptables.pipeline.cells_layout`, with ``cells`` and ``cells_check``); the steps
+every layout shares: ``dask_run``, ``resume``, ``destination``, ``dry_run``, ``interrupt``,
+``errors``; and ``verify`` and ``publish``, one function each for every store. Named
+``pipeline`` rather than ``build`` because :func:`qptables.build` is the public build function.
 
 May import: :mod:`qptables.reference` (verification), the top-level ``grid``, ``store``,
 ``units``, and qpinfer; never :mod:`qptables.cli`.

@@ -1,5 +1,7 @@
 """The dask run of a build: a ``distributed`` client (a new ``LocalCluster`` or an existing
-scheduler), its workers, and one pure task per tile (:func:`qptables.pipeline.tiles.compute_tile`),
+scheduler), its workers, and one pure task per tile
+(:class:`~qptables.pipeline.dask_run.TileTask`: the grid's
+:func:`qptables.pipeline.tiles.compute_tile`, the cells' :func:`qptables.pipeline.cells.run_tile`),
 written in place by the workers; the client only ever holds tiny per-tile reports.
 """
 
@@ -11,17 +13,17 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qptables.grid import GridSpec
 from qptables.pipeline.errors import BuildError, BuildInputError, os_error_text
-from qptables.pipeline.tiles import compute_tile, mirror_rows
 
 __all__ = [
     "SINGLE_THREAD_ENV",
     "WORKER_WAIT_SECONDS",
+    "TileTask",
     "connect_scheduler",
     "completed",
     "connect_workers",
@@ -207,44 +209,37 @@ def completed(client: Any, futures: list) -> Iterator[tuple[Any, Any]]:
             yield fut, value
 
 
+@dataclass(frozen=True)
+class TileTask:
+    """One tile's task: ``func(*args, *futures of the tiles in after)`` on a worker, which writes
+    the tile into the build store and returns a small report. ``name`` is how an error names the
+    tile (e.g. ``"tile 3/10 of y=1"``); ``after``: tiles of the same run whose tasks must finish
+    first (the probit mirror's sources); ``priority``: dask's (higher first)."""
+
+    tile: Hashable
+    name: str
+    func: Callable[..., Any]
+    args: tuple
+    after: tuple = ()
+    priority: int = 1
+
+
 def run_tiles(
-    client: Any,
-    partial: Path,
-    likelihood: str,
-    grid: GridSpec,
-    todo: list[tuple[int, int]],
-    mirror_pairs: dict[int, int],
-    progress: bool,
+    client: Any, partial: Path, tasks: list[TileTask], progress: bool
 ) -> list[dict[str, Any]]:
-    """Submit one task per tile (mirror tiles after their sources); wait with a progress bar
-    (:func:`completed`)."""
+    """Submit one task per tile (``tasks`` in order: a task's ``after`` tiles come earlier) and
+    wait with a progress bar (:func:`completed`); returns the tasks' reports. A failed task is a
+    :class:`~qptables.BuildError` naming its tile (and for a failed write the array and the
+    reason, e.g. a full disk); the finished tiles stay in ``partial`` for the next run."""
     token = uuid.uuid4().hex[:8]
-    grid_attrs = grid.to_attrs()
-    todo_set = set(todo)
-    futures: dict[tuple[int, int], Any] = {}
-    ordered = sorted(todo, key=lambda t: (t[0] in mirror_pairs, t))
-    for iy, k in ordered:
-        deps = []
-        src = mirror_pairs.get(iy)
-        if src is not None:
-            (lo, hi), _exact = mirror_rows(grid, k)
-            for kk in range(lo // grid.tile_mu, (hi - 1) // grid.tile_mu + 1):
-                if (src, kk) in todo_set:
-                    deps.append(futures[(src, kk)])
-        futures[(iy, k)] = client.submit(
-            compute_tile,
-            str(partial),
-            likelihood,
-            grid_attrs,
-            grid.tile_mu,
-            iy,
-            k,
-            src,
-            *deps,
-            key=f"qptile-{token}-{iy}-{k}",
-            pure=False,
-            retries=2,
-            priority=0 if src is not None else 1,
+    futures: dict[Hashable, Any] = {}
+    named: dict[str, TileTask] = {}
+    for i, task in enumerate(tasks):
+        key = f"qptile-{token}-{i}"
+        named[key] = task
+        deps = [futures[t] for t in task.after if t in futures]
+        futures[task.tile] = client.submit(
+            task.func, *task.args, *deps, key=key, pure=False, retries=2, priority=task.priority
         )
     if not futures:
         return []
@@ -258,8 +253,7 @@ def run_tiles(
         for fut, report in completed(client, list(futures.values())):
             if fut.status == "error":
                 exc = fut.exception()
-                iy, k = (int(p) for p in str(fut.key).rsplit("-", 2)[1:])
-                tile = f"tile {k + 1}/{grid.tiles_per_y} of y={grid.y[iy]}"
+                tile = named[str(fut.key)].name
                 keep = "; the other tiles are kept, re-run to resume"
                 if isinstance(exc, OSError):  # a full disk...: the phase and the path
                     where = _written_array(partial, exc.filename)

@@ -50,14 +50,19 @@ def tree_bytes(path: Path) -> int:
     return total
 
 
-def resolve_grid(likelihood: str, grid: GridSpec | str | None, y_max: int | None) -> GridSpec:
-    """``grid`` itself, or the paper's grid for ``"paper"``/``None`` (``y_max``: Poisson labels)."""
+def resolve_grid(likelihood: str, grid: GridSpec | str | None, y_max: int | None) -> GridSpec | str:
+    """``grid`` itself (a GridSpec, or ``"cells"``: the reduced-coordinate boxes), or the App. J
+    grid for ``"paper"``/``None`` (``y_max``: Poisson labels)."""
     if grid is None or (isinstance(grid, str) and grid == "paper"):
         return paper_grid(likelihood, y_max)
     if isinstance(grid, str):
-        raise GridError(f"--grid: unknown preset {grid!r}; expected 'paper'")
+        if grid != "cells":
+            raise GridError(f"--grid: unknown layout {grid!r}; expected 'paper' or 'cells'")
+        if y_max is not None:
+            raise GridError("--y-max: only for the grid layout; the cells' boxes are fixed")
+        return grid
     if not isinstance(grid, GridSpec):
-        raise GridError(f"grid must be a GridSpec or 'paper', got {type(grid).__name__}")
+        raise GridError(f"grid: expected a GridSpec, 'paper' or 'cells', got {type(grid).__name__}")
     return grid
 
 
@@ -69,12 +74,14 @@ def check_inputs(
     *,
     workers: Any,
     samples: int,
-    tolerance: float,
-    verify_dps: int,
-) -> tuple[str, Path, GridSpec]:
-    """Step 1 of a paper-grid build (:mod:`qptables.pipeline.paper`): the canonical likelihood
-    name (``"step_noise"`` -> ``"step_noise(eps=0.2)"``), the absolute ``OUT`` and the grid
-    (:func:`resolve_grid`), or :class:`~qptables.BuildInputError` naming the argument."""
+    tolerance: float | None,
+    verify_dps: int | None,
+) -> tuple[str, Path, GridSpec | str]:
+    """Step 1 of a build (:mod:`qptables.pipeline.build`): the canonical likelihood name
+    (``"step_noise"`` -> ``"step_noise(eps=0.2)"``), the absolute ``OUT`` and the layout
+    (:func:`resolve_grid`; the cells: the likelihood must have boxes), or
+    :class:`~qptables.BuildInputError` naming the argument. ``tolerance`` and ``verify_dps``:
+    None for the layout's default."""
     import qpinfer
 
     if not isinstance(likelihood, str):
@@ -85,16 +92,17 @@ def check_inputs(
         raise BuildInputError(f"LIKELIHOOD: unknown likelihood {likelihood!r} ({exc})") from None
     try:
         grid = resolve_grid(likelihood, grid, y_max)
-        validate_y(likelihood, grid.y)
+        if isinstance(grid, GridSpec):
+            validate_y(likelihood, grid.y)
     except GridError as exc:
         raise BuildInputError(str(exc)) from None
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise BuildInputError(f"--workers: must be a positive integer, got {workers!r}")
     if samples < 0:
         raise BuildInputError(f"--samples: must be >= 0, got {samples!r}")
-    if not (np.isfinite(tolerance) and tolerance > 0):
+    if tolerance is not None and not (np.isfinite(tolerance) and tolerance > 0):
         raise BuildInputError(f"--tolerance: must be a positive number, got {tolerance!r}")
-    if int(verify_dps) < 15:
+    if verify_dps is not None and int(verify_dps) < 15:
         raise BuildInputError(f"--verify-dps: must be >= 15, got {verify_dps!r}")
     out = Path(out).expanduser().absolute()
     if out.name in ("", ".", ".."):

@@ -1,4 +1,4 @@
-"""Pack a finished, verified table store for distribution (``qptables publish``).
+"""Pack a finished, verified table store of either layout for distribution (``qptables publish``).
 
 ``publish(STORE, DIR)`` writes ``DIR/<name>.tar.gz`` -- the store directory as ``<name>.zarr/``
 in a gzip-compressed tar -- and adds or replaces the entry ``name`` in the manifest
@@ -6,14 +6,17 @@ in a gzip-compressed tar -- and adds or replaces the entry ``name`` in the manif
 ``qpinfer download NAME --url URL-OF-DIR`` (:mod:`qpinfer.tables.remote.install`) reads the
 manifest, fetches the archive, checks its size and sha256, unpacks it and validates every chunk.
 
-Only a store the reader accepts is published: :func:`qpinfer.open_table` with
-``verify_checksums=True`` (schema, ``complete``, a passed verification report, coordinates,
-chunk sizes, every chunk's sha256), plus at least one mpmath-checked point in the report.
+Only a store the reader accepts is published. A grid store (the App. J layout):
+:func:`qpinfer.open_table` with ``verify_checksums=True`` (schema, ``complete``, a passed
+verification report, coordinates, chunk sizes, every chunk's sha256), plus at least one
+mpmath-checked point in the report. A cells store: :func:`qpinfer.tables.reduced.open_reduced`
+(integrity record, ``complete``, a passed verification).
 
 The archive is reproducible: members sorted, owner ``0:0``, modes ``0644``/``0755``, every
-mtime the store's ``created`` time, gzip header without name or time -- so publishing the same
-store twice gives the same sha256. Tar + gzip (stdlib on both sides) rather than a zarr zip
-store because the reader memory-maps chunk files, so the table is installed unpacked anyway.
+mtime the store's ``created`` time (a cells store records no time: 0), gzip header without name
+or time -- so publishing the same store twice gives the same sha256. Tar + gzip (stdlib on both
+sides) rather than a zarr zip store because the reader memory-maps chunk files, so the table is
+installed unpacked anyway.
 
 Manifest (format :data:`qpinfer.tables.remote.transfer.MANIFEST_FORMAT`)::
 
@@ -25,7 +28,10 @@ Manifest (format :data:`qpinfer.tables.remote.transfer.MANIFEST_FORMAT`)::
         "package_version", "schema_version", "created", "published"}}}
 
 ``content_sha256`` is :func:`qpinfer.tables.remote.install.checksums_digest` of the store's chunk
-checksums: a download is skipped when the installed table already has it.
+checksums: a download is skipped when the installed table already has it. A cells store's entry
+names its boxes with their shapes (``boxes``) instead of one ``shape``, identifies its content by
+``integrity_sha256`` (its integrity digest) instead of ``content_sha256``, records no
+``created`` time, and its ``verification`` adds the points checked against the exact kernel.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from qpinfer.tables import TableError, open_table, sha256_file
+from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.remote.deadline import Deadline
 from qpinfer.tables.remote.install import (
     MANIFEST_FORMAT,
@@ -48,6 +55,8 @@ from qpinfer.tables.remote.install import (
     file_lock,
     validate_name,
 )
+from qptables.pipeline.layouts import store_layout
+from qptables.store import StoreError, read_attrs
 
 __all__ = ["PublishError", "pack_store", "publish", "update_manifest"]
 
@@ -184,20 +193,67 @@ def publish(
     name: str | None = None,
     manifest: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
-    """Pack the verified ``store`` into ``to/<name>.tar.gz`` and record it in the manifest.
+    """Pack the verified ``store`` (either layout) into ``to/<name>.tar.gz`` and record it in the
+    manifest.
 
-    ``name`` defaults to the store directory's name without ``.zarr``; ``manifest`` to
-    ``to/manifest.json``. Returns the manifest entry. Raises :class:`PublishError` for a store
-    the reader refuses (incomplete, unverified, failing checksums) or a bad name.
+    Parameters
+    ----------
+    store:
+        A finished, verified table store the reader accepts.
+    to:
+        Directory of the table host (created if missing).
+    name:
+        Table name (default: the store directory's name without ``.zarr``).
+    manifest:
+        Manifest to update (default ``to/manifest.json``).
+
+    Returns
+    -------
+    dict
+        The manifest entry.
+
+    Raises
+    ------
+    PublishError
+        The reader refuses the store (incomplete, unverified, failing checksums or its integrity
+        record) or ``name`` is invalid; nothing is written then.
     """
     store = Path(store)
     name = checked_name(store, name)
     try:
+        layout = store_layout(read_attrs(store))
+    except StoreError as exc:
+        raise PublishError(f"STORE: {exc}") from None
+    attrs, epoch, fields = (_cells_fields if layout == "cells" else _grid_fields)(store)
+    packed, store_bytes, manifest = pack_into(store, to, name, manifest, epoch)
+    entry = {
+        **packed,
+        "likelihood": attrs["likelihood"],
+        "grid": attrs["grid"],
+        **fields.pop("shape"),
+        "store_bytes": store_bytes,
+        **fields,
+        "schema_version": attrs["qp_schema_version"],
+        **({"created": attrs["created"]} if layout == "grid" else {}),
+        "published": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    update_manifest(manifest, entry)
+    return entry
+
+
+def _refused(store: Path, what: str, exc: Exception) -> PublishError:
+    return PublishError(
+        f"STORE: {store} is not a finished, verified {what}table store, not published ({exc})"
+    )
+
+
+def _grid_fields(store: Path) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """A grid store's attributes, archive mtime and manifest fields, once the reader accepts it
+    with every checksum and it has mpmath-checked points."""
+    try:
         table = open_table(store, verify_checksums=True)
     except TableError as exc:
-        raise PublishError(
-            f"STORE: {store} is not a finished, verified table store, not published ({exc})"
-        ) from None
+        raise _refused(store, "", exc) from None
     attrs = table.attrs
     table.close()
     ver = attrs["verification"]
@@ -206,28 +262,39 @@ def publish(
             f"STORE: {store} has no mpmath-checked points in its verification report; run "
             f"`qptables verify {store}` first"
         )
-    packed, store_bytes, manifest = pack_into(store, to, name, manifest, _created_epoch(attrs))
-    keep = (
-        "passed",
-        "points",
-        "max_rel_error",
-        "median_rel_error",
-        "tolerance",
-        "reference",
-        "checked",
-    )
-    entry = {
-        **packed,
-        "likelihood": attrs["likelihood"],
-        "grid": attrs["grid"],
-        "shape": [len(attrs["grid"]["y"]), int(table.shape[1]), int(table.shape[2])],
-        "store_bytes": store_bytes,
+    keep = ("passed", "points", "max_rel_error", "median_rel_error", "tolerance", "reference")
+    fields = {
+        "shape": {"shape": [len(attrs["grid"]["y"]), int(table.shape[1]), int(table.shape[2])]},
         "content_sha256": checksums_digest(attrs["checksums"]),
-        "verification": {k: ver[k] for k in keep if k in ver},
+        "verification": {k: ver[k] for k in (*keep, "checked") if k in ver},
         "package_version": attrs["package_version"],
-        "schema_version": attrs["qp_schema_version"],
-        "created": attrs["created"],
-        "published": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
-    update_manifest(manifest, entry)
-    return entry
+    return attrs, _created_epoch(attrs), fields
+
+
+def _cells_fields(store: Path) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """A cells store's attributes, archive mtime (0: it records no time) and manifest fields,
+    once the reader accepts it."""
+    try:
+        attrs = open_reduced(store).attrs
+    except TableError as exc:
+        raise _refused(store, "cells ", exc) from None
+    ver = attrs["verification"]
+    boxes = {
+        b["name"]: [len(b["labels"]), *(a["n_cells"] * a["nodes_per_cell"] for a in b["axes"])]
+        for b in attrs["boxes"]
+    }
+    fields = {
+        "shape": {"boxes": boxes},
+        "integrity_sha256": attrs["integrity"]["digest"],
+        "verification": {
+            "passed": ver["passed"],
+            "points": ver["mpmath_points"],
+            "max_rel_error": max(ver["mpmath_max_rel_err"], ver["kernel_max_rel_err"]),
+            "tolerance": ver["tolerance"],
+            "reference": "mpmath and the exact kernel",
+            "kernel_points": ver["kernel_points"],
+        },
+        "package_version": (attrs.get("build") or {}).get("package_version"),
+    }
+    return attrs, 0, fields

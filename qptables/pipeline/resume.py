@@ -1,14 +1,15 @@
-"""Locking and resuming a build, of every grid kind (the paper grid, :mod:`qptables.pipeline.paper`,
-and the v2 tables, :mod:`qptables.pipeline.v2`): the siblings of ``OUT``, the lock ``OUT.lock``
-(:func:`~qptables.pipeline.resume.locked`), the one decision whether an unfinished ``OUT.partial``
-can be resumed (:func:`~qptables.pipeline.resume.resumable`) and its atomic creation
-(:func:`~qptables.pipeline.resume.create_partial`).
+"""Locking and resuming a build, of every table layout (the App. J grid and the reduced-coordinate
+cells, :mod:`qptables.pipeline.build`): the siblings of ``OUT``, the lock ``OUT.lock``
+(:func:`~qptables.pipeline.resume.locked`), the resume record (:func:`build_record`), the one
+decision whether an unfinished ``OUT.partial`` can be resumed (:func:`resumable`) and its atomic
+creation (:func:`create_partial`).
 
-Resuming requires the store's record to match the build's -- paper grid: the same likelihood,
-grid, tiling and kernel output (a fingerprint of a probe tile,
-:func:`qptables.pipeline.tiles.probe`, :func:`resume_refusal`); v2: the same likelihood and boxes;
-anything else is an error unless ``force`` (which starts afresh). The finished tiles of a
-resumable store are its chunk files of the exact size (:func:`qptables.store.finished_chunks`).
+Resuming requires the store's record to match the build's (:func:`resume_refusal`) -- grid: the
+same likelihood, grid, tiling and kernel output (a fingerprint of a probe tile,
+:func:`qptables.pipeline.tiles.probe`), kept in ``attrs["build"]``; cells: the same likelihood and
+boxes, kept in the root attributes. Anything else is an error unless ``force`` (which starts
+afresh). The finished tiles of a resumable store are its chunk files of the exact size
+(:func:`qptables.store.finished_chunks`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from qpinfer.tables.replace import remove_store
 from qptables.grid import GridSpec
 from qptables.pipeline.errors import BuildInputError, LockError, writing
 from qptables.pipeline.interrupt import deferred_sigterm, stop_on_signals
-from qptables.store import StoreError, read_attrs, scan_tiles
+from qptables.store import StoreError, read_attrs
 
 __all__ = [
     "BuildLock",
@@ -41,7 +42,6 @@ __all__ = [
     "partial_path",
     "publishing_path",
     "resumable",
-    "resumable_tiles",
     "resume_refusal",
 ]
 
@@ -183,8 +183,39 @@ def locked(out: Path) -> Iterator[BuildLock]:
                 lock.release()
 
 
-def build_record(likelihood: str, grid: GridSpec, fingerprint: str, mirror: bool) -> dict:
-    """``attrs["build"]`` of the store: what a resumed build must match."""
+#: Per layout, the keys of the resume record a resumed build must match.
+RESUME_KEYS = {
+    "grid": ("likelihood", "grid", "tile_mu", "kernel_fingerprint"),
+    "cells": ("likelihood", "boxes"),
+}
+
+
+def build_record(
+    layout: str,
+    likelihood: str,
+    *,
+    grid: GridSpec | None = None,
+    fingerprint: str | None = None,
+    mirror: bool = False,
+    boxes: tuple | None = None,
+) -> dict:
+    """The resume record of a build of ``likelihood`` in ``layout`` (``"grid"`` or ``"cells"``):
+    what an unfinished build must match to be resumed (:func:`resume_refusal`, the keys of
+    :data:`RESUME_KEYS`).
+
+    ``"grid"``: the store's ``attrs["build"]`` -- the likelihood (and a step-noise eps), the
+    ``grid`` and its tiling, the kernel's ``fingerprint`` and whether the probit ``mirror`` is
+    used. ``"cells"``: the store's own root attributes ``likelihood`` and ``boxes`` (each box's
+    :meth:`~qpinfer.likelihoods.layout.Box.to_attrs`).
+    """
+    if layout == "cells":
+        if boxes is None:
+            raise ValueError("boxes: required for a cells build record")
+        return {"likelihood": likelihood, "boxes": [b.to_attrs() for b in boxes]}
+    if layout != "grid":
+        raise ValueError(f"layout: expected 'grid' or 'cells', got {layout!r}")
+    if grid is None or fingerprint is None:
+        raise ValueError("grid, fingerprint: required for a grid build record")
     params = {}
     eps = parse_name(likelihood)
     if eps is not None:  # one store per eps: recorded beside the name, checked by open_table
@@ -201,18 +232,17 @@ def build_record(likelihood: str, grid: GridSpec, fingerprint: str, mirror: bool
     }
 
 
-def resume_refusal(
-    old: dict,
-    new: dict,
-    keys: tuple[str, ...] = ("likelihood", "grid", "tile_mu", "kernel_fingerprint"),
-) -> str | None:
-    """None if the record ``old`` of a partial store (paper grid: its ``attrs["build"]``) can
-    be resumed as ``new``: the two agree on ``keys``; else the first difference."""
+def resume_refusal(layout: str, attrs: dict, record: dict) -> str | None:
+    """None if the unfinished build whose root attributes are ``attrs`` can be resumed by the
+    build of ``record`` (:func:`build_record`): the stored record (grid: ``attrs["build"]``;
+    cells: ``attrs`` itself) agrees with it on the layout's :data:`RESUME_KEYS`; else the first
+    difference."""
+    old = attrs.get("build", {}) if layout == "grid" else attrs
     if not old:
         return "it has no build record"
-    for key in keys:
-        if old.get(key) != new.get(key):
-            return f"its {key} is {_short(old.get(key))}, this build's is {_short(new.get(key))}"
+    for key in RESUME_KEYS[layout]:
+        if old.get(key) != record.get(key):
+            return f"its {key} is {_short(old.get(key))}, this build's is {_short(record.get(key))}"
     return None
 
 
@@ -223,19 +253,21 @@ def _short(value: Any, limit: int = 120) -> str:
 
 def resumable(
     partial: Path,
-    refusal: Callable[[dict], str | None],
+    layout: str,
+    record: dict,
     force: bool,
     dry_run: bool,
     say: Callable[[str], None],
 ) -> bool:
-    """Whether the unfinished build ``partial`` exists and can be resumed: ``refusal(its root
-    attributes)`` is None. An incompatible (or unreadable) one is refused
+    """Whether the unfinished build ``partial`` exists and can be resumed by the build of
+    ``record`` in ``layout`` (:func:`resume_refusal`). An incompatible (or unreadable) one is
+    refused
     (:class:`~qptables.BuildInputError`) or, with ``force``, deleted (a dry run only says it would
     be)."""
     if not partial.exists():
         return False
     try:
-        reason = refusal(read_attrs(partial))
+        reason = resume_refusal(layout, read_attrs(partial), record)
     except StoreError as exc:
         reason = str(exc)
     if reason is None:
@@ -251,23 +283,6 @@ def resumable(
         say(f"discarding incompatible unfinished build {partial} ({reason})")
         remove_store(partial, what="OUT (its unfinished build)")
     return False
-
-
-def resumable_tiles(
-    partial: Path,
-    grid: GridSpec,
-    record: dict,
-    force: bool,
-    dry_run: bool,
-    say: Callable[[str], None],
-) -> set[tuple[int, int]]:
-    """The finished tiles of the paper-grid build ``partial`` if it can be resumed as the build
-    ``record`` (:func:`~qptables.pipeline.resume.resumable`), else none."""
-    if resumable(
-        partial, lambda attrs: resume_refusal(attrs.get("build", {}), record), force, dry_run, say
-    ):
-        return scan_tiles(partial, grid, clean=not dry_run)
-    return set()
 
 
 def create_partial(partial: Path, create: Callable[[Path], None]) -> bool:

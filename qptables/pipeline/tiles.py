@@ -1,9 +1,9 @@
 """The tile kernel: what one dask task of a build computes and writes (runs on a worker).
 
 A tile is one zarr chunk of shape ``(1, tile_mu, n_log10_sigma)`` (:mod:`qptables.grid`). Each
-task evaluates qpinfer's vectorized kernel -- :func:`qpinfer.sigma_qp` (sigma*, paper 000
-eq. (7)) and :func:`qpinfer.tilted_moments` (EP's sigma, eq. (5)) -- on its tile and writes it
-straight into the store (a region write of exactly one chunk per variable).
+task evaluates qpinfer's vectorized kernel -- :func:`qpinfer.sigma_qp` (sigma*, Zhang et al.
+(2020), eq. (7)) and :func:`qpinfer.tilted_moments` (EP's sigma, eq. (5)) -- on its tile and
+writes it straight into the store (a region write of exactly one chunk per variable).
 
 Bit-identity. The kernel's value at a point never depends on the other points of its call
 (no batch-wide stopping tests; ``tests/sigma/test_kernel_determinism.py``), so tiling, worker count,

@@ -1,19 +1,20 @@
-"""Verify a table store against the mpmath reference (``qptables verify``).
+"""Verify a grid store (the App. J layout) against the mpmath reference (``qptables verify`` of a
+grid store, through :func:`qptables.pipeline.verify.verify`).
 
 Three checks, whose results form the ``verification`` report stored in the store's attributes:
 
 1. **Reference sample** -- a stratified sample of grid points is recomputed with
    :func:`qptables.reference.sigma.sigma_qp_reference` (mpmath, 40 digits) and compared with the
-   stored ``sigma_qp`` (sigma* of paper 000 eq. (7)): for every ``y`` slice the four corners
-   and the four edge midpoints of the ``(mu, log10_sigma)`` rectangle, plus ``samples`` random
-   grid points (seeded, so repeated runs check the same points). The check passes when the
+   stored ``sigma_qp`` (sigma*, Zhang et al. (2020), eq. (7)): for every ``y`` slice the four
+   corners and the four edge midpoints of the ``(mu, log10_sigma)`` rectangle, plus ``samples``
+   random grid points (seeded, so repeated runs check the same points). The check passes when the
    largest relative error is at most ``tolerance`` (default 1e-10).
 2. **Sanity scan** -- every stored value (edge-chunk padding excluded) is finite, ``sigma_qp >
    0`` and ``0 < sigma_ratio <= 1 + 1e-12`` (Theorem 2: sigma_qp <= sigma_ep).
 3. **Checksums** -- when the store records ``attrs["checksums"]``, every chunk file's sha256 is
    recomputed and compared (the scan of 2. reads each chunk once for both).
 
-Before any of them, :func:`verify` refuses (``ValueError``, nothing written) a store whose
+Before any of them, :func:`verify_grid` refuses (``ValueError``, nothing written) a store whose
 metadata no longer matches its integrity digest (:mod:`qpinfer.tables.integrity`), naming what
 changed; a store without a digest (built before digests existed) is checked as before.
 
@@ -49,7 +50,7 @@ __all__ = [
     "sample_indices",
     "scan_store",
     "verification_report",
-    "verify",
+    "verify_grid",
 ]
 
 #: Default number of random grid points checked (on top of corners and edge midpoints).
@@ -315,28 +316,24 @@ def scan_store(
     }
 
 
-def verify(
-    path: str | os.PathLike,
-    *,
-    samples: int = DEFAULT_SAMPLES,
-    tolerance: float = DEFAULT_TOLERANCE,
-    seed: int = 0,
-    dps: int = DEFAULT_DPS,
-    client: Any | None = None,
-    workers: int | None = None,
-    write: bool = True,
-    progress: bool | None = None,
+def verify_grid(
+    path: str | os.PathLike, *, write: bool = True, progress: bool | None = None, **options: Any
 ) -> dict[str, Any]:
-    """Verify the store at ``path``; return the report and (``write=True``) store it in
+    """Verify the grid store at ``path``; return the report and (``write=True``) store it in
     ``attrs["verification"]``.
 
-    The report holds ``points``, ``max_rel_error``, ``median_rel_error``, ``tolerance``,
-    ``seconds`` and ``passed`` (all three checks of the module docstring), plus details
-    (``worst`` point, ``scan`` summary, ``where`` the points were and which workers ran them).
-    ``progress``: a progress bar of the mpmath points (default: when stderr is a terminal).
+    ``options``: those of :func:`reference_sample` -- ``samples``, ``tolerance`` (default
+    :data:`DEFAULT_TOLERANCE`), ``seed``, ``dps`` (default :data:`DEFAULT_DPS`), and where the
+    points run (``client``, ``workers``). The report holds ``points``, ``max_rel_error``,
+    ``median_rel_error``, ``tolerance``, ``seconds`` and ``passed`` (all three checks of the
+    module docstring), plus details (``worst`` point, ``scan`` summary, ``where`` the points were
+    and which workers ran them). ``progress``: a progress bar of the mpmath points (default: when
+    stderr is a terminal).
     """
     if progress is None:
         progress = sys.stderr.isatty()
+    options = {"tolerance": DEFAULT_TOLERANCE, "dps": DEFAULT_DPS, **options}
+    tolerance, dps = options["tolerance"], options["dps"]
     if not (isinstance(tolerance, float | int) and np.isfinite(tolerance) and tolerance > 0):
         raise ValueError(f"--tolerance: must be a positive number, got {tolerance!r}")
     if int(dps) < 15:
@@ -353,19 +350,10 @@ def verify(
             f"built ({'; '.join(changes)}); not verified (nothing written) -- rebuild it"
         )
     header = StoreHeader.of(attrs)
-    scan = scan_store(path, client=client, workers=workers, header=header)
+    where = {"client": options.get("client"), "workers": options.get("workers")}
+    scan = scan_store(path, header=header, **where)
     scan.pop("checksums", None)
-    ref = reference_sample(
-        path,
-        samples=samples,
-        tolerance=tolerance,
-        seed=seed,
-        dps=dps,
-        client=client,
-        workers=workers,
-        progress=progress,
-        header=header,
-    )
+    ref = reference_sample(path, progress=progress, header=header, **options)
     report = verification_report(ref, scan)
     report["seconds"] = round(time.perf_counter() - t0, 3)
     if write:

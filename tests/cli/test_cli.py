@@ -15,7 +15,8 @@ import pytest
 
 from qptables.cli.commands import main
 from qptables.grid import GridSpec
-from qptables.pipeline.paper import compute_tile, lock_path, partial_path
+from qptables.pipeline.resume import lock_path, partial_path
+from qptables.pipeline.tiles import compute_tile
 from qptables.reference.verify import scan_store
 from qptables.store import consolidate_store, create_store, read_attrs, update_attrs
 

@@ -1,7 +1,7 @@
-"""``qptables`` on every store kind: ``info``, ``verify``, ``plot`` and
-``publish`` on each shipped v2 table and on small real builds of both grids; ``build --dry-run``
-writes nothing for any grid; flags that do not apply to a grid are refused in one line; help
-lists every likelihood and the default grid; a missing ``tables`` extra is named; ``ship`` never
+"""``qptables`` on every store layout: ``info``, ``verify``, ``plot`` and ``publish`` on each
+shipped (cells) table and on small real builds of both layouts; ``build --dry-run`` writes nothing
+for any layout; flags that do not apply to a layout are refused in one line; help lists every
+likelihood and the default grid; a missing ``tables`` extra is named; ``ship`` never
 writes into an installed package unless asked."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from qpinfer.tables.open import open_table
 from qpinfer.tables.reduced import ReducedTable
 from qpinfer.tables.shipped import DATA_DIR, SHIPPED, shipped_path
 from qptables.cli.commands import main
-from qptables.cli.v2 import ship_destination
+from qptables.cli.ship import ship_destination
 from qptables.pipeline.resume import lock_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,8 +120,8 @@ def test_verify_refuses_boxes_a_store_does_not_have(capsys):
     assert code == 2 and "--boxes" in err and "nowhere" in err
 
 
-def test_a_published_v2_table_installs_with_download(capsys, tmp_path, monkeypatch):
-    """What ``publish`` writes for a v2 store is what ``qpinfer download`` installs."""
+def test_a_published_cells_table_installs_with_download(capsys, tmp_path, monkeypatch):
+    """What ``publish`` writes for a cells store is what ``qpinfer download`` installs."""
     from qpinfer.tables.remote.install import download
 
     host = tmp_path / "host"
@@ -138,11 +138,11 @@ def test_a_published_v2_table_installs_with_download(capsys, tmp_path, monkeypat
 
 
 @pytest.fixture(scope="module")
-def v2_build(tmp_path_factory):
-    """The cheapest v2 table (step_noise: one box, one tile) built by the CLI on a real
+def cells_build(tmp_path_factory):
+    """The cheapest cells table (step_noise: one box, one tile) built by the CLI on a real
     LocalCluster, with every check flag set to a non-default value."""
-    out = tmp_path_factory.mktemp("v2") / "step.zarr"
-    argv = ["build", "step_noise", str(out), "--grid", "v2", "--workers", "1", "--samples", "3"]
+    out = tmp_path_factory.mktemp("cells") / "step.zarr"
+    argv = ["build", "step_noise", str(out), "--grid", "cells", "--workers", "1", "--samples", "3"]
     argv += ["--seed", "5", "--tolerance", "1e-11", "--verify-dps", "20", "--json"]
     code = main([*argv, "--no-progress"])
     assert code == 0
@@ -157,16 +157,16 @@ def paper_build(tmp_path_factory):
     return out
 
 
-def test_v2_build_honours_the_check_flags_and_json(capsys, v2_build):
-    attrs = json.loads((v2_build / "zarr.json").read_text())["attributes"]
+def test_cells_build_honours_the_check_flags_and_json(capsys, cells_build):
+    attrs = json.loads((cells_build / "zarr.json").read_text())["attributes"]
     ver = attrs["verification"]
     # --samples 3 over one box: 3 mpmath points; --seed, --tolerance, --verify-dps recorded
     assert ver["mpmath_points"] == 3 and ver["seed"] == 5
     assert ver["tolerance"] == 1e-11 and ver["dps"] == 20 and ver["passed"] is True
 
 
-def test_every_command_works_on_a_small_v2_build(capsys, tmp_path, v2_build):
-    assert_all_commands_work(capsys, v2_build, "1", tmp_path)
+def test_every_command_works_on_a_small_cells_build(capsys, tmp_path, cells_build):
+    assert_all_commands_work(capsys, cells_build, "1", tmp_path)
 
 
 def test_every_command_works_on_a_small_paper_grid_build(capsys, tmp_path, paper_build):
@@ -175,9 +175,9 @@ def test_every_command_works_on_a_small_paper_grid_build(capsys, tmp_path, paper
     assert entry["shape"] == [1, 5, 5]
 
 
-def test_v2_verify_fails_on_a_flipped_byte(capsys, tmp_path, v2_build):
+def test_cells_verify_fails_on_a_flipped_byte(capsys, tmp_path, cells_build):
     bad = tmp_path / "bad.zarr"
-    shutil.copytree(v2_build, bad)
+    shutil.copytree(cells_build, bad)
     chunk = max((p for p in (bad / "rho_core" / "c").rglob("*") if p.is_file()), key=str)
     data = bytearray(chunk.read_bytes())
     data[8] ^= 1  # a last-bit change: only the integrity record can tell
@@ -195,8 +195,8 @@ def test_v2_verify_fails_on_a_flipped_byte(capsys, tmp_path, v2_build):
         ["probit"],  # the paper's App. J grid
         ["poisson_square", "--y-max", "3"],
         ["logit", *PAPER_SMALL],
-        *([name, "--grid", "v2"] for name in sorted(registry._REGISTRY)),
-        ["probit", "--grid", "v2", "--scheduler", "tcp://127.0.0.1:1", "--workers", "8"],
+        *([name, "--grid", "cells"] for name in sorted(registry._REGISTRY)),
+        ["probit", "--grid", "cells", "--scheduler", "tcp://127.0.0.1:1", "--workers", "8"],
     ],
     ids=lambda a: "-".join(a[:3]),
 )
@@ -211,7 +211,7 @@ def test_dry_run_prints_plan_and_estimate_and_writes_nothing(capsys, tmp_path, a
     assert tree(tmp_path) == before
 
 
-@pytest.mark.parametrize("grid", ["paper", "v2"])
+@pytest.mark.parametrize("grid", ["paper", "cells"])
 def test_dry_run_reads_a_held_lock_and_leaves_it(capsys, tmp_path, grid):
     out = tmp_path / "t.zarr"
     lock = lock_path(out)
@@ -228,25 +228,25 @@ def test_dry_run_reads_a_held_lock_and_leaves_it(capsys, tmp_path, grid):
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["build", "probit", "OUT", "--grid", "v2", "--mu", "-1", "1", "0.5"], "--mu:"),
+        (["build", "probit", "OUT", "--grid", "cells", "--mu", "-1", "1", "0.5"], "--mu:"),
         (
-            ["build", "probit", "OUT", "--grid", "v2", "--log10-sigma", "0", "1", "1"],
+            ["build", "probit", "OUT", "--grid", "cells", "--log10-sigma", "0", "1", "1"],
             "--log10-sigma:",
         ),
-        (["build", "probit", "OUT", "--grid", "v2", "--y", "1"], "--y:"),
-        (["build", "poisson_square", "OUT", "--grid", "v2", "--y-max", "3"], "--y-max:"),
-        (["build", "probit", "OUT", "--grid", "v2", "--tile-mu", "5"], "--tile-mu:"),
+        (["build", "probit", "OUT", "--grid", "cells", "--y", "1"], "--y:"),
+        (["build", "poisson_square", "OUT", "--grid", "cells", "--y-max", "3"], "--y-max:"),
+        (["build", "probit", "OUT", "--grid", "cells", "--tile-mu", "5"], "--tile-mu:"),
         (
             ["build", "probit", "OUT", "--y-max", "3", "--dry-run"],
             "--y-max: only for poisson_square",
         ),
         (["build", "probit", "OUT", "--eps", "0.1", "--dry-run"], "--eps:"),
         (
-            ["build", "probit", "OUT", "--grid", "v2", "--verify-dps", "10", "--dry-run"],
+            ["build", "probit", "OUT", "--grid", "cells", "--verify-dps", "10", "--dry-run"],
             "--verify-dps",
         ),
         (
-            ["build", "probit", "OUT", "--grid", "v2", "--tolerance", "0", "--dry-run"],
+            ["build", "probit", "OUT", "--grid", "cells", "--tolerance", "0", "--dry-run"],
             "--tolerance",
         ),
         (
@@ -254,9 +254,12 @@ def test_dry_run_reads_a_held_lock_and_leaves_it(capsys, tmp_path, grid):
             "--workers:",
         ),
         (["verify", "STORE", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--workers:"),
-        (["plot", "PAPER", "--y", "1", "--output", "x.png", "--mu", "0", "1"], "--mu: only for v2"),
-        (["verify", "PAPER", "--kernel-points", "9"], "--kernel-points: only for v2"),
-        (["verify", "PAPER", "--boxes", "lobe"], "--boxes: only for v2"),
+        (
+            ["plot", "PAPER", "--y", "1", "--output", "x.png", "--mu", "0", "1"],
+            "--mu: only for cells",
+        ),
+        (["verify", "PAPER", "--kernel-points", "9"], "--kernel-points: only for cells"),
+        (["verify", "PAPER", "--boxes", "lobe"], "--boxes: only for cells"),
         (["plot", "STORE", "--y", "0", "--output", "x.png"], "--y: 0 is not a label"),
         (["ship", "--out", "DIR", "--into-package"], "--into-package:"),
     ],
@@ -292,7 +295,7 @@ def test_help_lists_every_likelihood_and_says_what_each_grid_gives():
     for name in registry._REGISTRY:
         assert name in text, name
     assert "App. J" in text and "20001 x 2001 points per label" in text
-    assert "paper (default)" in text and "v2:" in text and "as shipped in qpinfer" in text
+    assert "paper (default)" in text and "cells:" in text and "as shipped in qpinfer" in text
 
 
 # ----------------------------------------------------------------------------- missing extra
@@ -315,13 +318,13 @@ ALL_BLOCKED = ("dask", "distributed", "mpmath")
 
 @pytest.mark.parametrize(
     ("command", "blocked"),
-    [("build", ("distributed",)), ("build", ALL_BLOCKED), ("build-v2", ("mpmath",))]
+    [("build", ("distributed",)), ("build", ALL_BLOCKED), ("build-cells", ("mpmath",))]
     + [("verify", ("distributed",)), ("verify", ALL_BLOCKED), ("ship", ("distributed",))],
 )
 def test_a_missing_tables_extra_is_named_in_one_line(tmp_path, blocked, command):
     argv = {
         "build": ["build", "probit", str(tmp_path / "t.zarr"), *PAPER_SMALL],
-        "build-v2": ["build", "probit", str(tmp_path / "t.zarr"), "--grid", "v2"],
+        "build-cells": ["build", "probit", str(tmp_path / "t.zarr"), "--grid", "cells"],
         "verify": ["verify", str(shipped_path("probit")), *CHECK],
         "ship": ["ship", "--out", str(tmp_path / "ship")],
     }[command]
@@ -335,7 +338,7 @@ def test_a_missing_tables_extra_is_named_in_one_line(tmp_path, blocked, command)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_info_of_a_v2_store_needs_no_tables_extra():
+def test_info_of_a_cells_store_needs_no_tables_extra():
     block = BLOCK.format(blocked=ALL_BLOCKED)
     p = subprocess.run(
         [sys.executable, "-c", block, "info", str(shipped_path("logit"))],

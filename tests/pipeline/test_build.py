@@ -1,7 +1,7 @@
 """End-to-end builds on a real ``distributed.LocalCluster`` (small grids, a few seconds each).
 
 The reference for "exact" is qpinfer's kernel called directly, one ``mu`` row per call -- the
-call unit the pipeline documents (see :mod:`qptables.pipeline.paper`, "Bit-identity").
+call unit the pipeline documents (see :mod:`qptables.pipeline.grid_layout`, "Bit-identity").
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import zarr
 import qpinfer
 from qpinfer.tables.schema import DATA_VARS, DIMS, REQUIRED_ATTRS, SCHEMA_VERSION
 from qptables import BuildError, BuildInputError, GridSpec, LockError, build
-from qptables.pipeline.paper import lock_path, partial_path, publishing_path
+from qptables.pipeline.resume import lock_path, partial_path, publishing_path
 from qptables.store import (
     StoreError,
     chunk_key,
@@ -263,7 +263,7 @@ def test_publishing_refuses_tiles_changed_after_checksumming(unpublished, tmp_pa
 def test_a_lock_with_our_own_pid_from_an_earlier_run_is_stale(tmp_path):
     """A re-run container with a pinned hostname (cluster/) gets the same pid (1) as the killed
     run that left the lock; a lock this process itself holds is still respected."""
-    from qptables.pipeline.paper import BuildLock
+    from qptables.pipeline.resume import BuildLock
 
     out = tmp_path / "probit.zarr"
     lock_path(out).write_text(

@@ -26,7 +26,8 @@ import zarr
 
 from qpinfer.tables.schema import DATA_VARS, DIMS
 from qptables import GridSpec, build
-from qptables.pipeline.paper import SINGLE_THREAD_ENV, lock_path, partial_path
+from qptables.pipeline.dask_run import SINGLE_THREAD_ENV
+from qptables.pipeline.resume import lock_path, partial_path
 from qptables.store import read_attrs, scan_tiles
 from tests._helpers import FAST, chunk_files, direct_kernel
 

@@ -24,7 +24,7 @@ yaml = pytest.importorskip("yaml")
 
 from qpinfer.tables import open_table
 from qptables.cli.commands import parser as qptables_parser
-from qptables.pipeline.paper import SINGLE_THREAD_ENV
+from qptables.pipeline.dask_run import SINGLE_THREAD_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "cluster"

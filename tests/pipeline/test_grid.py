@@ -1,4 +1,5 @@
-"""Grid specifications, tiling and the verification sample (no cluster, fast)."""
+"""Grid specifications, the layouts a build takes, the resume record, tiling and the verification
+sample (no cluster, fast)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from qptables.grid import (
     paper_grid,
     validate_y,
 )
-from qptables.pipeline.paper import _mirror_rows, evaluate_rows
+from qptables.pipeline.plan import resolve_grid
+from qptables.pipeline.resume import build_record, resume_refusal
+from qptables.pipeline.tiles import evaluate_rows
+from qptables.pipeline.tiles import mirror_rows as _mirror_rows
 from qptables.reference.verify import sample_indices
 
 
@@ -43,6 +47,28 @@ def test_paper_grid_is_appendix_j():
     assert g.chunk_shape == (1, 75, 2001)
     assert g.store_nbytes() == 2 * 2 * 267 * 75 * 2001 * 8
     assert paper_grid("poisson_square", y_max=3).y == (0, 1, 2, 3)
+
+
+def test_a_layout_is_the_paper_preset_a_gridspec_or_the_cells():
+    assert resolve_grid("probit", "paper", None) == resolve_grid("probit", None, None)
+    assert resolve_grid("probit", "paper", None) == paper_grid("probit")
+    assert resolve_grid("probit", "cells", None) == "cells"
+    with pytest.raises(GridError, match="--grid: unknown layout 'v2'; expected 'paper' or 'cells'"):
+        resolve_grid("probit", "v2", None)
+    with pytest.raises(GridError, match="--y-max: only for the grid layout"):
+        resolve_grid("poisson_square", "cells", 3)
+
+
+def test_one_resume_record_serves_both_layouts():
+    grid = GridSpec((-1, 1, 0.5), (-1, 1, 0.5), (-1, 1))
+    record = build_record("grid", "probit", grid=grid, fingerprint="f", mirror=True)
+    assert record["grid"] == grid.to_attrs() and record["probit_mirror"] is True
+    assert resume_refusal("grid", {"build": record}, record) is None
+    other = {**record, "kernel_fingerprint": "g"}
+    assert "kernel_fingerprint" in resume_refusal("grid", {"build": other}, record)
+    assert resume_refusal("grid", {}, record) == "it has no build record"
+    with pytest.raises(ValueError, match="layout: expected 'grid' or 'cells'"):
+        build_record("v2", "probit")
 
 
 @pytest.mark.parametrize(

@@ -36,8 +36,8 @@ from qpinfer.tables.integrity import INTEGRITY_ATTR, integrity_record
 from qpinfer.tables.remote.install import DownloadError
 from qpinfer.tables.replace import ReplaceRefusedError, check_replaceable, replace_store, store_kind
 from qptables import BuildInputError, GridSpec, build
-from qptables.pipeline.paper import lock_path, partial_path
 from qptables.pipeline.publish import publish
+from qptables.pipeline.resume import lock_path, partial_path
 from qptables.store import create_store, read_attrs, update_attrs
 from tests._helpers import FAST
 

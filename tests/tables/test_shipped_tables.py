@@ -1,4 +1,4 @@
-"""The v2 tables shipped inside qpinfer: reproducible (bit for bit on one machine, within
+"""The tables shipped inside qpinfer (the cells layout): reproducible (bit for bit on one machine, within
 round-off on another), near-exact, used by default, guarded."""
 
 import dataclasses
@@ -19,13 +19,13 @@ from qpinfer.tables import TableError
 from qpinfer.tables.chebyshev import cell_rows, node_values
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
-from qptables.pipeline.v2 import (
+from qptables.pipeline.cells import (
     ROUNDING_FLOOR,
     _array_axes,
     _chunk_file,
-    _create,
-    _tiles,
+    cell_tiles,
     chunk_shape,
+    create_cells_store,
     tile_arrays,
 )
 from tests._helpers import load_ionosphere
@@ -79,7 +79,7 @@ def _rebuild_and_compare(likelihood, tiles_wanted, seed):
     path = shipped_path(likelihood)
     attrs = json.loads((path / "zarr.json").read_text())["attributes"]
     boxes = tuple(box_from_attrs(b) for b in attrs["boxes"])
-    tiles = _tiles(boxes)
+    tiles = cell_tiles(boxes)
     rng = np.random.default_rng(seed)
     tol = rebuild_tolerance(likelihood)
     for i in rng.choice(len(tiles), size=min(tiles_wanted, len(tiles)), replace=False):
@@ -139,12 +139,12 @@ def test_a_tile_rebuilds_bit_for_bit_on_the_same_machine():
 
 @pytest.mark.parametrize("likelihood", LIKELIHOODS)
 def test_a_new_store_has_the_shipped_attributes(likelihood, tmp_path):
-    """`qptables ship` writes the shipped ``zarr.json`` again: the attributes a v2 build
+    """`qptables ship` writes the shipped ``zarr.json`` again: the attributes a cells build
     creates its store with (everything but what the finished build adds) are the shipped ones,
     text included."""
     shipped = json.loads((shipped_path(likelihood) / "zarr.json").read_text())["attributes"]
     name = shipped["likelihood"]
-    _create(tmp_path / "new.zarr", name, boxes_for(get_likelihood(name).name))
+    create_cells_store(tmp_path / "new.zarr", name, boxes_for(get_likelihood(name).name))
     created = json.loads((tmp_path / "new.zarr" / "zarr.json").read_text())["attributes"]
     assert created.pop("complete") is False and shipped["complete"] is True
     assert created == {key: shipped[key] for key in created}

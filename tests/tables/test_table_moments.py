@@ -13,7 +13,7 @@ from qpinfer.likelihoods.poisson_square.moments import hermite_min_b, scaled_cav
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.likelihoods.student_t import student_t_name
 from qpinfer.tables.shipped import SHIPPED, open_shipped, shipped_path
-from qptables.pipeline.v2_check import moment_errors, reference_values
+from qptables.pipeline.cells_check import moment_errors, reference_values
 from qptables.reference.fanout import fan_out
 from tests._helpers import coal, load_ionosphere, mcycle
 

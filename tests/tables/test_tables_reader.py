@@ -4,7 +4,7 @@ Stores are written here by :func:`write_store`, a minimal writer that follows
 ``qpinfer/tables/schema.py`` to the letter (zarr v3, uncompressed ``(1, tile_mu, n_log10_sigma)``
 chunks, the required attributes, sha256 per chunk file, the integrity record of
 :mod:`qpinfer.tables.integrity` as a published build has it); one test also reads a store built by
-the real pipeline (``qptables.pipeline.paper``) when it is available.
+the real pipeline (``qptables.pipeline.build``) when it is available.
 """
 
 from __future__ import annotations

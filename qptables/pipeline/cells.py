@@ -1,90 +1,51 @@
-"""Build a v2 sigma* table (reduced coordinates, Chebyshev cells) on a dask cluster.
+"""The ``"cells"`` layout's tiles and store: sigma* in reduced coordinates, as Chebyshev cells.
 
-``qptables build LIK OUT --grid v2`` (:func:`build_v2`): the boxes of
-:func:`qpinfer.likelihoods.registry.boxes_for` are cut into *tiles* -- ``tile_cells`` cells of a
-box's first axis for one label, i.e. one zarr chunk -- and every tile is one pure task: the exact
-kernel at the tile's Chebyshev-Gauss nodes, ``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``,
-per box; and EP's moments where they have no closed form), stored as each cell's rounded
-Chebyshev coefficients (:func:`qpinfer.tables.chebyshev.rounded_coefficients`) and written by
-the worker into its chunk of ``OUT.partial`` (the client never gathers the table). Results are bit-reproducible however the tiles are scheduled (the kernel's result for a
-point never depends on its batch).
+The boxes of :func:`qpinfer.likelihoods.registry.boxes_for` are cut into *tiles* --
+``tile_cells`` cells of a box's first axis for one label, i.e. one zarr chunk -- and every tile
+is one pure task (:func:`run_tile`): the exact kernel at the tile's Chebyshev-Gauss nodes,
+``rho = sigma* / sigma_EP`` (or ``sigma* / sigma``, per box; and EP's moments where they have no
+closed form), stored as each cell's rounded Chebyshev coefficients
+(:func:`qpinfer.tables.chebyshev.rounded_coefficients`) and written by the worker into its chunk
+of ``OUT.partial`` (the client never gathers the table). Results are bit-reproducible however the
+tiles are scheduled (the kernel's result for a point never depends on its batch).
 
-Lock, resume and tile writes are those of the paper-grid build (:mod:`qptables.pipeline.resume`,
-:mod:`qptables.store`): ``OUT.lock``; ``OUT.partial`` created atomically and resumed only if it
-was built for the same likelihood and boxes (else refused, or discarded with ``--force``); every
-tile written as one chunk by :func:`qptables.store.write_chunk` and done when its chunk file
-exists with its full size (:func:`qptables.store.finished_chunks`). What stays v2's own is the
-schema (:mod:`qpinfer.tables.reduced`), the tiling of the boxes and the checks below.
-
-Then the build verifies: the interpolant (:mod:`qpinfer.tables.reduced`) against the exact kernel at
-random points of every box (``kernel_points``), and against the mpmath reference at a stratified
-sample (``samples``, fanned out over the cluster): both at ``tolerance`` relative, recorded in
-``attrs["verification"]``. It writes the integrity record, marks the store complete, and
-publishes it at ``OUT`` with one atomic swap (:func:`qpinfer.tables.replace.replace_store`;
-``--force`` replaces only a table store, never anything else).
+Every tile is written as one chunk by :func:`qptables.store.write_chunk` and done when its chunk
+file exists with its full size (:func:`qptables.store.finished_chunks`), as the grid's tiles are.
+The store's schema is :mod:`qpinfer.tables.reduced` (:func:`create_cells_store`); the build's
+steps are :mod:`qptables.pipeline.cells_layout`, its check :mod:`qptables.pipeline.cells_check`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 import qpinfer
 from qpinfer.likelihoods.layout import Box
-from qpinfer.likelihoods.registry import box_from_attrs, boxes_for
+from qpinfer.likelihoods.registry import box_from_attrs
 from qpinfer.tables.chebyshev import COEFFICIENT_BITS, rounded_coefficients
-from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.reduced_store import (
     DATA_LAYOUT,
     MOMENT_ARRAYS,
     SCHEMA_VERSION_V2,
     array_names,
     data_arrays,
-    integrity_record,
 )
-from qpinfer.tables.replace import replace_store
-from qptables.pipeline.dask_run import completed, open_client
-from qptables.pipeline.destination import check_destinations, check_writable, clean_stale
-from qptables.pipeline.errors import BuildError
-from qptables.pipeline.interrupt import deferred_sigterm
-from qptables.pipeline.resume import create_partial, locked, partial_path, resumable, resume_refusal
-from qptables.pipeline.v2_check import (
-    DEFAULT_KERNEL_POINTS,
-    DEFAULT_SAMPLES,
-    TOLERANCE,
-    check_points,
-)
-from qptables.store import finished_chunks, write_chunk
+from qptables.store import write_chunk
 
 __all__ = [
     "TILE_CELLS",
     "TILE_LABELS",
-    "V2BuildResult",
-    "build_v2",
+    "cell_tiles",
     "chunk_shape",
+    "chunk_sizes",
+    "create_cells_store",
+    "run_tile",
     "tile_arrays",
+    "tile_done",
 ]
-
-
-@dataclasses.dataclass
-class V2BuildResult:
-    """What :func:`build_v2` did: the published store, its tiles (all, and computed by this run:
-    the others were resumed), the seconds from the cluster's start to publishing, and the
-    verification report recorded in the store (:func:`qptables.pipeline.v2_check.check_points`)."""
-
-    path: Path
-    likelihood: str
-    tiles_total: int
-    tiles_computed: int
-    seconds: float
-    verification: dict[str, Any]
 
 
 TILE_CELLS = 4  # 2-D boxes: cells of the first axis per tile, one label (one zarr chunk)
@@ -112,7 +73,7 @@ def _array_axes(box: Box, prefix: str) -> tuple:
     return box.axes if prefix == "rho" else box.moment_axes()
 
 
-def _tiles(boxes: tuple[Box, ...]) -> list[tuple[int, int, int]]:
+def cell_tiles(boxes: tuple[Box, ...]) -> list[tuple[int, int, int]]:
     """``(box index, first label, first cell)`` of every tile."""
     out = []
     for k, box in enumerate(boxes):
@@ -176,9 +137,12 @@ def _tile_nodes(box: Box, axes, first_label: int, first_cell: int):
     return mu, sigma, y, grids[0].shape
 
 
-def _run_tile(path: str, likelihood: str, box_attrs: dict, first_label: int, first_cell: int):
+def run_tile(
+    path: str, likelihood: str, box_attrs: dict, first_label: int, first_cell: int
+) -> dict[str, int]:
     """Compute one tile and write it as its chunk of each data array (runs on a worker; rho
-    last, so a tile whose rho chunk exists is finished in every array)."""
+    last, so a tile whose rho chunk exists is finished in every array); returns the kernel
+    points computed (``points_computed``; ``rows_mirrored``: 0, the cells have no mirror)."""
     box = box_from_attrs(box_attrs)
     arrays = tile_arrays(likelihood, box, first_label, first_cell)
     for prefix in sorted(arrays, key=lambda k: k == "rho"):
@@ -187,7 +151,7 @@ def _run_tile(path: str, likelihood: str, box_attrs: dict, first_label: int, fir
         labels, rows = values.shape[:2]
         region = (slice(first_label, first_label + labels), slice(r0, r0 + rows))
         write_chunk(path, f"{prefix}_{box.name}", region, values)
-    return first_cell
+    return {"points_computed": int(arrays["rho"].size), "rows_mirrored": 0}
 
 
 def _chunk_key(box: Box, first_label: int, first_cell: int, prefix: str = "rho") -> str:
@@ -202,31 +166,26 @@ def _chunk_file(path: Path, box: Box, first_label: int, first_cell: int, prefix=
     return path / _chunk_key(box, first_label, first_cell, prefix)
 
 
-def resume_check(likelihood: str, boxes: tuple[Box, ...]) -> Callable[[dict], str | None]:
-    """The refusal test :func:`~qptables.pipeline.resume.resumable` applies to an unfinished v2
-    build: resumable only by a build of the same likelihood and boxes (the build and its dry run,
-    :func:`qptables.pipeline.dry_run.plan_v2`)."""
-    record = {"likelihood": likelihood, "boxes": [b.to_attrs() for b in boxes]}
-    return lambda attrs: resume_refusal(attrs, record, keys=tuple(record))
-
-
-def _chunk_sizes(boxes: tuple[Box, ...], moments: bool = False) -> dict[str, int]:
-    """Every tile's chunk key (of every data array, :func:`data_arrays`) -> the size of its
-    (uncompressed, full-size) file."""
+def chunk_sizes(boxes: tuple[Box, ...], moments: bool = False) -> dict[str, int]:
+    """Every tile's chunk key (of every data array,
+    :func:`~qpinfer.tables.reduced_store.data_arrays`) -> the size of its (uncompressed,
+    full-size) file."""
     return {
         _chunk_key(boxes[k], label, cell, prefix): 8 * int(np.prod(chunk_shape(boxes[k], prefix)))
-        for k, label, cell in _tiles(boxes)
+        for k, label, cell in cell_tiles(boxes)
         for prefix in data_arrays(moments)
     }
 
 
-def _tile_done(boxes, tile, done: set, moments: bool) -> bool:
+def tile_done(boxes, tile, done: set, moments: bool) -> bool:
     """Every chunk of the tile is finished."""
     return all(_chunk_key(boxes[tile[0]], *tile[1:], p) in done for p in data_arrays(moments))
 
 
-def _create(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
-    """Create the empty v2 store (``complete=False``) at ``path``."""
+def create_cells_store(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> None:
+    """Create the empty cells store (``complete=False``) at ``path``: its attributes are the
+    shipped stores' (the finished build adds ``build``, ``integrity``, ``verification`` and
+    sets ``complete``)."""
     import zarr
 
     group = zarr.open_group(str(path), mode="w")
@@ -308,93 +267,3 @@ def _coordinate(box: Box, name: str) -> np.ndarray:
         if name == f"{box.name}_moment_{ax.name}":
             return m_ax.nodes()
     raise KeyError(name)
-
-
-def build_v2(
-    likelihood: str,
-    out: str | os.PathLike,
-    *,
-    scheduler: str | None = None,
-    workers: int | None = None,
-    force: bool = False,
-    samples: int = DEFAULT_SAMPLES,
-    kernel_points: int = DEFAULT_KERNEL_POINTS,
-    seed: int = 0,
-    tolerance: float = TOLERANCE,
-    dps: int | None = None,
-    progress: bool = True,
-) -> V2BuildResult:
-    """Build, verify and publish the v2 table of ``likelihood`` at ``out`` (see module doc).
-
-    ``samples``, ``kernel_points``, ``seed``, ``tolerance`` and ``dps`` (mpmath digits; ``None``:
-    each reference's default) are those of the check,
-    :func:`qptables.pipeline.v2_check.check_points`; a store built with the defaults is the
-    shipped one bit for bit. A plan without any build: :func:`qptables.pipeline.dry_run.plan_v2`.
-    """
-    import zarr
-
-    lik = qpinfer.get_likelihood(likelihood)
-    boxes = boxes_for(lik.name)
-    out = Path(out).expanduser().absolute()
-    check_writable(out.parent, out)
-    check_destinations(out, force)
-    partial = partial_path(out)
-
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    # SIGTERM unwinds as Ctrl-C does (lock released); the cluster before OUT.partial, so a
-    # scheduler that cannot be reached leaves nothing
-    with locked(out), open_client(scheduler, workers) as client:
-        layout = [b.to_attrs() for b in boxes]
-        clean_stale(out, say)
-        if not resumable(partial, resume_check(lik.name, boxes), force, False, say):
-            create_partial(partial, lambda path: _create(path, lik.name, boxes))
-        moments = lik._tabulated_moments
-        sizes = _chunk_sizes(boxes, moments)
-        done = finished_chunks(partial, sizes)
-        todo = [t for t in _tiles(boxes) if not _tile_done(boxes, t, done, moments)]
-        t0 = time.perf_counter()
-        futures = [
-            client.submit(_run_tile, str(partial), lik.name, layout[k], li, c, pure=False)
-            for k, li, c in todo
-        ]
-        bar = None
-        if progress and futures:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(futures), desc=f"{lik.name} v2 tiles", unit="tile")
-        for fut, _ in completed(client, futures):
-            if fut.status == "error":
-                raise BuildError(f"a tile task failed: {fut.exception()!r}")
-            if bar is not None:
-                bar.update(1)
-        if bar is not None:
-            bar.close()
-        done = finished_chunks(partial, sizes)
-        missing = sum(1 for t in _tiles(boxes) if not _tile_done(boxes, t, done, moments))
-        if missing:
-            raise BuildError(f"{missing} tiles still missing after the run; re-run to resume")
-        report = check_points(
-            open_reduced(partial, finished=False), lik.name, kernel_points=kernel_points,
-            samples=samples, seed=seed, tolerance=tolerance, dps=dps, client=client,
-        )  # fmt: skip
-        seconds = time.perf_counter() - t0
-        if not report["passed"]:
-            raise BuildError(f"verification failed, nothing published: {report}")
-        group = zarr.open_group(str(partial), mode="r+")
-        group.attrs["build"] = {"package_version": qpinfer.__version__}
-        attrs = group.attrs.asdict()
-        group.attrs["integrity"] = integrity_record(partial, attrs)
-        group.attrs["verification"] = report
-        with deferred_sigterm():  # complete from here: publish before a SIGTERM is raised
-            group.attrs["complete"] = True
-            open_reduced(partial)  # refuse to publish what the reader would refuse
-            replace_store(partial, out)
-    if progress:
-        print(
-            f"{out}: {len(todo)} tiles computed, {seconds:.1f} s; kernel check "
-            f"{report['kernel_max_rel_err']:.1e} on {report['kernel_points']} points, mpmath "
-            f"{report['mpmath_max_rel_err']:.1e} on {report['mpmath_points']}"
-        )
-    return V2BuildResult(out, lik.name, len(_tiles(boxes)), len(todo), seconds, report)

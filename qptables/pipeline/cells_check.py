@@ -1,14 +1,15 @@
-"""The check of a v2 (reduced-coordinate) table against the exact kernel and mpmath: run by the
-build before it publishes (:func:`qptables.pipeline.v2.build_v2`) and again by
-``qptables verify`` on any v2 store, shipped ones included (:func:`~qptables.pipeline.v2_check.verify_v2`).
+"""The check of a cells (reduced-coordinate) table against the exact kernel and mpmath: run by
+the build before it publishes (:mod:`qptables.pipeline.cells_layout`) and again by
+``qptables verify`` on any cells store, shipped ones included
+(:func:`~qptables.pipeline.cells_check.verify_cells`).
 
 :func:`check_points` draws ``kernel_points`` random points spread over the boxes (seeded), compares
 the interpolant with the exact kernel (:func:`qpinfer.sigma_qp`) there, and compares it with the
 mpmath reference (:func:`reference_sigma`) at the first ``samples`` of them (a stratified sample:
 the same number per box), fanned out over a dask client or a local process pool
 (:func:`qptables.reference.fanout.fan_out`). The draws and the report's keys are the build's, so a
-rebuilt store records the same report bit for bit. :func:`~qptables.pipeline.v2_check.verify_v2` adds the store's integrity
-record (every file and signed attribute re-hashed, :mod:`qpinfer.tables.reduced_store`).
+rebuilt store records the same report bit for bit. :func:`verify_cells` adds the store's
+integrity record (every file and signed attribute re-hashed, :mod:`qpinfer.tables.reduced_store`).
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ __all__ = [
     "moment_errors",
     "reference_sigma",
     "reference_values",
-    "verify_v2",
+    "verify_cells",
 ]
 
-#: Largest accepted relative error of a v2 table, against the kernel and against mpmath.
+#: Largest accepted relative error of a cells table, against the kernel and against mpmath.
 TOLERANCE = 1e-12
 #: Random points of the check against the exact kernel (spread evenly over the boxes).
 DEFAULT_KERNEL_POINTS = 20_000
@@ -193,7 +194,7 @@ def _chosen_boxes(table: ReducedTable, names: list[str] | None) -> tuple:
     return tuple(b for b in table._boxes if b.name in names)
 
 
-def verify_v2(
+def verify_cells(
     path: str | Path,
     *,
     kernel_points: int = DEFAULT_KERNEL_POINTS,
@@ -205,7 +206,7 @@ def verify_v2(
     workers: int | None = None,
     boxes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Re-check the v2 store at ``path`` (``qptables verify``): its integrity record (every file
+    """Re-check the cells store at ``path`` (``qptables verify``): its integrity record (every file
     and signed attribute re-hashed), then :func:`check_points` (``tolerance`` ``None``: the one the
     build recorded, else :data:`TOLERANCE`; ``boxes``: the boxes to check, ``None`` for all).
     Nothing is written. The report adds ``integrity``
@@ -215,7 +216,7 @@ def verify_v2(
     Raises
     ------
     qpinfer.tables.TableError
-        The store cannot be read as a v2 store at all (schema, boxes, arrays).
+        The store cannot be read as a cells store at all (schema, boxes, arrays).
     qptables.pipeline.errors.BuildInputError
         ``boxes`` names a box the store does not have, or is empty (a ``ValueError``).
     """
