@@ -1,4 +1,4 @@
-"""Throughput and accuracy of sigma* (paper 000 eq. (7)): vectorized kernel vs per-point quad.
+"""Throughput and accuracy of sigma* (Zhang et al., 2020, eq. (7)): vectorized kernel vs per-point quad.
 
 Measures, in one single-threaded run (BLAS/OpenMP threads pinned to 1):
 

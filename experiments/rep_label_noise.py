@@ -1,4 +1,4 @@
-"""Paper 002 Sec. 6.2: GP classification with 20% flipped labels -- EP, Power EP, REP and QP.
+"""Qi and Guo (2012) Sec. 6.2: GP classification with 20% flipped labels -- EP, Power EP, REP and QP.
 
 What the paper describes, and what this script does:
 
@@ -107,7 +107,7 @@ class _CountB:
 
 
 def run_paper_criterion(K, y, projection, max_iter=MAX_ITER, r_tol=R_TOL):
-    """Sequential sweeps until ``||alpha_it - alpha_{it-1}||_2 < r_tol`` (paper 002 Sec. 6.2).
+    """Sequential sweeps until ``||alpha_it - alpha_{it-1}||_2 < r_tol`` (Qi and Guo, 2012, Sec. 6.2).
 
     Returns ``(result, n_sweeps, converged, R history)``; ``result`` is ``None`` if the sites
     became non-finite or implied an improper posterior.
@@ -267,7 +267,7 @@ def main():
     table = "\n".join(lines)
     ells = ", ".join(f"{c['lengthscale']:g}" for c in chosen)
     (OUT / "rep_label_noise.md").write_text(
-        "# Paper 002 Sec. 6.2: label noise, EP vs Power EP vs REP vs QP\n\n"
+        "# Qi and Guo (2012) Sec. 6.2: label noise, EP vs Power EP vs REP vs QP\n\n"
         "`OPENBLAS_NUM_THREADS=1 python -m experiments.rep_label_noise` "
         f"({setup['wall_seconds'] / 60:.1f} min on one core). Setup: see the script's docstring; "
         f"`{json.dumps({k: v for k, v in setup.items() if k != 'wall_seconds'})}`.\n\n"
@@ -298,7 +298,7 @@ def main():
         ax.axhline(R_TOL, color="k", lw=0.5)
         ax.set_xlabel("sweep")
         ax.set_ylabel("R = ||alpha_it - alpha_it-1||_2")
-        ax.set_title("paper 002 Sec. 6.2 (10 repeats, 20% flipped labels, eps = 0.2)")
+        ax.set_title("Qi and Guo (2012) Sec. 6.2 (10 repeats, 20% flipped labels, eps = 0.2)")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(OUT / "rep_label_noise.png", dpi=110)

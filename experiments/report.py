@@ -18,7 +18,7 @@ import numpy as np
 
 from experiments import datasets as ds
 
-#: Paper 000, Table 1 (mean, std): TE x 1e-2 and NTLL x 1e-3, columns EP, QP, VB; transcribed
+#: Zhang et al. (2020), Table 1 (mean, std): TE x 1e-2 and NTLL x 1e-3, columns EP, QP, VB; transcribed
 #: from the paper text (/work/shared/papers/000_*.txt, Sec. 6).
 PAPER_TABLE1 = {
     "ionosphere": {
@@ -182,11 +182,11 @@ def acceptance(name: str, s: dict[str, Any]) -> list[str]:
 def markdown_table(summary: dict[str, Any]) -> str:
     order = [n for n in ("ionosphere", "pima", "crabs", "sonar", "mining") if n in summary]
     lines = [
-        "# Paper 000, Table 1: ours beside the paper's",
+        "# Zhang et al. (2020), Table 1: ours beside the paper's",
         "",
         (
             "TE (x1e-2) and NTLL (x1e-3), mean±std over repeats; each cell is **ours** / paper "
-            "(Table 1 of paper 000; the paper has no Laplace column). m x n: ours (paper)."
+            "(Table 1 of Zhang et al. (2020); the paper has no Laplace column). m x n: ours (paper)."
         ),
         "",
         (

@@ -1,7 +1,7 @@
-"""Pseudo-point (sparse) GP approximations by Power EP, from VFE to FITC (paper 004), O(N M^2).
+"""Pseudo-point (sparse) GP approximations by Power EP, from VFE to FITC (Bui et al., 2017), O(N M^2).
 
 M pseudo-points ``u = f(Z)`` summarise the N training function values; Power EP approximates
-each likelihood by a rank-one factor of ``u`` (paper 004 eqs. (64)-(77)). This module gathers the
+each likelihood by a rank-one factor of ``u`` (Bui et al., 2017, eqs. (64)-(77)). This module gathers the
 public names of these modules, one idea each:
 
 * :mod:`qpinfer.inference.sparse.pseudo_points` -- the pseudo-point prior (``Kuu``, ``A = Lu^-1

@@ -80,6 +80,7 @@ __all__ = [
 ]
 
 VAR_DESCRIPTIONS = {
+    # (the stored text of every grid store built so far: kept, so that a rebuild equals them)
     "sigma_qp": "QP standard deviation sigma* (paper 000 eq. 7) of the tilted distribution",
     "sigma_ratio": (
         "sigma_qp / sigma_ep (EP's tilted standard deviation); in (0, 1] by Theorem 2 and "

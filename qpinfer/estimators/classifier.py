@@ -7,7 +7,7 @@ Two classes here; more by one-vs-rest or one-vs-one binary problems
 ``score``; constructor arguments stored verbatim; learned state in attributes ending in ``_``;
 validation at the boundary with messages naming the argument) but needs only numpy and scipy;
 ``sklearn.base.clone`` and the estimator checks work on it. The layout mirrors
-``sklearn/gaussian_process/_gpc.py``, with EP/QP (paper 000, Algorithm 1) besides Laplace (and
+``sklearn/gaussian_process/_gpc.py``, with EP/QP (Zhang et al., 2020, Algorithm 1) besides Laplace (and
 Gaussian VB, the paper's baseline); what it shares with :class:`qpinfer.GPPoissonRegressor` is in
 :class:`qpinfer.estimators.base.GPEstimatorBase`.
 
@@ -98,9 +98,9 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     Parameters
     ----------
     method : {"qp", "ep", "pep", "rep", "vb", "laplace"}
-        Quantile propagation (L2-Wasserstein projection, paper 000 eq. (7)), EP (eq. (5)),
-        Power EP with power ``alpha`` (paper 004 Sec. 3.4, :mod:`qpinfer.inference.power_ep`; its
-        evidence is eq. (110)), relaxed EP with penalty ``rep_c`` (paper 002,
+        Quantile propagation (L2-Wasserstein projection, Zhang et al. (2020) eq. (7)), EP (eq. (5)),
+        Power EP with power ``alpha`` (Bui et al., 2017, Sec. 3.4, :mod:`qpinfer.inference.power_ep`; its
+        evidence is eq. (110)), relaxed EP with penalty ``rep_c`` (Qi and Guo, 2012,
         :mod:`qpinfer.inference.relaxed_ep`; ``likelihood="step_noise"`` only), or the baselines:
         Gaussian variational Bayes (:mod:`qpinfer.inference.vb`, the paper's Sec. 6 baseline;
         ``log_marginal_likelihood_`` is then the ELBO) and the Laplace approximation
@@ -108,18 +108,18 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     likelihood : {"probit", "step_noise", "logit"}
         ``"probit"``: p(y|f) = Phi(y f). ``"logit"``: p(y|f) = 1 / (1 + exp(-y f))
         (:mod:`qpinfer.likelihoods.logit`; methods qp, ep, vb and laplace; probabilities are
-        ``E[sigma(f*)]`` by quadrature). ``"step_noise"``: the label-noise step of paper 002
+        ``E[sigma(f*)]`` by quadrature). ``"step_noise"``: the label-noise step of Qi and Guo (2012)
         eq. (8), p(y|f) = (1 - eps) Theta(y f) + eps Theta(-y f)
         (:mod:`qpinfer.likelihoods.step_noise`), with methods qp, ep, pep and rep. It is not
         log-concave: sites may have negative precisions (kept, see :mod:`qpinfer.inference.ep`), so
         the evidence gradient of R&W eq. (5.27) does not apply and hyperparameter fitting is not
         offered -- ``optimizer`` must be ``None`` (choose the kernel width by cross-validation, as
-        paper 002 does). QP uses the installed table ``step_noise(eps=<eps>)`` if there is one
+        Qi and Guo (2012) does). QP uses the installed table ``step_noise(eps=<eps>)`` if there is one
         (``qptables build step_noise --eps``), else exact sigma*.
     eps : float in [0, 0.5)
         The label-flip probability of ``"step_noise"`` (ignored by the probit, but validated).
     rep_c : float >= 0
-        REP's l1 penalty weight ``c`` (paper 002 eq. (5)); large ``c`` is EP exactly. Used by
+        REP's l1 penalty weight ``c`` (Qi and Guo, 2012, eq. (5)); large ``c`` is EP exactly. Used by
         ``method="rep"`` only (validated always).
     table : None, "exact", path or table object
         Where QP gets sigma* from. ``None``: the v2 table shipped inside qpinfer

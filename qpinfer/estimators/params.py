@@ -46,7 +46,7 @@ __all__ = [
 
 #: what QP's hyperparameter search may maximise (``qp_objective``)
 QP_OBJECTIVES = ("evidence", "loo", "ep")
-#: the default cap on L-BFGS-B iterations (paper 000 Sec. 6)
+#: the default cap on L-BFGS-B iterations (Zhang et al., 2020, Sec. 6)
 OPTIMIZER_MAXITER = 1000
 
 

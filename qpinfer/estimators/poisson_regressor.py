@@ -1,4 +1,4 @@
-"""GP Poisson regression with the square link (paper 000 Sec. 6.2, App. C.2, App. H).
+"""GP Poisson regression with the square link (Zhang et al., 2020, Sec. 6.2, App. C.2, App. H).
 
 Counts ``y_i ~ Poisson(f(x_i)^2)`` with a GP prior on ``f``; the posterior over ``f`` is
 approximated by EP, QP (the ``poisson_square`` tilted moments and sigma* tables of
@@ -158,7 +158,7 @@ def _check_counts(counts: Any, n_samples: int | None, name: str = "counts") -> n
 
 @estimator
 class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
-    """GP Poisson regression with the square link, rate ``f(x)^2`` (paper 000 Sec. 6.2).
+    """GP Poisson regression with the square link, rate ``f(x)^2`` (Zhang et al., 2020, Sec. 6.2).
 
     Parameters
     ----------

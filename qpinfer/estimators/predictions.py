@@ -1,14 +1,14 @@
 """Class predictions of the binary GP classifiers from their latent predictive, in one place.
 
 Every classifier (:class:`qpinfer.GPClassifier`, :class:`qpinfer.SparseGPClassifier`) supplies
-``predict_latent(X) -> (mean*, var*)`` (R&W eqs. (3.60)-(3.61) for the full GP, paper 004
+``predict_latent(X) -> (mean*, var*)`` (R&W eqs. (3.60)-(3.61) for the full GP, Bui et al. (2017)
 eq. (18) with pseudo-points) and ``classes_``; :class:`ProbitPredictionsMixin` turns them into
 scikit-learn's ``predict_proba``/``decision_function``/``predict``/``score``. The predictive
 probability of ``y* = +1`` is the likelihood averaged over ``N(f* | mean*, var*)``:
 
 * probit (default, and for an estimator without ``likelihood_``): ``Phi(mean / sqrt(1 + var))``
   (R&W eq. (3.82)); decision function ``mean / sqrt(1 + var)``;
-* label-noise step (:class:`qpinfer.likelihoods.step_noise.StepNoise`, paper 002 eq. (8)):
+* label-noise step (:class:`qpinfer.likelihoods.step_noise.StepNoise`, Qi and Guo (2012) eq. (8)):
   ``eps + (1 - 2 eps) Phi(mean / sqrt(var))``; decision function ``mean / sqrt(var)``;
 * logit (:class:`qpinfer.likelihoods.logit.Logit`): ``E[sigma(f*)]``, the logit tilt's normaliser
   (exact quadrature, ``Logit.log_z``); decision function ``log P(+1) - log P(-1)``.

@@ -1,4 +1,4 @@
-"""Sparse GP classification (probit) with M pseudo-points by Power EP or QP (paper 004); more than
+"""Sparse GP classification (probit) with M pseudo-points by Power EP or QP (Bui et al., 2017); more than
 two classes by one-vs-rest or one-vs-one (:mod:`qpinfer.estimators.multiclass`)."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class SparseGPClassifier(
     SparseEstimatorBase,
     SiteLoopParams,
 ):
-    """Sparse GP classification (probit) with M pseudo-points by Power EP (paper 004).
+    """Sparse GP classification (probit) with M pseudo-points by Power EP (Bui et al., 2017).
 
     Iterative pseudo-point Power EP (:func:`~qpinfer.inference.sparse.sites.run_sparse_pep`, eqs.
     (20), (106)-(109)), energy eq. (110); L-BFGS-B maximises the energy over the kernel
@@ -63,7 +63,7 @@ class SparseGPClassifier(
       ``optimizer_rtol=None, search_tol=None`` restore the old search.
 
     QP with pseudo-points (``method="qp"``): the alpha = 1 moment projection of every site is
-    replaced by the L2-Wasserstein projection of paper 000 eq. (7). A site is a factor of ``u``
+    replaced by the L2-Wasserstein projection of Zhang et al. (2020) eq. (7). A site is a factor of ``u``
     through ``a_n = w_n^T u`` only, so its tilted distribution differs from the cavity only in
     the marginal of ``a_n``, ``N(a | mu_c, s_c) Phi(y a / sqrt(1 + h_n))`` (``f_n | u`` has
     variance ``h_n``): QP keeps EP's mean and sets the variance of ``a_n`` to that marginal's

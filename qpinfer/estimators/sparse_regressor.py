@@ -1,4 +1,4 @@
-"""Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (paper 004 eq. (128))."""
+"""Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (Bui et al., 2017, eq. (128))."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ NOISE_BOUNDS = (np.log(1e-6), np.log(1e4))
 
 @estimator
 class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
-    """Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (paper 004).
+    """Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (Bui et al., 2017).
 
     Fits the kernel hyperparameters, the noise variance and (optionally) the inducing inputs by
     maximising the collapsed Power EP energy eq. (128) with L-BFGS-B and its analytic gradient

@@ -1,4 +1,4 @@
-"""The Gaussian posterior of a full GP prior and its sites (paper 000 eq. (3)), in R&W's B-form.
+"""The Gaussian posterior of a full GP prior and its sites (Zhang et al., 2020, eq. (3)), in R&W's B-form.
 
 :func:`posterior_from_sites` computes ``Sigma = K - K S~^1/2 B^-1 S~^1/2 K``, ``mean = Sigma nu~``
 with ``B = I + S~^1/2 K S~^1/2`` (Cholesky), or, with negative site precisions (non-log-concave

@@ -6,7 +6,7 @@ differs between methods is the *projection* (:mod:`qpinfer.inference.projections
 standard deviation of the Gaussian that replaces the tilted distribution
 ``q~(f) ∝ N(f | cavity) p(y | f)^power``:
 
-* :class:`~qpinfer.MomentMatching` -- EP, the KL projection, paper 000 eq. (5);
+* :class:`~qpinfer.MomentMatching` -- EP, the KL projection, Zhang et al. (2020) eq. (5);
 * :class:`~qpinfer.QuantileMatching` -- QP, the L2-Wasserstein projection: the same mean (eq. (5)),
   the standard deviation sigma* of eq. (7), looked up in a table (:func:`qpinfer.open_table`) or
   computed exactly with :func:`qpinfer.sigma_qp`.
@@ -37,8 +37,8 @@ sites are non-negative in exact arithmetic, and QP's are larger than EP's by The
 only catches round-off). A likelihood that declares ``log_concave = False`` (the label-noise step of
 :mod:`qpinfer.likelihoods.step_noise`) legitimately produces *negative* site precisions (a site
 whose tilted variance exceeds its cavity variance); clipping them changes the fixed point and made
-every method oscillate on paper 002's Sec. 6.2 data, so for such likelihoods the loop keeps them
-(``min_site_precision="auto"`` -> no floor), as paper 002's and Minka's updates do. Then a site
+every method oscillate on Qi and Guo's (2012) Sec. 6.2 data, so for such likelihoods the loop keeps them
+(``min_site_precision="auto"`` -> no floor), as Qi and Guo's (2012) and Minka's updates do. Then a site
 update that would make the posterior improper (``1 + d_tau Sigma_ii <= 0`` in the sequential
 schedule), a site whose cavity precision is not positive, or whose projection is not finite, keeps
 its old parameters for that sweep (counted in ``EPResult.n_skipped``). The posterior with negative

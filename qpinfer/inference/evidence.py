@@ -1,8 +1,8 @@
-"""EP's approximate log marginal likelihood (paper 000 eq. (4)) and its hyperparameter gradient.
+"""EP's approximate log marginal likelihood (Zhang et al., 2020, eq. (4)) and its hyperparameter gradient.
 
 Eq. (4) is evaluated in the numerically stable form of R&W eq. (3.65)/(3.73) via the Cholesky
 factor of ``B = I + S~^1/2 K S~^1/2`` (as in GPML's ``infEP``); for QP it is EP's expression
-evaluated at QP's sites (the paper's choice); Power EP's is eq. (110) of paper 004
+evaluated at QP's sites (the paper's choice); Power EP's is eq. (110) of Bui et al. (2017)
 (:func:`qpinfer.inference.power_ep.power_ep_log_evidence`). The gradient in the kernel
 hyperparameters is R&W eq. (5.27), ``1/2 tr((b b^T - S~^1/2 B^-1 S~^1/2) dK/dtheta)`` with
 ``b = nu~ - S~^1/2 B^-1 S~^1/2 K nu~``: the derivative of eq. (4) with the site parameters (and
@@ -44,7 +44,7 @@ def log_evidence(
     and ``log Z^_i`` the tilted normaliser at the cavity. Returns ``(log Z, cavity_mean,
     cavity_var)``.
     """
-    if getattr(projection, "power", 1.0) != 1.0:  # Power EP: paper 004 eq. (110)
+    if getattr(projection, "power", 1.0) != 1.0:  # Power EP: Bui et al. (2017) eq. (110)
         from qpinfer.inference.power_ep import power_ep_log_evidence  # late: only Power EP needs it
 
         return power_ep_log_evidence(post, tau, nu, y, projection)

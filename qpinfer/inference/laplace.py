@@ -10,7 +10,7 @@ and weights ``b = grad log p(f^)``); the approximate log marginal likelihood is 
 Alg. 5.1 (eq. (5.23)), including the implicit dependence through the mode (the third derivative of
 log p).
 
-The square link is not log-concave (paper 000 App. C.2)
+The square link is not log-concave (Zhang et al., 2020, App. C.2)
 --------------------------------------------------------
 For Poisson counts with rate f^2, ``log p(y|f) = 2 y log|f| - f^2 - log y!``. For ``y >= 1`` it is
 ``-inf`` at ``f = 0`` and the posterior is invariant under ``f -> -f`` (it has a mirror-image

@@ -2,7 +2,7 @@
 """One L-BFGS-B helper for every hyperparameter search: failures backtrack, exits are checked.
 
 Every estimator (and :func:`qpinfer.inference.vb.fit_vb`) maximises an evidence (eq. (4), R&W
-eq. (3.32), the ELBO, eq. (110)/(128)) over log hyperparameters with L-BFGS-B (paper 000 Sec. 6)
+eq. (3.32), the ELBO, eq. (110)/(128)) over log hyperparameters with L-BFGS-B (Zhang et al., 2020, Sec. 6)
 through :func:`search_evidence`, over a packed vector of :mod:`qpinfer.inference.search_space`.
 The objective returns the value and gradient and, optionally, what to keep of an evaluation:
 the best evaluation's comes back as :attr:`qpinfer.inference.search_result.SearchResult.best`, the
@@ -79,7 +79,7 @@ __all__ = [
     "theta_names",
 ]
 
-#: L-BFGS-B's relative function tolerance in every evidence search (paper 000 Sec. 6)
+#: L-BFGS-B's relative function tolerance in every evidence search (Zhang et al., 2020, Sec. 6)
 LBFGS_FTOL = 1e-9
 #: what an evaluation may raise when inference fails at a hyperparameter value (the search
 #: backtracks from it); anything else propagates

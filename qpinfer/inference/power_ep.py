@@ -1,7 +1,7 @@
-"""Power EP for GP models with factorised likelihoods (paper 004, Sec. 3.4).
+"""Power EP for GP models with factorised likelihoods (Bui et al., 2017, Sec. 3.4).
 
 Power EP removes only a fraction ``alpha`` of a site to form the cavity and brings in the same
-fraction of the true likelihood (paper 004, Sec. 3.4, steps 1-3):
+fraction of the true likelihood (Bui et al., 2017, Sec. 3.4, steps 1-3):
 
 * deletion: ``q^{\\n}(f) ∝ q(f) / t_n(f)^alpha``;
 * projection: ``q_new = proj[q^{\\n}(f) p(y_n | f_n)^alpha]`` (moment matching);
@@ -9,7 +9,7 @@ fraction of the true likelihood (paper 004, Sec. 3.4, steps 1-3):
 
 Fixed points are those of the alpha-divergence energy: ``alpha = 1`` is EP, ``alpha -> 0`` the
 variational (exclusive-KL) solution. Damping the update with step ``alpha``,
-``t_n <- t_n^(1 - alpha) (q_new / q^{\\n})`` (paper 004 eqs. (108)-(109)), has the same fixed
+``t_n <- t_n^(1 - alpha) (q_new / q^{\\n})`` (Bui et al., 2017, eqs. (108)-(109)), has the same fixed
 points; :func:`qpinfer.inference.ep.run_ep` applies its own ``damping`` to the undamped update
 instead.
 
@@ -23,14 +23,14 @@ What this module adds to the site-update loop of :mod:`qpinfer.inference.ep`:
   the moments and the normaliser are the likelihood's :meth:`~qpinfer.Likelihood.power_moments`
   (the probit's panel quadrature about the mode of its log-concave fractional tilt,
   :mod:`qpinfer.likelihoods.probit.power`; the label-noise step's closed form).
-* :func:`power_ep_log_evidence` -- the Power EP approximate log marginal likelihood, paper 004
+* :func:`power_ep_log_evidence` -- the Power EP approximate log marginal likelihood, Bui et al. (2017)
   eq. (110) with the pseudo-points at the training inputs (``u = f``)::
 
       log Z = G(q) - G(p) + (1/alpha) sum_n [log Z^_n + G(q^{\\n}) - G(q)]
 
   ``G`` the log normaliser of a Gaussian (eqs. (113)-(115)); ``G(q) - G(p) = -sum log L_ii +
   nu~^T mean / 2`` (R&W's B-form) and ``G(q^{\\n}) - G(q)`` only involves the marginal of
-  ``f_n``. For ``alpha = 1`` this is eq. (4) of paper 000
+  ``f_n``. For ``alpha = 1`` this is eq. (4) of Zhang et al. (2020)
   (:func:`qpinfer.inference.evidence.log_evidence`).
 
 Its gradient in the kernel hyperparameters at a Power EP fixed point is the fixed-site gradient of
@@ -105,7 +105,7 @@ def power_ep_log_evidence(
     y: np.ndarray,
     projection: Any,
 ) -> tuple[float, np.ndarray, np.ndarray]:
-    """Power EP approximate log marginal likelihood, paper 004 eq. (110) with ``u = f``.
+    """Power EP approximate log marginal likelihood, Bui et al. (2017) eq. (110) with ``u = f``.
 
     ``post`` is a :class:`qpinfer.inference.dense_posterior.Posterior` for the sites ``(tau, nu)``
     and ``projection`` has ``power`` and ``log_normalizer`` (e.g. :class:`PowerMomentMatching`)::

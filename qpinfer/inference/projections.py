@@ -4,7 +4,7 @@ Given the cavity ``N(cavity_mean, cavity_std^2)`` of a site and its observation 
 projection returns the mean and standard deviation of the Gaussian that replaces the tilted
 distribution ``q~(f) ∝ N(f | cavity) p(y | f)^power``:
 
-* :class:`MomentMatching` -- EP, the KL projection, paper 000 eq. (5);
+* :class:`MomentMatching` -- EP, the KL projection, Zhang et al. (2020) eq. (5);
 * :class:`QuantileMatching` -- QP, the L2-Wasserstein projection: the same mean (eq. (5)), the
   standard deviation sigma* of eq. (7), looked up in a table (:func:`qpinfer.open_table`) or
   computed exactly with :func:`qpinfer.sigma_qp`.
@@ -48,7 +48,7 @@ class Projection(Protocol):
 
 
 class MomentMatching:
-    """EP's projection: match the tilted mean and variance (paper 000 eq. (5))."""
+    """EP's projection: match the tilted mean and variance (Zhang et al., 2020, eq. (5))."""
 
     power = 1.0
 

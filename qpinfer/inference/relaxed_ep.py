@@ -1,7 +1,7 @@
-"""Relaxed EP (REP, paper 002) for the label-noise step likelihood, as a projection for
+"""Relaxed EP (REP, Qi and Guo (2012)) for the label-noise step likelihood, as a projection for
 :func:`qpinfer.inference.ep.run_ep`.
 
-Derivation of the update implemented here (paper 002 eqs. (4)-(5), (11)-(16), (35)-(40); the
+Derivation of the update implemented here (Qi and Guo, 2012, eqs. (4)-(5), (11)-(16), (35)-(40); the
 printed equations have errors -- eq. (16) says "remove r_i" but multiplies by it, ``b_i`` acts as
 a *precision*, eq. (14) drops the label -- so everything below is re-derived and checked against
 objective (5) by quadrature in ``tests/inference/test_rep.py``).
@@ -99,7 +99,7 @@ def rep_objective(lik: StepNoise, m_c, tau_c, m_i, b, y, c):
 
 
 class RelaxedMomentMatching:
-    """REP's projection (paper 002, derivation in the module docstring) for :func:`~qpinfer.run_ep`.
+    """REP's projection (Qi and Guo, 2012, derivation in the module docstring) for :func:`~qpinfer.run_ep`.
 
     The loop calls :meth:`project_with_site` (it needs the old site for the relaxation factor's
     mean); ``last_b`` holds the relaxation precisions ``b*`` chosen in the last call.

@@ -1,6 +1,6 @@
 """The Jacobian of QP's site update at its fixed point, and chord steps with it.
 
-QP's sites ``s = (tau~, nu~)`` solve ``s = G(s)`` (paper 000 eq. (6) with sigma* of eq. (7),
+QP's sites ``s = (tau~, nu~)`` solve ``s = G(s)`` (Zhang et al., 2020, eq. (6) with sigma* of eq. (7),
 :func:`~qpinfer.inference.site_update.site_proposal`). Its Jacobian ``M = dG/ds`` at the
 converged sites is what :mod:`qpinfer.inference.total_gradient` builds for the adjoint of QP's
 total hyperparameter gradient: per-site coefficients in the differentials ``(da, db, dtau~,

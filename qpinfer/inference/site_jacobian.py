@@ -1,6 +1,6 @@
 """The derivatives of a QP site update in its cavity, for QP's total hyperparameter gradient.
 
-QP's site update (paper 000 eq. (6)) maps a cavity ``N(m, v)`` to the Gaussian with EP's tilted
+QP's site update (Zhang et al., 2020, eq. (6)) maps a cavity ``N(m, v)`` to the Gaussian with EP's tilted
 mean ``m^`` (eq. (5)) and QP's variance ``V* = sigma*^2`` (eq. (7)). The implicit differentiation
 of QP's fixed point (:mod:`qpinfer.inference.total_gradient`) needs, at every site, the
 derivatives of ``log Z^``, ``m^`` and ``V*`` in ``(m, v)``. With ``Z(m, v) = int p(y | f) N(f | m,

@@ -12,7 +12,7 @@ Dense EP/QP/Power EP/relaxed EP (:func:`qpinfer.inference.ep.run_ep`) and pseudo
   ``apply(i, d_tau, d_nu)`` (the rank-one change of site ``i``; ``False`` if it would make the
   posterior improper);
 * a *site update* -- ``propose(sites, mean, var, tau, nu)``: cavity, projection and the new site
-  natural parameters (paper 000 eq. (6); paper 004 eqs. (106)-(107)) for the sites ``sites`` (a
+  natural parameters (Zhang et al., 2020, eq. (6); Bui et al. (2017) eqs. (106)-(107)) for the sites ``sites`` (a
   slice) from their marginals, returning ``(tau_new, nu_new, ok, clipped)`` as
   :func:`qpinfer.inference.site_update.site_proposal`; and ``log_evidence(posterior, tau, nu)``
   (eq. (4) / eq. (110)).
@@ -20,12 +20,12 @@ Dense EP/QP/Power EP/relaxed EP (:func:`qpinfer.inference.ep.run_ep`) and pseudo
 Schedules: ``"sequential"`` -- sites one at a time, each followed by the rank-one change of the
 posterior (R&W Algorithm 3.5); ``"parallel"`` -- every site from the same posterior, vectorised
 (one projection call per sweep: QP makes one batched table lookup). Both damp in natural
-parameters, ``site <- (1 - damping) site + damping site_new`` (paper 004 eqs. (108)-(109) with
+parameters, ``site <- (1 - damping) site + damping site_new`` (Bui et al., 2017, eqs. (108)-(109) with
 their ``alpha`` as the step: same fixed points). With ``adaptive_damping`` the parallel schedule
 halves its damping (down to 1/64) whenever 20 sweeps pass without a new smallest RMS change (an
 oscillation; damping does not move the fixed points).
 
-Stopping rule (paper 000 Sec. 6): the root-mean-square change of ``(tau~, nu~)`` over one sweep
+Stopping rule (Zhang et al., 2020, Sec. 6): the root-mean-square change of ``(tau~, nu~)`` over one sweep
 is below ``tol``. If that does not happen within ``max_iter`` sweeps a :class:`ConvergenceWarning`
 is issued and the sites with the smallest change seen are returned (the prior if no sweep
 succeeded). A sweep that raises ``LinAlgError`` or produces non-finite sites ends the loop. With

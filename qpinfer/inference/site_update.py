@@ -1,4 +1,4 @@
-"""The site update of every EP-like method: cavity, projection, new site (paper 000 eq. (6)).
+"""The site update of every EP-like method: cavity, projection, new site (Zhang et al., 2020, eq. (6)).
 
 :func:`site_proposal` is the update the dense site loop (:func:`qpinfer.inference.ep.run_ep`)
 proposes for every site from its posterior marginal: the (fractional, Power EP) cavity, the

@@ -1,4 +1,4 @@
-"""The squared-exponential covariance with automatic relevance determination (ARD), paper 000
+"""The squared-exponential covariance with automatic relevance determination (ARD), Zhang et al. (2020)
 Sec. 3.1:
 
     k(x, x') = gamma * exp(-sum_d (x_d - x'_d)^2 / (2 alpha_d^2)),   theta = log{gamma, alpha_1..D}.
@@ -17,7 +17,7 @@ __all__ = ["ARDSquaredExponential"]
 
 
 class ARDSquaredExponential:
-    """ARD squared-exponential kernel of paper 000 Sec. 3.1.
+    """ARD squared-exponential kernel of Zhang et al. (2020) Sec. 3.1.
 
     ``k(x, x') = variance * exp(-0.5 * sum_d ((x_d - x'_d) / length_scale_d)^2)``
 

@@ -4,7 +4,7 @@
 Each likelihood is one small object (in the spirit of GPML's ``likErf.m``): given cavity
 parameters ``(mu, sigma)`` (mean and *standard deviation* of N(f | mu, sigma^2)) and an
 observation ``y`` it returns what a site update needs: ``log_z`` (the tilted normalizer),
-``tilted_moments`` (EP's moment projection, paper 000 App. C) and, for the exact QP kernel
+``tilted_moments`` (EP's moment projection, Zhang et al. (2020) App. C) and, for the exact QP kernel
 in :mod:`qpinfer.sigma.exact`, the unnormalized log tilted density and the location of its lobes.
 Beside it, the checks and pieces several likelihoods share (labels in {-1, +1}, a largest cavity
 std, flattened cavities, EP's std where sigma* has a closed form, edges graded about f = 0).

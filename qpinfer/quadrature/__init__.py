@@ -2,7 +2,7 @@
 
 Holds: :mod:`~qpinfer.quadrature.normal_ratios` (phi/Phi without overflow),
 :mod:`~qpinfer.quadrature.level_sets` (panel edges on a lobe's log-density level sets),
-:mod:`~qpinfer.quadrature.panels` (the panel quadrature of paper 000 eq. (7) over given lobes),
+:mod:`~qpinfer.quadrature.panels` (the panel quadrature of Zhang et al. (2020) eq. (7) over given lobes),
 :mod:`~qpinfer.quadrature.tilted` (EP's tilted moments on the same panels).
 
 May import: numpy, scipy and :mod:`qpinfer.checks`; nothing else of qpinfer (a lobe is passed in

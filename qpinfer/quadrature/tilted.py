@@ -1,4 +1,4 @@
-"""EP's tilted moments (paper 000 eq. (5)) by the sigma* kernel's own panels, for likelihoods
+"""EP's tilted moments (Zhang et al., 2020, eq. (5)) by the sigma* kernel's own panels, for likelihoods
 without closed-form moments (``logit``, ``poisson_log``).
 
 The exact sigma* kernel (:mod:`qpinfer.sigma.exact`) places Gauss-Legendre panels on log-density

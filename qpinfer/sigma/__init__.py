@@ -1,4 +1,4 @@
-"""The exact QP standard deviation sigma* of paper 000 eq. (7): the kernel every table is built
+"""The exact QP standard deviation sigma* of Zhang et al. (2020) eq. (7): the kernel every table is built
 from and every lookup falls back to.
 
 Holds: :mod:`~qpinfer.sigma.exact` (validation, the mirror symmetry, closed-form regimes,

@@ -1,4 +1,4 @@
-"""The exact QP standard deviation sigma* of paper 000 eq. (7), vectorized.
+"""The exact QP standard deviation sigma* of Zhang et al. (2020) eq. (7), vectorized.
 
     sigma* = integral over f of phi(Phi^{-1}(F(f))) df,
 
@@ -81,7 +81,7 @@ def broadcast_query(mu, sigma, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def tilted_moments(likelihood, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard deviation of the tilted distribution p(y|f) N(f|mu, sigma^2) / Z.
 
-    This is EP's projection (paper 000 eq. (5)); QP keeps the same mean (eq. (7)).
+    This is EP's projection (Zhang et al., 2020, eq. (5)); QP keeps the same mean (eq. (7)).
 
     Parameters
     ----------
@@ -100,7 +100,7 @@ def tilted_moments(likelihood, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sigma_qp(likelihood, mu, sigma, y, *, batch_size: int = 4096) -> np.ndarray:
-    """QP standard deviation sigma* (paper 000 eq. (7)): the std of the Gaussian closest in
+    """QP standard deviation sigma* (Zhang et al., 2020, eq. (7)): the std of the Gaussian closest in
     L2-Wasserstein distance to the tilted distribution p(y|f) N(f|mu, sigma^2) / Z.
 
     Accurate to ~1e-13 relative over mu in [-50, 50], sigma in [0.01, 100], and for the probit

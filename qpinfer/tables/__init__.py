@@ -1,4 +1,4 @@
-"""Reader of precomputed sigma* tables (paper 000 App. J): memory-mapped, constant-time lookups.
+"""Reader of precomputed sigma* tables (Zhang et al., 2020, App. J): memory-mapped, constant-time lookups.
 
 The store layout is the contract in :mod:`qpinfer.tables.schema` (written by ``qptables``).
 Published stores hold one chunk file per ``(variable, y)`` (``tile_mu == n_mu``); the reader accepts

@@ -26,7 +26,7 @@ __all__ = ["SigmaTableReader", "flat_moment"]
 
 
 class SigmaTableReader(ABC):
-    """An open sigma* table (paper 000 eq. (7)); create one with :func:`qpinfer.open_table`.
+    """An open sigma* table (Zhang et al., 2020, eq. (7)); create one with :func:`qpinfer.open_table`.
 
     Attributes
     ----------

@@ -313,7 +313,7 @@ class ReducedTable(SigmaTableReader):
         return mean, self.sigma_qp(mu, sigma, y, moments=(mean, std_ep))
 
     def sigma_qp(self, mu, sigma, y, moments=None) -> np.ndarray:
-        """sigma* (paper 000 eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast);
+        """sigma* (Zhang et al., 2020, eq. (7)) at cavities ``(mu, sigma)`` and labels ``y`` (broadcast);
         ``moments``: EP's ``(mean, std)`` at these cavities if the caller has them (used only
         outside the boxes that store sigma*/sigma)."""
         sig = self.sigma_qp_core(mu, sigma, y)

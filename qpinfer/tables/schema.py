@@ -3,7 +3,7 @@
 One zarr v3 directory store per likelihood, openable with ``xarray.open_zarr``:
 
 * data variable ``sigma_qp`` (float64, dims ``(y, mu, log10_sigma)``): the QP standard
-  deviation sigma* of paper 000 eq. (7) at each cavity grid point;
+  deviation sigma* of Zhang et al. (2020) eq. (7) at each cavity grid point;
 * data variable ``sigma_ratio`` (float64, same dims): ``sigma_qp / sigma_ep``, bounded in (0, 1]
   by Theorem 2 and much smoother than ``sigma_qp`` itself; readers interpolate this and
   multiply by the exact EP standard deviation at the query point;

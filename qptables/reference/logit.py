@@ -1,6 +1,6 @@
 """Independent mpmath reference for the ``logit`` and ``poisson_log`` likelihoods (issue #15).
 
-The tilted densities (paper 000: ``q(f) ~ p(y|f) N(f | mu, sigma^2)``, eq. (7) for sigma*)::
+The tilted densities (Zhang et al. (2020): ``q(f) ~ p(y|f) N(f | mu, sigma^2)``, eq. (7) for sigma*)::
 
     logit:        p(y | f) = 1 / (1 + exp(-y f)),            y in {-1, +1}
     poisson_log:  p(y | f) = exp(y f - e^f) / y!,            y in {0, 1, 2, ...}

@@ -7,7 +7,7 @@ arbitrary-precision arithmetic by a different algorithm, the panel engine of
 :mod:`qptables.reference.tilted` (adaptive Chebyshev-Lobatto panels, the tilted CDF by spectral
 cumulative integration from both ends, eq. (7) by Clenshaw-Curtis).
 
-What is computed (paper 000, Quantile Propagation):
+What is computed (Zhang et al., 2020, Quantile Propagation):
 
 * the tilted distribution ``q(f) = p(y|f) N(f | mu, sigma^2) / Z`` for a cavity mean ``mu`` and
   cavity *standard deviation* ``sigma``;
@@ -150,7 +150,7 @@ def reference_point(
 
 
 def sigma_qp_reference(likelihood_name: str, mu: float, sigma: float, y: int, dps: int = 40) -> mpf:
-    """The QP standard deviation sigma* of paper 000 eq. (7), to about ``dps`` digits.
+    """The QP standard deviation sigma* of Zhang et al. (2020) eq. (7), to about ``dps`` digits.
 
     Step-noise names (``"step_noise(eps=0.2)"``) go to the independent closed-CDF routine of
     :mod:`qptables.reference.step_noise`.

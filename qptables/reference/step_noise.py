@@ -1,8 +1,8 @@
-"""Independent mpmath reference for the label-noise step likelihood (paper 002 eq. (8)).
+"""Independent mpmath reference for the label-noise step likelihood (Qi and Guo, 2012, eq. (8)).
 
 ``p(y|f) = (1 - eps) Theta(y f) + eps Theta(-y f)``. Unlike :mod:`qptables.reference.sigma` (panels
 with spectral cumulative integration of the density), the tilted CDF here is known in closed form
-and is evaluated directly in mpmath; only eq. (7) of paper 000 is integrated numerically::
+and is evaluated directly in mpmath; only eq. (7) of Zhang et al. (2020) is integrated numerically::
 
     F(f) = eps Phi(t) / Z                                    (f < 0)
     S(f) = 1 - F(f) = (1 - eps) Phi(-t) / Z                  (f >= 0)
@@ -55,7 +55,7 @@ def _side_points(m, s, side):
 
 
 def step_noise_sigma_reference(eps, mu, sigma, y=1, dps: int = 20) -> mpf:
-    """sigma* (paper 000 eq. (7)) of the step-noise tilted distribution, to ~``dps`` digits."""
+    """sigma* (Zhang et al., 2020, eq. (7)) of the step-noise tilted distribution, to ~``dps`` digits."""
     with mp.workdps(dps + 10):
         e, m, s, big_z = _setup(eps, mu, sigma, y)
         inv_sqrt_2pi = 1 / mpmath.sqrt(2 * mpmath.pi)

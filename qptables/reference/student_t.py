@@ -1,7 +1,7 @@
 """Independent mpmath reference for Student-t regression noise (issue #15).
 
 ``p(y|f) = t_nu((y - f)/s) / s``; the tilted density ``q(f) ~ p(y|f) N(f | mu, sigma^2)`` of
-paper 000 eq. (5) has no closed-form CDF, so everything is integrated numerically in mpmath, in
+Zhang et al. (2020) eq. (5) has no closed-form CDF, so everything is integrated numerically in mpmath, in
 the *original* coordinates (no shift, scaling or mirror as in :mod:`qpinfer.likelihoods.student_t`):
 
 1. *Layout.* The stationary points of ``log q`` are the real roots of the cubic
@@ -114,7 +114,7 @@ def student_t_reference(
     n: int = DEFAULT_NODES,
 ) -> ReferencePoint:
     """``ReferencePoint(sigma_qp, log_z, mean, std, n_panels)`` of the Student-t tilted
-    distribution to ~``dps`` digits (sigma* is paper 000 eq. (7); mean/std are EP's eq. (5))."""
+    distribution to ~``dps`` digits (sigma* is Zhang et al. (2020) eq. (7); mean/std are EP's eq. (5))."""
     for name, value in (("nu", nu), ("scale", scale), ("sigma", sigma)):
         if not (mpmath.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be finite and > 0, got {value!r}")

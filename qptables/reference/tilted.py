@@ -2,7 +2,7 @@
 any tilted density given as a log density.
 
 A *model* is an object with ``ell(f)``, the unnormalised log tilted density ``log p(y|f) +
-log N(f | mu, sigma^2)`` in mpmath (paper 000: ``q(f) = p(y|f) N(f | mu, sigma^2) / Z``), and
+log N(f | mu, sigma^2)`` in mpmath (Zhang et al. (2020): ``q(f) = p(y|f) N(f | mu, sigma^2) / Z``), and
 optionally ``shift`` (the model integrates in ``f - shift``; default 0). Models laid out by
 :func:`mode_layout` also have ``modes()`` (the local maxima of ``ell``), ``neg_curvature(f)``
 (``-ell''(f)``, positive near each mode) and ``graded_cuts`` (cuts at ``+-2^k`` about a step of

@@ -1,4 +1,4 @@
-"""GPClassifier with the label-noise step likelihood (paper 002 eq. (8)): EP, Power EP, REP, QP."""
+"""GPClassifier with the label-noise step likelihood (Qi and Guo, 2012, eq. (8)): EP, Power EP, REP, QP."""
 
 import numpy as np
 import pytest

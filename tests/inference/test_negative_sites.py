@@ -1,7 +1,7 @@
-"""Non-log-concave likelihood (label-noise step): EP keeps negative site precisions (paper 002).
+"""Non-log-concave likelihood (label-noise step): EP keeps negative site precisions (Qi and Guo, 2012).
 
 Clipping them to a small positive value (right for log-concave likelihoods) changed the fixed
-point and made EP/Power EP/REP/QP all oscillate on paper 002's Sec. 6.2 data; the loop now keeps
+point and made EP/Power EP/REP/QP all oscillate on Qi and Guo's (2012) Sec. 6.2 data; the loop now keeps
 them, and the posterior, predictions and evidence are computed through the indefinite
 ``M = diag(sign tau) + S^1/2 K S^1/2``.
 """

@@ -1,4 +1,4 @@
-"""Power EP for the full GP (qpinfer.inference.power_ep, GPClassifier(method="pep")), paper 004 Sec.
+"""Power EP for the full GP (qpinfer.inference.power_ep, GPClassifier(method="pep")), Bui et al. (2017) Sec.
 3.4.
 
 References: the fractional tilted moments against adaptive ``scipy.integrate.quad``; alpha = 1

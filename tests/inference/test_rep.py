@@ -1,4 +1,4 @@
-"""Relaxed EP (paper 002): objective (5) decreases at every site update; large c is EP."""
+"""Relaxed EP (Qi and Guo, 2012): objective (5) decreases at every site update; large c is EP."""
 
 import numpy as np
 import pytest

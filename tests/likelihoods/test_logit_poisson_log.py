@@ -1,4 +1,4 @@
-"""The logit and poisson_log likelihoods: sigma* (paper 000 eq. (7)) and EP's tilted
+"""The logit and poisson_log likelihoods: sigma* (Zhang et al., 2020, eq. (7)) and EP's tilted
 moments (eq. (5)) against the independent mpmath reference (:mod:`qptables.reference.logit`) on
 stratified points, Theorem 2 and the symmetries with hypothesis, and input refusal."""
 

@@ -1,4 +1,4 @@
-"""StepNoise likelihood (paper 002 eq. (8)): closed forms, exact sigma* vs mpmath, symmetries."""
+"""StepNoise likelihood (Qi and Guo, 2012, eq. (8)): closed forms, exact sigma* vs mpmath, symmetries."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""StudentT likelihood: exact sigma* (paper 000 eq. (7)) and EP tilted moments
+"""StudentT likelihood: exact sigma* (Zhang et al., 2020, eq. (7)) and EP tilted moments
 (eq. (5)) against the independent mpmath reference (qptables.reference.student_t), Theorem 2,
 symmetries, bad input.
 

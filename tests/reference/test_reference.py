@@ -5,7 +5,7 @@ The reference is checked against facts it does not use:
 * exact Gaussian cases (Poisson ``y = 0`` is exactly Gaussian; a probit tilt with the label
   agreeing with a far-away cavity mean is Gaussian up to ``Phi(-30) ~ 1e-197``), where
   sigma* equals the tilted standard deviation;
-* paper 000 Theorem 2 (sigma_QP <= sigma_EP, strictly for non-Gaussian tilts);
+* Zhang et al. (2020) Theorem 2 (sigma_QP <= sigma_EP, strictly for non-Gaussian tilts);
 * closed-form log Z, mean and standard deviation (App. C.1, C.2) against the same quadrature;
 * a different discretisation (panel degree and working precision) agreeing to 1e-30;
 * the mirror symmetries of both likelihoods;

@@ -1,4 +1,4 @@
-"""sigma* (paper 000 eq. (7)) in the narrow islands where the kernel's level-set panels used to
+"""sigma* (Zhang et al., 2020, eq. (7)) in the narrow islands where the kernel's level-set panels used to
 fail, against the independent mpmath reference, and Theorem 2
 (``sigma* <= sigma_EP``) holding exactly against the library's own EP std.
 

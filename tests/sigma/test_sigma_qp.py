@@ -4,7 +4,7 @@ Accuracy is judged against the independent mpmath reference :mod:`qptables.refer
 (evaluated here at 30 significant digits, far beyond the 1e-12 asserted):
 
 * a stratified sample of >= 60 points per likelihood over the paper domain
-  ``mu in [-10, 10]``, ``sigma in [0.1, 10]`` (paper 000 App. I): the four corners, points on
+  ``mu in [-10, 10]``, ``sigma in [0.1, 10]`` (Zhang et al., 2020, App. I): the four corners, points on
   every edge, the centre ``(0, 1)``, random interior points (fixed seed); both probit labels;
   Poisson counts 0, 1, 3, 10, 50 -- relative error of sigma* <= 1e-12;
 * points beyond the domain (``|mu|`` up to 50, ``sigma`` 0.01 .. 100, counts up to 100) --

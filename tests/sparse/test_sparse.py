@@ -1,4 +1,4 @@
-"""Pseudo-point Power EP (qpinfer.sparse), paper 004: limits, gradients, estimators, bad input.
+"""Pseudo-point Power EP (qpinfer.sparse), Bui et al. (2017): limits, gradients, estimators, bad input.
 
 References are dense O(N^3) formulas written from the paper, sharing no code with qpinfer.sparse:
 FITC's log marginal likelihood (eq. (8)/(129)), Titsias' VFE bound (eq. (10)/(131)), eq. (128),

@@ -1,5 +1,5 @@
 """QP with pseudo-points (SparseGPClassifier(method="qp")): the alpha = 1 moment projection of
-pseudo-point Power EP replaced by the Wasserstein projection (paper 000 eq. (7))."""
+pseudo-point Power EP replaced by the Wasserstein projection (Zhang et al., 2020, eq. (7))."""
 
 import numpy as np
 import pytest

@@ -1,10 +1,10 @@
 # Over 400 lines: the prior, its low-rank posterior and the gradient weights that the regression energy here and sites.py share.
-"""The pseudo-point prior of sparse GP approximations (paper 004) and the collapsed regression
+"""The pseudo-point prior of sparse GP approximations (Bui et al., 2017) and the collapsed regression
 energy.
 
 M pseudo-points ``u = f(Z)`` summarise the N training function values. Everything is computed in
 whitened coordinates ``u = Lu v`` (``Kuu + jitter I = Lu Lu^T``, ``A = Lu^-1 Kuf``): with rank-one
-sites ``t_n(u) = N~(w_n^T u; g_n, v_n)``, ``w_n = Kuu^-1 k_u(x_n)`` (paper 004 eqs. (64)-(77)),
+sites ``t_n(u) = N~(w_n^T u; g_n, v_n)``, ``w_n = Kuu^-1 k_u(x_n)`` (Bui et al., 2017, eqs. (64)-(77)),
 the posterior of ``v`` has precision ``B = I + A diag(tau) A^T`` (eigenvalues >= 1, a safe
 Cholesky; eqs. (119)-(120), :func:`low_rank_posterior`) and the marginal of ``a_n = w_n^T u =
 A[:, n]^T v`` is ``N(mu_n, s_n)`` with ``mu = A^T B^-1 A nu`` and ``s_n = ||L_B^-1 A[:, n]||^2``.
@@ -377,7 +377,7 @@ def sparse_regression_energy(
     jitter: float = 1e-6,
     eval_gradient: bool = True,
 ) -> tuple[float, np.ndarray | None, float | None, np.ndarray | None]:
-    """Power EP energy for sparse GP regression, paper 004 eq. (128), and its gradient.
+    """Power EP energy for sparse GP regression, Bui et al. (2017) eq. (128), and its gradient.
 
     ``alpha`` in [0, 1]: 1 is FITC (eq. (129)); 0 evaluates the ``alpha -> 0`` limit, Titsias'
     VFE bound (eq. (131)), through ``log(1 + x)/x -> 1`` (never dividing by ``alpha``).

@@ -1,4 +1,4 @@
-"""Pseudo-point Power EP and QP for classification (paper 004 eqs. (20), (106)-(110)), O(N M^2).
+"""Pseudo-point Power EP and QP for classification (Bui et al., 2017, eqs. (20), (106)-(110)), O(N M^2).
 
 Power EP approximates each likelihood by a factor of ``u`` that is rank one, ``t_n(u) = N~(w_n^T
 u; g_n, v_n)`` (:mod:`qpinfer.inference.sparse.pseudo_points`), so every step costs O(M^2) per site.

@@ -1,7 +1,7 @@
 """Minibatch pseudo-point EP and QP: stochastic EP with one tied site (issue #32), O(B M^2) a step.
 
 Stochastic EP (Li, Hernandez-Lobato and Turner, NeurIPS 2015) in the pseudo-point Power EP family
-of paper 004: the N rank-one sites of :mod:`qpinfer.inference.sparse.sites` are tied into one
+of Bui et al. (2017): the N rank-one sites of :mod:`qpinfer.inference.sparse.sites` are tied into one
 *average site* ``tbar(v) = exp(-1/2 v^T Lam v + eta^T v)`` of the whitened pseudo-points
 (``u = Lu v``, prior ``v ~ N(0, I)``), so the posterior is ``q(v) ∝ N(v | 0, I) tbar(v)^N`` and
 what is kept is O(M^2), whatever N. Every data point has the same cavity ``q / tbar^alpha``

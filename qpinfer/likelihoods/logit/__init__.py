@@ -1,7 +1,7 @@
 """Logistic likelihood p(y | f) = 1 / (1 + exp(-y f)), y in {-1, +1}, for EP, QP, VB and Laplace.
 
 The tilted distribution ``q(f) ~ sigma(y f) N(f | mu, s^2)`` has no closed-form moments; EP's
-projection (paper 000 eq. (5)) and the QP standard deviation (eq. (7),
+projection (Zhang et al., 2020, eq. (5)) and the QP standard deviation (eq. (7),
 ``sigma* = int phi(Phi^{-1}(F(f))) df``) are computed by the panel quadrature of
 :mod:`qpinfer.sigma.exact` / :mod:`qpinfer.quadrature.tilted`. Mirror symmetry as for the probit:
 ``sigma*(mu, s, -1) = sigma*(-mu, s, +1)`` (``canonical``), so below ``y = +1``.

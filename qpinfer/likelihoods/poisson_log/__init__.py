@@ -1,6 +1,6 @@
 """Poisson counts with the log link, rate exp(f): p(y | f) = exp(y f - e^f) / y!, y = 0, 1, 2, ...
 
-The tilted density (paper 000 eq. (5), (7)) is, with ``m' = mu + y s^2``::
+The tilted density (Zhang et al., 2020, eq. (5), (7)) is, with ``m' = mu + y s^2``::
 
     exp(y f - e^f) N(f | mu, s^2) = exp(y mu + y^2 s^2 / 2) exp(-e^f) N(f | m', s^2),
 

@@ -1,4 +1,4 @@
-"""The probit likelihood p(y | f) = Phi(y f), y in {-1, +1} (paper 000 App. C.1).
+"""The probit likelihood p(y | f) = Phi(y f), y in {-1, +1} (Zhang et al., 2020, App. C.1).
 
 Holds: :class:`Probit` (here), its sigma* limits (``limits``), its Power EP moments (``power``)
 and its cell-table boxes (``boxes``). May import: what :mod:`qpinfer.likelihoods` may; never
@@ -37,7 +37,7 @@ def _gauss_nodes(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Probit(Likelihood):
-    """Probit likelihood p(y | f) = Phi(y f) with labels y in {-1, +1} (paper 000 App. C.1)."""
+    """Probit likelihood p(y | f) = Phi(y f) with labels y in {-1, +1} (Zhang et al., 2020, App. C.1)."""
 
     name = "probit"
 

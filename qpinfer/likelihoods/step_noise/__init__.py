@@ -1,4 +1,4 @@
-"""Label-noise step likelihood (paper 002 eq. (8)) for EP, Power EP and QP.
+"""Label-noise step likelihood (Qi and Guo, 2012, eq. (8)) for EP, Power EP and QP.
 
     p(y | f) = (1 - eps) Theta(y f) + eps Theta(-y f),   y in {-1, +1},  eps in [0, 0.5),
 
@@ -27,7 +27,7 @@ QP tables: one store per ``eps`` (the table coordinates stay ``(mu, log10 sigma,
 likelihood name identifies ``eps`` -- ``StepNoise(0.2).name == "step_noise(eps=0.2)"`` -- so a
 table built for one ``eps`` is refused by :class:`qpinfer.QuantileMatching` for another.
 
-Power EP (paper 002 App. C, eq. (41)): ``p(y|f)^u = C [(1 - eps_u) Theta(y f) + eps_u Theta(-y f)]``
+Power EP (Qi and Guo, 2012, App. C, eq. (41)): ``p(y|f)^u = C [(1 - eps_u) Theta(y f) + eps_u Theta(-y f)]``
 with ``C = (1 - eps)^u + eps^u`` and ``eps_u = eps^u / C`` -- again a step likelihood, so the
 fractional tilted moments are closed form
 (:meth:`StepNoise.power_moments`).
@@ -52,7 +52,7 @@ from qpinfer.quadrature.normal_ratios import normal_ratio_terms
 
 __all__ = ["DEFAULT_EPS", "StepNoise", "check_eps", "parse_name"]
 
-#: ``eps`` of ``get_likelihood("step_noise")`` (paper 002 Sec. 6.2 uses 0.2 with 20% flips).
+#: ``eps`` of ``get_likelihood("step_noise")`` (Qi and Guo, 2012, Sec. 6.2 uses 0.2 with 20% flips).
 DEFAULT_EPS = 0.2
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
@@ -94,7 +94,7 @@ def parse_name(name: Any) -> float | None:
 
 
 class StepNoise(Likelihood):
-    """p(y | f) = (1 - eps) Theta(y f) + eps Theta(-y f), y in {-1, +1} (paper 002 eq. (8))."""
+    """p(y | f) = (1 - eps) Theta(y f) + eps Theta(-y f), y in {-1, +1} (Qi and Guo, 2012, eq. (8))."""
 
     _n_nodes = 20
     #: not log-concave in f (a step): EP/QP sites may have negative precisions, which

@@ -9,7 +9,7 @@ each side of ``u_0 = m_L``::
     Q(u) = Phi^-1(u / c_1)            u < u_0,  c_1 = eps / Z <= 1
     Q(u) = -Phi^-1((1 - u) / c_2)      u > u_0,  c_2 = (1 - eps) / Z >= 1
 
-so ``sigma* / sigma = R(z, eps) = int_0^1 Q(u) Phi^-1(u) du`` (paper 000 eq. (7)). Each side is
+so ``sigma* / sigma = R(z, eps) = int_0^1 Q(u) Phi^-1(u) du`` (Zhang et al., 2020, eq. (7)). Each side is
 integrated in the variable that keeps its integrand smooth:
 
 * **left**, in ``x`` (``u = c_1 Phi(x)``, ``x <= a``): ``c_1 int x Phi^-1(c_1 Phi(x)) phi(x) dx``.

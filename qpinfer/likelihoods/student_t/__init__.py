@@ -3,7 +3,7 @@
     p(y | f) = t_nu((y - f) / s) / s,   t_nu(x) = C_nu (1 + x^2 / nu)^(-(nu + 1) / 2),
     C_nu = Gamma((nu + 1) / 2) / (Gamma(nu / 2) sqrt(nu pi)),   nu > 0, s > 0.
 
-Not log-concave: the tilted density ``q(f) = p(y|f) N(f | mu, sigma^2) / Z`` (paper 000 eq. (5))
+Not log-concave: the tilted density ``q(f) = p(y|f) N(f | mu, sigma^2) / Z`` (Zhang et al., 2020, eq. (5))
 is bimodal when the cavity sits far from the observation, and EP/QP site precisions may be
 negative (:mod:`qpinfer.inference.ep` keeps them for ``log_concave = False``).
 
