@@ -11,7 +11,7 @@ Alg. 5.1 (eq. (5.23)), including the implicit dependence through the mode (the t
 log p).
 
 The square link is not log-concave (Zhang et al., 2020, App. C.2)
---------------------------------------------------------
+------------------------------------------------------------------
 For Poisson counts with rate f^2, ``log p(y|f) = 2 y log|f| - f^2 - log y!``. For ``y >= 1`` it is
 ``-inf`` at ``f = 0`` and the posterior is invariant under ``f -> -f`` (it has a mirror-image
 mode for every mode). On each half-line, however, log p is strictly concave

@@ -4,7 +4,7 @@ over which a cell table stores sigma* (design and measurements: ``docs/tables-v2
 A cell table stores ``rho = sigma* / sigma_EP`` (in (0, 1], Theorem 2 of Zhang et al., 2020) at
 the Chebyshev-Gauss nodes of equal cells (:class:`CellAxis`; the polynomials:
 :mod:`qpinfer.tables.chebyshev`) over one or more *boxes* per likelihood. A lookup follows the
-exact kernel's own path (:func:`qpinfer.sigma.sigma_qp`):
+exact kernel's own path (:func:`qpinfer.sigma_qp`):
 
 1. the mirror symmetry (``Likelihood.canonical``);
 2. the regimes where sigma* is known to double precision (``Likelihood._sigma_closed_form``);

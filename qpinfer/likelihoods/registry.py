@@ -5,8 +5,8 @@ subpackage (so none of them imports it).
 ``"student_t"`` / ``"student_t(nu=4, scale=1)"``, ``"logit"``, ``"poisson_log"`` -- the names table
 stores record -- or a :class:`~qpinfer.Likelihood` object, returned as it is. :func:`boxes_for`
 gives the boxes of a likelihood's cell table and :func:`box_from_attrs` reads one back from a
-store. Adding a likelihood adds one line to :data:`_REGISTRY` (and, for one with parameters, to
-:data:`_PARAMETRIZED`).
+store. Adding a likelihood adds one line to ``_REGISTRY`` (and, for one with parameters, to
+``_PARAMETRIZED``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ _EXPANSIONS = 64
 class TiltedDensity:
     """What the kernel's panels ask of an unnormalised log tilted density (every
     :class:`~qpinfer.Likelihood` is one; so are the lobe-relative and fractional densities
-    some likelihoods and Power EP integrate): :meth:`_log_tilted` and the level sets' hooks,
+    some likelihoods and Power EP integrate): ``_log_tilted`` and the level sets' hooks,
     with their defaults."""
 
     _n_nodes: int = 20  # Gauss-Legendre nodes per panel in the sigma* quadrature

@@ -41,7 +41,7 @@ interface of every open table), :mod:`qpinfer.tables.store` (errors, paths, read
 lookups), :mod:`qpinfer.tables.reduced` with :mod:`qpinfer.tables.reduced_store` (v2 stores) and
 :mod:`qpinfer.tables.scaled` (one Student-t table for every noise scale); the v2 cells
 (:mod:`qpinfer.tables.chebyshev`, :mod:`qpinfer.tables.sweep_evaluator`) and coordinates
-(:mod:`qpinfer.tables.boxes`); :mod:`qpinfer.tables.shipped` (the tables inside qpinfer);
+(:mod:`qpinfer.likelihoods.layout`); :mod:`qpinfer.tables.shipped` (the tables inside qpinfer);
 :mod:`qpinfer.tables.choice` (which table ``table=None`` uses: shipped or installed, by
 coverage and verified error);
 :mod:`qpinfer.tables.replace`; :mod:`qpinfer.tables.remote` (downloads).

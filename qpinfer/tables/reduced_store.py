@@ -2,7 +2,7 @@
 
 A v2 store (``qp_schema_version == 2``, written by ``qptables build LIK OUT --grid cells``) is a
 zarr v3 group, uncompressed, that ``xarray.open_zarr`` opens. For each box of
-:mod:`qpinfer.tables.boxes` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
+:mod:`qpinfer.likelihoods.layout` it holds one array ``rho_<box>`` of dims ``(<box>_y, <box>_<axis0>[,
 <box>_<axis1>])`` (:func:`array_names`): ``rho = sigma* / sigma_EP`` at the Chebyshev-Gauss nodes
 of the box's cells (:mod:`qpinfer.tables.chebyshev`), one slice per label, with the node positions
 as coordinate arrays; each cell's block holds the cell's rounded Chebyshev coefficients where its

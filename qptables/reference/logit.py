@@ -24,10 +24,10 @@ from mpmath import mpf
 
 from qptables.reference.tilted import Tilted, bisect_decreasing
 
-__all__ = ["LABELS", "MODEL"]
+__all__ = ["LABELS", "MODEL", "LogitTilted"]
 
 
-class _LogitTilted(Tilted):
+class LogitTilted(Tilted):
     """``ell(f) = -log(1 + exp(-y f)) + log N(f | mu, sigma^2)``."""
 
     graded_cuts = True  # the logistic step at f = 0 has width ~1: cuts at +-2^k
@@ -59,4 +59,4 @@ class _LogitTilted(Tilted):
 
 #: the label: a class in {-1, +1}
 LABELS = "sign"
-MODEL = _LogitTilted
+MODEL = LogitTilted

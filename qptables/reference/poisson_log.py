@@ -1,7 +1,7 @@
 """Independent mpmath reference for Poisson counts with the log link:
 ``p(y|f) = exp(y f - e^f) / y!``, ``y in {0, 1, 2, ...}``, as a model of the panel engine
 (:mod:`qptables.reference.tilted`) in the variable ``g = f - shift`` about its mode (mpmath's
-Lambert W; see :class:`_PoissonLogTilted`)."""
+Lambert W; see ``PoissonLogTilted``)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from mpmath import mp, mpf
 
 from qptables.reference.tilted import Tilted
 
-__all__ = ["LABELS", "MODEL"]
+__all__ = ["LABELS", "MODEL", "PoissonLogTilted"]
 
 #: the label: a count >= 0
 LABELS = "count"
 
 
-class _PoissonLogTilted(Tilted):
+class PoissonLogTilted(Tilted):
     """``ell = y f - exp(f) - log y! + log N(f | mu, sigma^2)`` in the variable ``g = f - shift``
     about the mode ``shift`` (mpmath's Lambert W), as ``ell(shift) - alpha (e^g - 1 - g) -
     g^2 / (2 sigma^2)``, ``alpha = e^shift`` (exact: ``ell'(shift) = 0``), so no terms of size
@@ -52,4 +52,4 @@ class _PoissonLogTilted(Tilted):
         return [mpf(0)]
 
 
-MODEL = _PoissonLogTilted
+MODEL = PoissonLogTilted

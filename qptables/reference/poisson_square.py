@@ -10,13 +10,13 @@ from mpmath import mpf
 
 from qptables.reference.tilted import Tilted
 
-__all__ = ["LABELS", "MODEL"]
+__all__ = ["LABELS", "MODEL", "PoissonSquareTilted"]
 
 #: the label: a count >= 0
 LABELS = "count"
 
 
-class _PoissonSquareTilted(Tilted):
+class PoissonSquareTilted(Tilted):
     """``ell(f) = 2y log|f| - f^2 - log y! + log N(f | mu, sigma^2)`` (App. C.2)."""
 
     def __init__(self, name: str, mu: mpf, sigma: mpf, y: int) -> None:
@@ -50,4 +50,4 @@ class _PoissonSquareTilted(Tilted):
         return sorted([big, small])
 
 
-MODEL = _PoissonSquareTilted
+MODEL = PoissonSquareTilted

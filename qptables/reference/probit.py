@@ -10,13 +10,13 @@ from mpmath import mpf
 
 from qptables.reference.tilted import Tilted, bisect_decreasing
 
-__all__ = ["LABELS", "MODEL"]
+__all__ = ["LABELS", "MODEL", "ProbitTilted"]
 
 #: the label: a class in {-1, +1}
 LABELS = "sign"
 
 
-class _ProbitTilted(Tilted):
+class ProbitTilted(Tilted):
     """``ell(f) = log Phi(y f) + log N(f | mu, sigma^2)`` (App. C.1)."""
 
     graded_cuts = True  # the step of Phi(y f) at f = 0 has width 1
@@ -44,4 +44,4 @@ class _ProbitTilted(Tilted):
         return [bisect_decreasing(dell, *((a, b) if a < b else (b, a)), steps=200)]
 
 
-MODEL = _ProbitTilted
+MODEL = ProbitTilted

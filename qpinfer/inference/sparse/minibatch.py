@@ -47,7 +47,7 @@ __all__ = [
 @dataclass
 class MinibatchSettings:
     """The knobs of :func:`fit_minibatch`, set and checked by the estimator (its parameters of
-    the same names, where their defaults are: :class:`qpinfer.sparse.MiniBatchSparseGPClassifier`;
+    the same names, where their defaults are: :class:`qpinfer.MiniBatchSparseGPClassifier`;
     ``optimize_kernel``: its ``optimizer`` is not ``None``; ``seed``: from its
     ``random_state``)."""
 
