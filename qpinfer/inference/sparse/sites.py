@@ -67,8 +67,8 @@ class _ConditionalProjection:
         if self.wasserstein and inner.likelihood.smoothed_scale(0.0) is None:
             raise ValueError(
                 "QP with pseudo-points needs a likelihood whose Gaussian smoothing is a "
-                "rescaling of itself, as the probit's (the likelihood of a_n is then again "
-                "one); got "
+                "rescaling of itself (the likelihood of a_n is then again one, "
+                "Likelihood.smoothed_scale); got "
                 f"{getattr(inner.likelihood, 'name', inner.likelihood)!r}"
             )
 
