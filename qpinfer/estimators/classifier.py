@@ -122,7 +122,7 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
         REP's l1 penalty weight ``c`` (Qi and Guo, 2012, eq. (5)); large ``c`` is EP exactly. Used by
         ``method="rep"`` only (validated always).
     table : None, "exact", path or table object
-        Where QP gets sigma* from. ``None``: the v2 table shipped inside qpinfer
+        Where QP gets sigma* from. ``None``: the cell table shipped inside qpinfer
         (:mod:`qpinfer.tables.shipped`: near-exact, every cavity), or the installed one
         (:func:`qpinfer.tables.installed_table_path`) if it is at least as good in coverage and
         verified error (:mod:`qpinfer.tables.choice`; ``qpinfer list`` shows which), else exact

@@ -167,7 +167,7 @@ class GPPoissonRegressor(RegressorTagsMixin, GPEstimatorBase):
         Archambeau; the paper's baseline) or the Laplace approximation (around the mode of the
         positive branch ``f > 0``, see :mod:`qpinfer.inference.laplace`).
     table : None, "exact", path or table object
-        Where QP gets sigma* from (a ``poisson_square`` table). ``None``: the v2 table shipped
+        Where QP gets sigma* from (a ``poisson_square`` table). ``None``: the cell table shipped
         inside qpinfer for the likelihood (:mod:`qpinfer.tables.shipped`), or the installed one
         (:func:`qpinfer.tables.installed_table_path`) if it is at least as good in coverage and
         verified error (:mod:`qpinfer.tables.choice`), else exact computation (warned once); ``"exact"``: always exact; a path: :func:`qpinfer.open_table` of

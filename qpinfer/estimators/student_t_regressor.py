@@ -7,7 +7,7 @@ schedule, damping 0.5 by default) and a run that does not converge warns with
 :class:`~qpinfer.ConvergenceWarning` and returns the sites with the smallest change
 seen.
 
-Methods: ``"ep"`` (eq. (5)), ``"qp"`` (eq. (7); sigma* from the v2 table of its nu shipped inside
+Methods: ``"ep"`` (eq. (5)), ``"qp"`` (eq. (7); sigma* from the cell table of its nu shipped inside
 qpinfer, which serves every scale -- :mod:`qpinfer.tables.scaled` -- else exact), ``"laplace"``
 (:mod:`qpinfer.inference.laplace`: Newton with the exact step where ``K^-1 + W`` is positive
 definite and W clipped at 0 elsewhere, line-searched; evidence R&W eq. (3.32) with ``log det(I + K
@@ -68,7 +68,7 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
     ----------
     method : {"qp", "ep", "laplace", "vb"}
     table : None, "exact", path or table object
-        Where QP gets sigma* from. ``None``: the v2 table shipped for ``nu`` (nu = 4 and 5;
+        Where QP gets sigma* from. ``None``: the cell table shipped for ``nu`` (nu = 4 and 5;
         any scale), or an installed table at least as good in coverage and verified error
         (:mod:`qpinfer.tables.choice`), else exact computation (warned once); ``"exact"``: always
         exact. A scale-1 Student-t table of the same nu serves every scale. Points outside a

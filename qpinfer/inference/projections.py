@@ -75,7 +75,7 @@ class QuantileMatching:
     With a ``table`` (a :class:`~qpinfer.tables.reader.SigmaTableReader`, from
     :func:`qpinfer.open_table`) the table answers both, ``table.qp_moments(mu, sigma, y)``: one
     batched lookup per parallel sweep, EP's moments computed only where the table needs them
-    (a v2 table of probit, whose core stores sigma* / sigma, computes EP's mean alone), with the
+    (a cell table of the probit, whose core stores sigma* / sigma, computes EP's mean alone), with the
     table's own exact fallback outside its domain. Without a table, sigma* is computed exactly
     by :func:`qpinfer.sigma_qp` (slower).
     """
