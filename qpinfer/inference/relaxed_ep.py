@@ -48,10 +48,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.special import log_ndtr
 
 from qpinfer.checks import number_or_nan
-from qpinfer.likelihoods.step_noise import StepNoise
+from qpinfer.likelihoods.base import Likelihood
 
 __all__ = ["RelaxedMomentMatching", "check_penalty", "rep_objective"]
 
@@ -74,17 +73,14 @@ def _relaxed(lik, m_c, tau_c, m_i, b, y):
     return tau_r, m_r, mu_b, sigma_b
 
 
-def rep_objective(lik: StepNoise, m_c, tau_c, m_i, b, y, c):
+def rep_objective(lik: Likelihood, m_c, tau_c, m_i, b, y, c):
     """Q(b) of eq. (35) in the closed form of the module docstring (vectorised).
 
     Returns ``(Q, mu_b, sigma_b)``; ``Q = inf`` where ``b`` would make ``q`` improper.
     """
     tau_r, m_r, mu_b, sigma_b = _relaxed(lik, m_c, tau_c, m_i, b, y)
-    z = y * m_r * np.sqrt(tau_r)
-    log_zb = lik._log_z_of(z)
+    log_zb, e_log_t = lik.tilted_expected_log_lik(m_r, 1.0 / np.sqrt(tau_r), y)
     with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.exp(lik._log_1m_eps + log_ndtr(z) - log_zb)
-        e_log_t = a * lik._log_1m_eps + (np.where(a < 1, (1.0 - a) * lik._log_eps, 0.0))
         s2 = sigma_b * sigma_b
         q = (
             e_log_t
@@ -108,10 +104,11 @@ class RelaxedMomentMatching:
     power = 1.0
 
     def __init__(self, likelihood: Any, c: float = 1.0, refine_steps: int = 30) -> None:
-        if not isinstance(likelihood, StepNoise):
-            raise ValueError(  # noqa: TRY004 (the project reports bad input as ValueError)
-                "REP is implemented for the step_noise likelihood (closed-form objective (35)); "
-                f"got {getattr(likelihood, 'name', likelihood)!r}"
+        if type(likelihood).tilted_expected_log_lik is Likelihood.tilted_expected_log_lik:
+            raise ValueError(
+                "REP needs a likelihood with E_q[log p(y | f)] under its tilt (objective (35) of "
+                "Qi and Guo, 2012; the label-noise step has it in closed form); got "
+                f"{getattr(likelihood, 'name', likelihood)!r}"
             )
         self.likelihood = likelihood
         self.c = check_penalty(c)

@@ -1,3 +1,4 @@
+# Over 400 lines: the one declared likelihood protocol, every hook with its default, in one place.
 """The likelihood interface for EP/QP site updates, vectorized over sites:
 :class:`~qpinfer.Likelihood`.
 
@@ -159,6 +160,11 @@ class Likelihood(TiltedDensity, ABC):
         smoothed likelihood (Bui, Yan and Turner, 2017, eq. (20))."""
         return None
 
+    def table_params(self) -> dict:
+        """The parameters a table store of this likelihood is built for and records beside its
+        name (one store per value: the label-noise step's ``eps``); none by default."""
+        return {}
+
     def table_base(self) -> Likelihood | None:
         """The likelihood whose table answers this one's lookups through :meth:`table_map`
         (for a family with a scale: its member of scale 1), or ``None`` (default): its own."""
@@ -276,6 +282,12 @@ class Likelihood(TiltedDensity, ABC):
             "Laplace and VB need the derivatives and Gaussian expectations of log p(y | f), "
             f"which this likelihood does not give; got {self!r}"
         )
+
+    def tilted_expected_log_lik(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """``(log Z, E_q[log p(y | f)])`` under the tilt ``q ~ p(y | f) N(f | mu, sigma^2)``:
+        relaxed EP's objective (Qi and Guo, 2012, eq. (35)); a likelihood without it refuses
+        relaxed EP."""
+        raise ValueError(f"relaxed EP needs E_q[log p(y | f)] under the tilt; got {self!r}")
 
     def power_moments(self, mu, sigma, y, power: float) -> tuple[np.ndarray, ...]:
         """``(log Z, mean, std)`` of the fractional tilt ``p(y | f)^power N(f | mu, sigma^2)``,

@@ -54,28 +54,32 @@ class GridStore(NamedTuple):
 
 
 def check_likelihood_params(attrs: dict, what: str) -> None:
-    """A step-noise store (one per eps) must name a valid eps, and the eps recorded in
-    ``attrs["build"]["likelihood_params"]`` (if any) must be the one in the name."""
-    from qpinfer.likelihoods.step_noise import parse_name
+    """A store of a likelihood built per parameter value (``Likelihood.table_params``: the
+    label-noise step's eps) must spell its parameters in its name, and those recorded in
+    ``attrs["build"]["likelihood_params"]`` (if any) must be the name's."""
+    from qpinfer.likelihoods.registry import get_likelihood, registered
 
     name = attrs["likelihood"]
-    if not (isinstance(name, str) and name.startswith("step_noise")):
+    if not (isinstance(name, str) and name.split("(")[0] in registered()):
         return
     try:
-        eps = parse_name(name)
+        own = get_likelihood(name).table_params()
     except ValueError as exc:
         raise TableError(f"{what}: likelihood {name!r}: {exc}") from None
-    if eps is None or name == "step_noise":
+    if own and "(" not in name:
+        spelled = ", ".join(f"{k}=..." for k in own)
         raise TableError(
-            f"{what}: likelihood {name!r} does not say its eps (expected 'step_noise(eps=...)')"
+            f"{what}: likelihood {name!r} does not say its {', '.join(own)} (expected "
+            f"'{name}({spelled})')"
         )
     build = attrs.get("build")
     params = build.get("likelihood_params") if isinstance(build, dict) else None
-    if isinstance(params, dict) and "eps" in params and params["eps"] != eps:
-        raise TableError(
-            f"{what}: likelihood {name!r} has eps={eps!r} but its build record says "
-            f"eps={params['eps']!r}"
-        )
+    for key, value in params.items() if isinstance(params, dict) else ():
+        if key in own and value != own[key]:
+            raise TableError(
+                f"{what}: likelihood {name!r} has {key}={own[key]!r} but its build record "
+                f"says {key}={value!r}"
+            )
 
 
 def store_likelihood(name: Any, y: np.ndarray, what: str):

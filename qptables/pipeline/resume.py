@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
-from qpinfer.likelihoods.step_noise import parse_name
+from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.tables.replace import remove_store
 from qptables.grid import GridSpec
 from qptables.pipeline.errors import BuildInputError, LockError, writing
@@ -216,10 +216,9 @@ def build_record(
         raise ValueError(f"layout: expected 'grid' or 'cells', got {layout!r}")
     if grid is None or fingerprint is None:
         raise ValueError("grid, fingerprint: required for a grid build record")
-    params = {}
-    eps = parse_name(likelihood)
-    if eps is not None:  # one store per eps: recorded beside the name, checked by open_table
-        params["eps"] = eps
+    # one store per parameter value (a step-noise eps): recorded beside the name, checked by
+    # open_table
+    params = get_likelihood(likelihood).table_params()
     return {
         "likelihood": likelihood,
         "likelihood_params": params,

@@ -60,7 +60,9 @@ def test_bad_inputs():
     for bad in (-1.0, np.nan, np.inf, "a", None):
         with pytest.raises(ValueError, match="c "):
             RelaxedMomentMatching(StepNoise(0.2), c=bad)
-    with pytest.raises(ValueError, match="step_noise"):
+    with pytest.raises(
+        ValueError, match=r"REP needs a likelihood with E_q\[log p\(y \| f\)\].* got 'probit'"
+    ):
         RelaxedMomentMatching(Probit(), c=1.0)
 
 

@@ -134,6 +134,18 @@ class StepNoise(Likelihood):
         """log Z, Z = eps Phi(-z) + (1 - eps) Phi(z), z = y mu / sigma."""
         return self._log_z_of(y * mu / sigma)
 
+    def table_params(self) -> dict:
+        return {"eps": self.eps}
+
+    def tilted_expected_log_lik(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
+        """``E_q[log p] = A log(1 - eps) + (1 - A) log eps``, ``A = (1 - eps) Phi(z) / Z`` the
+        tilt's mass on the side of the label, and log Z (Qi and Guo, 2012, eq. (35))."""
+        z = y * mu / sigma
+        log_z = self._log_z_of(z)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a = np.exp(self._log_1m_eps + log_ndtr(z) - log_z)
+            return log_z, a * self._log_1m_eps + np.where(a < 1, (1.0 - a) * self._log_eps, 0.0)
+
     def tilted_moments(self, mu, sigma, y) -> tuple[np.ndarray, np.ndarray]:
         """Mean mu + y sigma r and std sigma sqrt(1 - r (z + r)), r = (1-2eps) phi(z) / Z."""
         mu, sigma, y = np.broadcast_arrays(
