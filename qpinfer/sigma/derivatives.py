@@ -94,8 +94,8 @@ def _closed_derivative(lik, mu, sigma, y, mask, values, d_mu, d_sigma, k3):
     d_mu[cavity], d_sigma[cavity], k3[cavity] = 0.0, 1.0, 0.0
     own = lik._closed_form_slopes(mu, sigma, y, mask & ~cavity)
     if own is not None:
-        where, d_mu[where], d_sigma[where] = own
-        k3[where] = 0.0
+        where, slope_mu, slope_sigma = own
+        d_mu[where], d_sigma[where], k3[where] = slope_mu, slope_sigma, 0.0
         known |= where
     return known
 
