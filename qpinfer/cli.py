@@ -44,7 +44,12 @@ installed name) or table='/path/to/store.zarr' uses that table, always.
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``qpinfer`` (all subcommands)."""
     from qpinfer.tables.remote.install import URL_ENV
-    from qpinfer.tables.remote.transfer import DEFAULT_TIMEOUT, STALL_TIMEOUT
+    from qpinfer.tables.remote.transfer import (
+        DEFAULT_TIMEOUT,
+        LOW_SPEED_LIMIT,
+        LOW_SPEED_TIME,
+        STALL_TIMEOUT,
+    )
 
     p = OneLineParser(
         prog="qpinfer",
@@ -94,8 +99,9 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help="give up after this many seconds for the whole download, retries included "
-        f"(default {DEFAULT_TIMEOUT:g}); each connect or read also gives up after "
-        f"{STALL_TIMEOUT:g} s of silence and is retried while time is left",
+        "(default: no total limit); a transfer slower than "
+        f"{LOW_SPEED_LIMIT / 1024:g} KiB/s over {LOW_SPEED_TIME:g} s, or a connect or read "
+        f"silent for {STALL_TIMEOUT:g} s, is abandoned and retried",
     )
     d.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -183,6 +189,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
     from qpinfer.tables import tables_dir
     from qpinfer.tables.remote.install import URL_ENV, DownloadError, fetch_manifest
+    from qpinfer.tables.remote.transfer import printable
     from qpinfer.tables.shipped import DATA_DIR, SHIPPED
 
     defaults: dict[str, Any] = {}  # likelihood -> choose_default(likelihood)
@@ -218,7 +225,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for name, e in manifest["tables"].items():
             v = e.get("verification", {})
             print(
-                f"  {name}: {e.get('likelihood')}, shape {e.get('shape')}, "
+                f"  {printable(name, 60)}: {printable(e.get('likelihood'), 60)}, shape "
+                f"{printable(e.get('shape'), 60)}, "
                 f"{e.get('size', 0) / 2**20:.1f} MiB, max rel error "
                 f"{v.get('max_rel_error', float('nan')):.2g} ({v.get('points')} mpmath points)"
             )

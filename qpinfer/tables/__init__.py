@@ -83,7 +83,8 @@ def download(name: str, base_url: str | os.PathLike | None = None, **kwargs: Any
     """Download the prebuilt table ``name`` and install it where :func:`~qpinfer.open_table`
     finds it (``open_table(name)``, and ``open_table(likelihood)`` unless
     ``make_default=False``); see :func:`qpinfer.tables.remote.install.download` (keyword
-    arguments ``force``, ``make_default``, ``retries``, ``timeout``, ``progress``).
+    arguments ``force``, ``make_default``, ``retries``, ``timeout``, ``low_speed_limit``,
+    ``low_speed_time``, ``stall_timeout``, ``max_bytes``, ``progress``).
 
     The estimators' ``table=None`` uses it only where it is at least as good as the table
     shipped inside qpinfer in coverage and verified error (:mod:`qpinfer.tables.choice`;

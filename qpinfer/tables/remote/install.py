@@ -1,3 +1,5 @@
+# Over 400 lines: one download (check, lock, fetch, verify, unpack, place) and the docstring of its
+# limits, which users read.
 """Download prebuilt sigma* tables by name (``qpinfer download NAME``); no dask needed.
 
 A *table host* is any directory served over http(s) -- or a local directory / ``file://`` URL --
@@ -17,14 +19,19 @@ is the ``base_url`` argument, else the environment variable
 3. fetches the archive into ``tables_dir()/.downloads/<name>-<sha256[:16]>.tar.gz.part``,
    resuming an interrupted download with an HTTP ``Range`` request (a server that ignores it
    sends the whole file again) and retrying connection failures ``retries`` times with
-   exponential back-off; the part file keeps its progress between calls. The whole call has
-   one deadline (``timeout``, default 600 s: manifest, lock wait, archive, retries), and every
-   connect or read gives up after 30 s of silence (:mod:`qpinfer.tables.remote.deadline`);
-4. checks the size and the sha256 -- a mismatch or a server file shorter than the manifest says
-   deletes the part file and raises :class:`~qpinfer.tables.remote.transfer.DownloadError`;
-5. unpacks into a hidden staging directory only what the store's own record lists, bounded by
-   the manifest's ``store_bytes`` (:mod:`qpinfer.tables.remote.unpack`: a stray or oversized member
-   is refused, naming it, before anything is written), opens the result with
+   exponential back-off; the part file keeps its progress between calls. Before any transfer
+   the manifest's sizes are checked against the free disk space and ``max_bytes``. A transfer
+   slower than ``low_speed_limit`` bytes/s over ``low_speed_time`` seconds (default 10 KiB/s
+   over 60 s) is abandoned, and every connect or read gives up after ``stall_timeout`` (30 s) of
+   silence (:mod:`qpinfer.tables.remote.deadline`); there is no total time limit unless
+   ``timeout`` is given. Never more than the archive's listed size is written;
+4. checks the size and the sha256 -- a mismatch, or a server file shorter or longer than the
+   manifest says, deletes the part file and raises
+   :class:`~qpinfer.tables.remote.transfer.DownloadError`;
+5. unpacks into a hidden staging directory only what the store's own record lists, each file no
+   larger than the store's metadata gives for it and the total bounded by the manifest's
+   ``store_bytes`` (:mod:`qpinfer.tables.remote.unpack`: a stray or oversized member is refused,
+   naming it, before anything is read or written), opens the result with
    :func:`qpinfer.open_table` hashing *every* chunk (``verify_checksums=True``) and checks it
    is the manifest's likelihood and grid;
 6. puts it atomically at ``tables_dir()/<name>.zarr`` with
@@ -50,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import operator
 import os
 import re
 import shutil
@@ -59,20 +67,27 @@ from pathlib import Path
 from typing import Any
 
 from qpinfer.tables.open import open_table
+from qpinfer.tables.remote.deadline import check_positive
 from qpinfer.tables.remote.transfer import (
     DEFAULT_TIMEOUT,
+    LOW_SPEED_LIMIT,
+    LOW_SPEED_TIME,
+    MANIFEST_TIMEOUT,
+    STALL_TIMEOUT,
     Deadline,
     DownloadError,
+    SpeedLimit,
     fetch_archive,
     fetch_manifest,
     join_url,
+    printable,
     resolve_base_url,
 )
 from qpinfer.tables.remote.transfer import MANIFEST_FORMAT as MANIFEST_FORMAT
 from qpinfer.tables.remote.transfer import MANIFEST_NAME as MANIFEST_NAME
 from qpinfer.tables.remote.transfer import RETRY_BACKOFF as RETRY_BACKOFF
 from qpinfer.tables.remote.transfer import URL_ENV as URL_ENV
-from qpinfer.tables.remote.unpack import unpack_store
+from qpinfer.tables.remote.unpack import MAX_BYTES, unpack_store
 from qpinfer.tables.replace import ReplaceRefusedError, check_replaceable, replace_store
 from qpinfer.tables.store import TableError, sha256_file, tables_dir
 
@@ -89,6 +104,9 @@ __all__ = [
     "resolve_base_url",
     "validate_name",
 ]
+
+#: Table names listed in an "unknown table" error (the rest are counted).
+_LISTED_NAMES = 30
 
 #: Valid table names (also the archive's top-level ``<name>.zarr`` directory).
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -124,7 +142,10 @@ def checksums_digest(checksums: dict[str, str]) -> str:
 def _entry(manifest: dict[str, Any], name: str, base: str) -> dict[str, Any]:
     tables = manifest["tables"]
     if name not in tables:
-        known = ", ".join(sorted(tables)) or "none"
+        names = sorted(str(t) for t in tables)
+        known = ", ".join(printable(t, 60) for t in names[:_LISTED_NAMES]) or "none"
+        if len(names) > _LISTED_NAMES:
+            known += f" and {len(names) - _LISTED_NAMES} more"
         raise UnknownTableError(f"no table named {name!r} at {base} (available: {known})")
     e = tables[name]
     try:
@@ -132,16 +153,22 @@ def _entry(manifest: dict[str, Any], name: str, base: str) -> dict[str, Any]:
         if "likelihood" not in e or "grid" not in e:
             raise KeyError("likelihood" if "likelihood" not in e else "grid")
     except (KeyError, TypeError, ValueError) as exc:
-        raise DownloadError(f"manifest entry {name!r} is malformed ({exc!r})") from None
+        raise DownloadError(
+            f"manifest entry {name!r} is malformed ({printable(repr(exc))})"
+        ) from None
     if "/" in file or "\\" in file or file in ("", ".", "..") or not file.endswith(".tar.gz"):
-        raise DownloadError(f"manifest entry {name!r}: bad archive file name {file!r}")
+        raise DownloadError(
+            f"manifest entry {name!r}: bad archive file name {printable(repr(file))}"
+        )
     if size <= 0 or not re.fullmatch(r"[0-9a-f]{64}", sha):
         raise DownloadError(f"manifest entry {name!r}: bad size or sha256")
     store_bytes = e.get("store_bytes")  # absent from older manifests
     if store_bytes is not None and (
         isinstance(store_bytes, bool) or not isinstance(store_bytes, int) or store_bytes <= 0
     ):
-        raise DownloadError(f"manifest entry {name!r}: bad store_bytes {store_bytes!r}")
+        raise DownloadError(
+            f"manifest entry {name!r}: bad store_bytes {printable(repr(store_bytes))}"
+        )
     return {**e, "file": file, "size": size, "sha256": sha, "store_bytes": store_bytes}
 
 
@@ -173,23 +200,51 @@ def file_lock(path: Path, deadline: Deadline):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _install(archive: Path, entry: dict[str, Any], name: str, root: Path) -> Path:
+def _check_room(entry: dict[str, Any], name: str, part: Path, max_bytes: int) -> None:
+    """Refuse (before any transfer) a table whose archive and unpacked store, as the manifest
+    lists them, need more than the free disk space of ``part``'s folder or than
+    ``max_bytes`` each."""
+    size, store_bytes = entry["size"], entry.get("store_bytes")
+    have = part.stat().st_size if part.is_file() else 0
+    need = max(size - have, 0) + (store_bytes or 0)
+    free = shutil.disk_usage(part.parent).free
+    if need > free:
+        raise DownloadError(
+            f"not enough disk space for {name!r}: the manifest lists {size} bytes for its "
+            + (f"archive and {store_bytes} bytes unpacked" if store_bytes else "archive")
+            + f"; {need} bytes are still to be written but only {free} bytes are free in "
+            f"{part.parent} (free some space, or set QPINFER_TABLES to a folder on another disk)"
+        )
+    for what, value in (("its archive", size), ("its unpacked store", store_bytes)):
+        if value is not None and value > max_bytes:
+            raise DownloadError(
+                f"the manifest lists {value} bytes for {what} of {name!r}, more than "
+                f"max_bytes={max_bytes}; not downloaded (pass a larger max_bytes to allow it)"
+            )
+
+
+def _install(
+    archive: Path, entry: dict[str, Any], name: str, root: Path, max_bytes: int = MAX_BYTES
+) -> Path:
     """Unpack ``archive`` into a hidden staging directory, validate, rename into place."""
     top = f"{name}.zarr"
     target = root / top
     staging = root / f".install-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         staging.mkdir()
-        store = unpack_store(archive, staging, top, entry.get("store_bytes"))
+        store = unpack_store(archive, staging, top, entry.get("store_bytes"), max_bytes)
         try:
             table = open_table(store, verify_checksums=True)
         except TableError as exc:
-            raise DownloadError(f"the downloaded table {name!r} is not valid: {exc}") from None
+            raise DownloadError(
+                f"the downloaded table {name!r} is not valid: {printable(exc, 2000)}"
+            ) from None
         attrs = table.attrs
         if attrs["likelihood"] != entry["likelihood"] or attrs["grid"] != entry["grid"]:
             raise DownloadError(
-                f"the downloaded table {name!r} is for {attrs['likelihood']!r} on "
-                f"{attrs['grid']!r}, the manifest says {entry['likelihood']!r} on {entry['grid']!r}"
+                f"the downloaded table {name!r} is for {printable(repr(attrs['likelihood']))} "
+                f"on {printable(repr(attrs['grid']))}, the manifest says "
+                f"{printable(repr(entry['likelihood']))} on {printable(repr(entry['grid']))}"
             )
         want = entry.get("content_sha256")
         if want and checksums_digest(attrs["checksums"]) != want:
@@ -252,7 +307,11 @@ def download(
     force: bool = False,
     make_default: bool = True,
     retries: int = 3,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    low_speed_limit: float = LOW_SPEED_LIMIT,
+    low_speed_time: float = LOW_SPEED_TIME,
+    stall_timeout: float = STALL_TIMEOUT,
+    max_bytes: int = MAX_BYTES,
     progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Download the table ``name`` from a table host and install it; returns its path.
@@ -275,11 +334,26 @@ def download(
         Extra attempts after a connection failure or interrupted transfer (each resumes).
     timeout:
         Seconds the whole download may take -- manifest, waiting for a concurrent download of
-        the same name, archive, retries and back-off included (default 600). Each connect or
-        read also gives up after :data:`qpinfer.tables.remote.deadline.STALL_TIMEOUT` (30 s) of
-        silence and is retried while time is left. Past the deadline a
-        :class:`~qpinfer.tables.remote.transfer.DownloadError` names the URL, the time and the bytes
-        received (kept in the ``.part`` file, to resume from).
+        the same name, archive, retries and back-off included; default ``None``, no total limit
+        (a large table on a slow but steady link takes as long as it takes; the manifest alone
+        then has :data:`~qpinfer.tables.remote.transfer.MANIFEST_TIMEOUT`, 60 s). Past it a
+        :class:`~qpinfer.tables.remote.transfer.DownloadError` names the URL, the time and the
+        bytes received (kept in the ``.part`` file, to resume from).
+    low_speed_limit, low_speed_time:
+        A response whose body arrives at fewer than ``low_speed_limit`` bytes/s (default
+        :data:`~qpinfer.tables.remote.deadline.LOW_SPEED_LIMIT`, 10 KiB/s) averaged over the
+        last ``low_speed_time`` seconds (default
+        :data:`~qpinfer.tables.remote.deadline.LOW_SPEED_TIME`, 60 s), or whose headers take
+        longer than ``low_speed_time``, is abandoned (curl's ``--speed-limit`` and
+        ``--speed-time``) and retried; the error names the rate and the limit.
+    stall_timeout:
+        Seconds each connect or read waits for data before it is abandoned and retried
+        (default :data:`~qpinfer.tables.remote.deadline.STALL_TIMEOUT`, 30 s).
+    max_bytes:
+        Largest archive, and largest unpacked store, accepted (bytes; default
+        :data:`~qpinfer.tables.remote.unpack.MAX_BYTES`, 64 GiB). A manifest listing more, or
+        more than the free disk space of the table cache, is refused before any transfer; the
+        unpacked store is bounded by the manifest's ``store_bytes``, else by ``max_bytes``.
     progress:
         Called as ``progress(bytes_done, bytes_total)`` while downloading.
 
@@ -299,14 +373,30 @@ def download(
         changed in that case; an interrupted transfer keeps its ``.part`` file under
         ``tables_dir()/.downloads`` to resume from.
     ValueError
-        ``name`` is not a valid table name.
+        ``name`` is not a valid table name, or a limit (``retries``, ``timeout``,
+        ``low_speed_limit``, ``low_speed_time``, ``stall_timeout``, ``max_bytes``) is not a
+        positive number (``retries``: not negative); checked before anything is fetched.
     """
     validate_name(name)
-    if int(retries) < 0:
-        raise ValueError(f"retries must be >= 0, got {retries!r}")
-    deadline = Deadline(timeout)  # ValueError unless a positive, finite number of seconds
+    try:
+        attempts = operator.index(retries)
+    except TypeError:
+        attempts = -1
+    if attempts < 0:
+        raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+    retries = attempts
+    deadline = Deadline(timeout)  # ValueError unless None or a positive, finite number
+    speed = SpeedLimit(low_speed_limit, low_speed_time)  # ValueError naming the bad one
+    stall_timeout = check_positive(stall_timeout, "stall_timeout")
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise ValueError(f"max_bytes must be a positive integer (bytes), got {max_bytes!r}")
     base = resolve_base_url(base_url)
-    manifest = fetch_manifest(base, timeout=deadline, retries=retries)
+    manifest = fetch_manifest(
+        base,
+        timeout=deadline if timeout is not None else MANIFEST_TIMEOUT,
+        retries=retries,
+        stall_timeout=stall_timeout,
+    )
     entry = _entry(manifest, name, base)
     root = tables_dir()
     downloads = root / ".downloads"
@@ -336,8 +426,18 @@ def download(
         for old in downloads.glob(f"{name}-*.tar.gz.part"):  # parts of other versions
             if old != part:
                 old.unlink(missing_ok=True)
+        _check_room(entry, name, part, max_bytes)
         url = join_url(base, entry["file"])
-        fetch_archive(url, part, entry["size"], int(retries), deadline, progress)
+        fetch_archive(
+            url,
+            part,
+            entry["size"],
+            retries,
+            deadline,
+            progress,
+            speed=speed,
+            stall_timeout=stall_timeout,
+        )
         got = sha256_file(part)
         if got != entry["sha256"]:
             part.unlink(missing_ok=True)
@@ -347,7 +447,7 @@ def download(
                 "disagree)"
             )
         try:
-            path = _install(part, entry, name, root)
+            path = _install(part, entry, name, root, max_bytes)
         except DownloadError:
             part.unlink(missing_ok=True)
             raise
