@@ -336,7 +336,9 @@ def download(
         Seconds the whole download may take -- manifest, waiting for a concurrent download of
         the same name, archive, retries and back-off included; default ``None``, no total limit
         (a large table on a slow but steady link takes as long as it takes; the manifest alone
-        then has :data:`~qpinfer.tables.remote.transfer.MANIFEST_TIMEOUT`, 60 s). Past it a
+        then has :data:`~qpinfer.tables.remote.transfer.MANIFEST_TIMEOUT`, 60 s, and waiting for
+        a concurrent download of the same name lasts as long as that download, which the speed
+        limits below bound). Past it a
         :class:`~qpinfer.tables.remote.transfer.DownloadError` names the URL, the time and the
         bytes received (kept in the ``.part`` file, to resume from).
     low_speed_limit, low_speed_time:
