@@ -441,7 +441,7 @@ def fetch_archive(
             if isinstance(why, _TooSlow):
                 what = (
                     f"was too slow: {why.args[0]} (low_speed_limit= and low_speed_time= allow "
-                    "a slower host);"
+                    "a slower host)"
                 )
             elif isinstance(why, TimeoutError):
                 what = f"was interrupted (no data for {deadline.wait_limit(stall_timeout):g} s)"
