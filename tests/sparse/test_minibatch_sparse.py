@@ -226,3 +226,20 @@ def test_predictions_on_a_dask_array_are_lazy_and_equal_the_numpy_ones():
     np.testing.assert_allclose(
         m.decision_function(Xd).compute(), m.decision_function(X), rtol=1e-12
     )
+
+
+@pytest.mark.parametrize(
+    ("Z", "match"),
+    [
+        (np.zeros((0, 3)), r"at least one row.*got shape \(0, 3\)"),
+        (np.zeros((4, 2)), r"shape \(M, 3\).*got shape \(4, 2\)"),
+        (np.zeros(3), r"shape \(M, 3\).*got shape \(3,\)"),
+        (np.array([[0.0, 0.0, 0.0], [0.0, np.nan, 1.0]]), "row 1 .*NaN or infinity"),
+        (np.full((2, 3), np.inf), "row 0 .*NaN or infinity"),
+        ([["a", "b", "c"]], "numbers"),
+    ],
+)
+def test_bad_inducing_points_are_refused_naming_them(Z, match):
+    X, y = _data(100)
+    with pytest.raises(ValueError, match="inducing_points must.*" + match):
+        MiniBatchSparseGPClassifier(5, inducing_points=Z, max_epochs=1).fit(X, y)
