@@ -55,10 +55,9 @@ class SparseEstimatorBase(PseudoPointParams):
         return int(m)
 
     def _initial_inducing(self, X: np.ndarray) -> np.ndarray:
-        m = self._n_inducing_for(X.shape[0])
-        if self.inducing_points is not None:
+        if self.inducing_points is not None:  # checked before its rows are counted
             return checked_inducing_points(self.inducing_points, X.shape[1])
-        return kmeans_inducing_points(X, m, self.random_state)
+        return kmeans_inducing_points(X, self._n_inducing_for(X.shape[0]), self.random_state)
 
 
 def checked_inducing_points(inducing_points: Any, n_features: int) -> np.ndarray:
