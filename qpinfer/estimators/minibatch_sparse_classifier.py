@@ -1,8 +1,10 @@
 """MiniBatchSparseGPClassifier: sparse GP classification (probit) by minibatch EP / QP, for data
-of millions of rows or more than memory (issue #32)."""
+of millions of rows or more than memory."""
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import KW_ONLY
 from typing import Any
 
@@ -17,6 +19,8 @@ from qpinfer.estimators.sparse_base import SchedulerCloneMixin, checked_inducing
 from qpinfer.estimators.tables import resolve_table
 from qpinfer.inference.power_ep import PowerMomentMatching, check_power
 from qpinfer.inference.projections import QuantileMatching
+from qpinfer.inference.restarts import check_random_state
+from qpinfer.inference.site_loop import ConvergenceWarning
 from qpinfer.inference.sparse.dask_partitions import is_dask_array
 from qpinfer.inference.sparse.minibatch import (
     DaskRunner,
@@ -52,6 +56,19 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
     (:mod:`qpinfer.inference.sparse.minibatch`). For the same ``random_state`` the fit is the
     same either way. Predictions on a dask ``X`` are lazy dask arrays. Binary labels only.
 
+    A dask ``X`` or ``y`` must know its chunk sizes (batches are row slices): one of unknown
+    sizes (``nan``, e.g. a dask DataFrame's ``.values`` or a boolean mask) is refused with a
+    ``ValueError`` rather than measured here, since measuring reads all the data once --
+    ``df.to_dask_array(lengths=True)`` or ``X.compute_chunk_sizes()`` do it once, and the result
+    can be reused for every fit.
+
+    A fit whose best held-out NTLL is no better (by ``tol``) than a null model's -- the training
+    rows' class frequencies, or a coin (log 2), whichever is lower on the held-out rows -- warns
+    (:class:`~qpinfer.inference.site_loop.ConvergenceWarning`) naming the likely cause: with
+    ``optimizer="adam"`` a ``learning_rate`` too large (the kernel collapses to predicting 0.5
+    everywhere), with ``optimizer=None`` the fixed kernel. Without held-out rows
+    (``validation_fraction=0``) there is nothing to measure this on.
+
     Parameters
     ----------
     n_inducing : int, default 100
@@ -78,18 +95,29 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
         Parts each batch is computed in (one dask task each with ``scheduler``; the sum is the
         same whatever ran them).
     max_epochs : int, default 20
-    learning_rate : float, default 0.1
+    learning_rate : float in (0, 1], default 0.1
         Adam's step size in the first epoch; it decays geometrically to a tenth of that by
         ``max_epochs`` (measured on KEEL magic: 0.01 left the kernel variance far below the
-        full-batch optimum after 40 epochs).
+        full-batch optimum after 40 epochs). Adam moves each log hyperparameter (and each
+        coordinate of the inducing inputs) by up to about ``learning_rate`` a step, so above 1 a
+        step can change a length scale or the variance by more than a factor e: measured on
+        a smooth 3-feature problem, every rate from 1.5 up collapsed the kernel to predicting
+        0.5 everywhere, so larger values are refused. Near 1 the inducing inputs of unit-scale
+        features can still overshoot (the null-model warning below says so).
     validation_fraction : float in [0, 0.5), default 0.05
-        Batches held out for early stopping (0: none, run ``max_epochs``).
+        The fraction of the rows held out for early stopping: ``round(validation_fraction x
+        N)`` rows (at least one), one contiguous range at a seeded random multiple of
+        ``batch_size`` (0: none, run ``max_epochs``). The sites are fitted on the other rows,
+        whatever ``batch_size``.
     n_iter_no_change : int, default 10
         Stop after this many epochs whose held-out NTLL did not improve by ``tol``.
     tol : float, default 1e-4
+        The held-out NTLL improvement that counts: for early stopping, and against the null
+        model below.
     jitter : float, default 1e-6
-    random_state : int or None
-        Seeds k-means, the held-out batches and the batch order.
+    random_state : int >= 0, numpy Generator or RandomState, or None
+        Seeds k-means, the held-out rows and the batch order (a generator: one seed drawn from
+        it, so its state advances).
     scheduler : None, "local", address or distributed.Client
         Where batches are computed: in this process (``None``), or on dask.
     verbose : bool, default False
@@ -103,7 +131,7 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
     energy_, validation_ntll_ : list of float
         Per epoch: the mean tied-site energy per row, and the held-out NTLL.
     n_train_ : int
-        Rows the sites were fitted on (the held-out batches excluded).
+        Rows the sites were fitted on (the held-out rows excluded).
     """
 
     n_inducing: int = 100
@@ -137,10 +165,17 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
         """The parameters checked, as the loop's settings."""
         for name in ("n_inducing", "batch_size", "batch_parts", "max_epochs", "n_iter_no_change"):
             check_positive_int(getattr(self, name), name)
-        for name in ("learning_rate", "tol", "jitter"):
+        for name in ("tol", "jitter"):
             v = getattr(self, name)
             if isinstance(v, bool) or not (isinstance(v, int | float) and np.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+        lr = self.learning_rate
+        if isinstance(lr, bool) or not (isinstance(lr, int | float) and 0 < lr <= 1):
+            raise ValueError(
+                f"learning_rate must be a number in (0, 1], got {lr!r}: Adam moves each log "
+                "hyperparameter by up to about learning_rate a step, and above 1 the kernel "
+                "collapses to predicting 0.5 everywhere"
+            )
         vf = self.validation_fraction
         if isinstance(vf, bool) or not (isinstance(vf, int | float) and 0 <= vf < 0.5):
             raise ValueError(f"validation_fraction must be a number in [0, 0.5), got {vf!r}")
@@ -148,25 +183,32 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
             raise ValueError(f"method must be 'pep' or 'qp', got {self.method!r}")
         if self.optimizer not in ("adam", None):
             raise ValueError(f"optimizer must be 'adam' or None, got {self.optimizer!r}")
-        rs = self.random_state
-        if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int | np.integer)):
-            raise ValueError(f"random_state must be None or an integer >= 0, got {rs!r}")
+        rng = check_random_state(self.random_state)  # ValueError naming random_state
         check_blas_threads(self.blas_threads)
-        seed = int(np.random.SeedSequence(rs).generate_state(1)[0]) if rs is None else int(rs)
         return MinibatchSettings(
             batch_size=int(self.batch_size),
             batch_parts=int(self.batch_parts),
             max_epochs=int(self.max_epochs),
-            learning_rate=float(self.learning_rate),
+            learning_rate=float(lr),
             validation_fraction=float(vf),
             n_iter_no_change=int(self.n_iter_no_change),
             tol=float(self.tol),
             optimize_kernel=self.optimizer is not None,
             optimize_inducing=bool(self.optimize_inducing) and self.optimizer is not None,
             jitter=float(self.jitter),
-            seed=seed,
+            seed=self._seed(rng),
             verbose=bool(self.verbose),
         )
+
+    def _seed(self, rng: Any) -> int:
+        """The integer seed of the fit: ``random_state`` itself if an integer, else one draw
+        of ``rng`` (fresh entropy for ``None``; a user's generator advances)."""
+        rs = self.random_state
+        if rs is not None and not isinstance(rs, np.random.Generator | np.random.RandomState):
+            return int(rs)
+        if isinstance(rng, np.random.RandomState):
+            return int(rng.randint(2**32, dtype=np.int64))
+        return int(rng.integers(2**32))
 
     def _projection(self) -> tuple[Any, Any]:
         lik = Probit()
@@ -200,12 +242,14 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
         projection, table = self._projection()
         if not is_dask_array(X):
             X = check_X(X, "X", type(self).__name__)
+        _check_known_chunks(X, "X")
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
         y = y if is_dask_array(y) else np.asarray(y)
+        _check_known_chunks(y, "y")
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},), one label per row, got {y.shape}")
-        classes = classes_of(y)
+        classes, counts = classes_of(y)
         if classes.size != 2:
             raise ValueError(
                 f"{type(self).__name__} needs exactly 2 classes in y, got {classes.size}: "
@@ -235,7 +279,42 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
         self.energy_ = res.energy
         self.validation_ntll_ = res.validation_ntll
         self.n_train_ = res.n_train
+        self._warn_if_null(res, int(counts[1]))
         return self
+
+    def _warn_if_null(self, res: Any, n_positive: int) -> None:
+        """:class:`ConvergenceWarning` when the best held-out NTLL is not below a null model's
+        by more than ``tol``: the training rows' frequency of ``classes_[1]`` (``n_positive``
+        of all rows), or a coin, whichever does better on the held-out rows."""
+        rows, pos = res.held_out_rows, res.held_out_positives
+        if rows == 0 or not res.validation_ntll:
+            return
+        p = (n_positive - pos) / res.n_train
+        with np.errstate(divide="ignore"):  # a class absent from the training rows: inf
+            prior = -(pos * np.log(p) + (rows - pos) * np.log1p(-p)) / rows if 0 < p < 1 else np.inf
+        null = min(math.log(2.0), float(prior))
+        best = min(res.validation_ntll)
+        if best < null - float(self.tol):  # better by more than early stopping's tolerance
+            return
+        if self.optimizer is None:
+            cause = (
+                "the fixed kernel (variance, length_scale; optimizer=None) does not fit the "
+                "data, e.g. a variance so small that every prediction is 0.5"
+            )
+        else:
+            cause = (
+                f"learning_rate={self.learning_rate!r} is likely too large (Adam's steps "
+                "overshoot and the kernel collapses to predicting 0.5 everywhere): try "
+                f"{self.learning_rate / 10:g}"
+            )
+        warnings.warn(
+            f"{type(self).__name__}: the best held-out NTLL {best:.6g} is no better than a null "
+            f"model's {null:.6g} (the class frequencies or a coin; by less than tol="
+            f"{self.tol!r}): the fit learned nothing from X. Likely cause: {cause}; or X "
+            "carries no information about y.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
 
     def predict_latent(self, X: Any) -> tuple[Any, Any]:
         """Mean and variance of the latent ``f*`` (eq. (18)) under the fitted posterior; for a
@@ -283,3 +362,15 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
         return predict_latent_low_rank(
             self.kernel_, self.inducing_points_, self.result_.Lu, low_rank, X
         )
+
+
+def _check_known_chunks(a: Any, name: str) -> None:
+    """``ValueError`` for a dask array whose row chunks have unknown (``nan``) sizes."""
+    if not is_dask_array(a) or not any(math.isnan(c) for c in a.chunks[0]):
+        return
+    raise ValueError(
+        f"{name} is a dask array whose chunk sizes are unknown ({name}.chunks[0] holds nan, "
+        "e.g. a dask DataFrame's .values or a boolean mask); the batches are row slices and "
+        "need them: build it with df.to_dask_array(lengths=True) or call "
+        f"{name}.compute_chunk_sizes() (each reads the data once) before fit"
+    )

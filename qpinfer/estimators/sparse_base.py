@@ -55,19 +55,35 @@ class SparseEstimatorBase(PseudoPointParams):
         return int(m)
 
     def _initial_inducing(self, X: np.ndarray) -> np.ndarray:
-        m = self._n_inducing_for(X.shape[0])
-        if self.inducing_points is not None:
+        if self.inducing_points is not None:  # checked before its rows are counted
             return checked_inducing_points(self.inducing_points, X.shape[1])
-        return kmeans_inducing_points(X, m, self.random_state)
+        return kmeans_inducing_points(X, self._n_inducing_for(X.shape[0]), self.random_state)
 
 
 def checked_inducing_points(inducing_points: Any, n_features: int) -> np.ndarray:
-    """A copy of ``inducing_points`` as a finite float64 (M, n_features) array, or
-    ``ValueError`` naming the parameter."""
-    Z = np.asarray(inducing_points, dtype=np.float64)
-    if Z.ndim != 2 or Z.shape[1] != n_features or not np.all(np.isfinite(Z)):
+    """A copy of ``inducing_points`` as a finite float64 (M, n_features) array with M >= 1, or
+    ``ValueError`` naming the parameter and what is wrong."""
+    try:
+        Z = np.asarray(inducing_points, dtype=np.float64)
+    except (TypeError, ValueError):
         raise ValueError(
-            f"inducing_points must be a finite (M, {n_features}) array, got shape {Z.shape}"
+            f"inducing_points must be an array of numbers of shape (M, {n_features}), got "
+            f"{type(inducing_points).__name__} that is not"
+        ) from None
+    if Z.ndim != 2 or Z.shape[1] != n_features:
+        raise ValueError(
+            f"inducing_points must be an array of shape (M, {n_features}) (one column per "
+            f"feature of X), got shape {Z.shape}"
+        )
+    if Z.shape[0] == 0:
+        raise ValueError(
+            f"inducing_points must have at least one row (M >= 1), got shape {Z.shape}"
+        )
+    bad = ~np.isfinite(Z).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"inducing_points must be finite: row {int(np.flatnonzero(bad)[0])} holds NaN or "
+            "infinity"
         )
     return Z.copy()
 

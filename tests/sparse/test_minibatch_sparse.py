@@ -3,6 +3,8 @@ streaming from a zarr store, the same fit on a real dask cluster, early stopping
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -151,7 +153,9 @@ def test_a_zarr_store_on_a_local_cluster_gives_the_in_process_fit(tmp_path, dask
     on_cluster = MiniBatchSparseGPClassifier(**kw, scheduler=dask_client).fit(Xd, yd)
     copy = clone(on_cluster)  # scikit-learn's clone shares the live client
     assert copy.scheduler is dask_client and copy.get_params()["batch_size"] == 500
+    assert ref.n_train_ == 3000 - 150  # 5% of the rows held out, wherever the batches run
     for other in (streamed, on_cluster):
+        assert other.n_train_ == ref.n_train_
         np.testing.assert_allclose(other.kernel_.theta, ref.kernel_.theta, rtol=1e-9)
         np.testing.assert_allclose(other.inducing_points_, ref.inducing_points_, rtol=1e-9)
         np.testing.assert_allclose(other.validation_ntll_, ref.validation_ntll_, rtol=1e-9)
@@ -206,7 +210,7 @@ def test_inducing_inputs_start_on_a_sample_of_whole_batches_of_a_large_x():
     Z = m.inducing_points_
     assert Z.shape == (8, 3)
     assert np.all(Z >= X.min(axis=0)) and np.all(Z <= X.max(axis=0))
-    assert 21_000 - m.n_train_ in (8000, 5000)  # one batch held out (5% of 3 rounds up to 1)
+    assert 21_000 - m.n_train_ == 1050  # 5% of the rows held out
 
 
 def test_predictions_on_a_dask_array_are_lazy_and_equal_the_numpy_ones():
@@ -226,3 +230,144 @@ def test_predictions_on_a_dask_array_are_lazy_and_equal_the_numpy_ones():
     np.testing.assert_allclose(
         m.decision_function(Xd).compute(), m.decision_function(X), rtol=1e-12
     )
+
+
+@pytest.mark.parametrize(("n", "batch_size", "fraction"), [(65, 64, 0.05), (1000, 300, 0.2)])
+def test_the_held_out_part_is_the_validation_fraction_of_the_rows(n, batch_size, fraction):
+    """About ``validation_fraction`` of the rows are held out (round(fraction x N), at least one),
+    whatever the batch size: N = batch_size + 1 at the default 5% trains on all rows but 3, not
+    on the 1-row remainder of a held-out batch. The same rows as a dask array (read batch by
+    batch in this process) give the same split and the same held-out NTLL (to BLAS round-off,
+    as in the zarr test)."""
+    X, y = _data(n, seed=8)
+    kw = dict(n_inducing=8, batch_size=batch_size, validation_fraction=fraction, max_epochs=4)
+    m = MiniBatchSparseGPClassifier(**kw, random_state=1).fit(X, y)
+    assert m.n_train_ == n - round(fraction * n)
+    Xd, yd = da.from_array(X, chunks=(70, 3)), da.from_array(y, chunks=70)
+    streamed = MiniBatchSparseGPClassifier(**kw, random_state=1).fit(Xd, yd)
+    assert streamed.n_train_ == m.n_train_
+    np.testing.assert_allclose(streamed.validation_ntll_, m.validation_ntll_, rtol=1e-9)
+    # the model learned from its training rows: on 3,000 fresh rows its NTLL is far below a
+    # coin's log 2 = 0.693 (the estimate's standard error there is ~0.01; a fit on the 1-row
+    # remainder stays at ~0.67, 62 rows give ~0.45, 800 rows ~0.34)
+    Xt, yt = _data(3000, seed=9)
+    assert _ntll(m, Xt, yt) < 0.55
+
+
+def test_learning_rate_above_one_is_refused_and_a_collapsed_fit_warns():
+    """Adam moves each log hyperparameter by up to about ``learning_rate`` per step: above 1 the
+    kernel collapses to 0.5 everywhere (measured: held-out NTLL log 2 at 1.5, 2, 3 and 10), so
+    it is refused; at 1 the inducing inputs of unit-scale data still overshoot (held-out NTLL
+    0.693 at batch_size 100), and a fit no better than the class prior warns naming the cause."""
+    from qpinfer.inference.site_loop import ConvergenceWarning
+
+    X, y = _data(2000)
+    for lr in (3.0, 10.0, 1e6, 1.0001):
+        with pytest.raises(ValueError, match=r"learning_rate must be a number in \(0, 1\]"):
+            MiniBatchSparseGPClassifier(5, learning_rate=lr).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match="learning_rate=1.0 is likely too large") as rec:
+        m = MiniBatchSparseGPClassifier(
+            10, batch_size=100, learning_rate=1.0, max_epochs=4, random_state=0
+        ).fit(X, y)
+    ours = [r for r in rec if issubclass(r.category, ConvergenceWarning)]
+    assert ours[0].filename == __file__  # the warning points at the user's call
+    assert min(m.validation_ntll_) >= np.log(2) - 0.01
+
+
+def test_a_fixed_kernel_that_predicts_a_coin_warns_naming_the_kernel():
+    """A kernel variance of 1e-8 fixed (``optimizer=None``) predicts 0.5 everywhere: no better
+    than the class prior, so the fit warns naming the initial kernel; a sound fit does not."""
+    from qpinfer.inference.site_loop import ConvergenceWarning
+
+    X, y = _data(600)
+    kw = dict(n_inducing=5, batch_size=100, max_epochs=2, random_state=0, optimizer=None)
+    with pytest.warns(ConvergenceWarning, match="variance, length_scale"):
+        MiniBatchSparseGPClassifier(**kw, variance=1e-8).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        MiniBatchSparseGPClassifier(**kw).fit(X, y)
+
+
+def test_a_diverging_state_is_a_clear_error_naming_the_learning_rate():
+    """Non-finite hyperparameters during the epochs (here: the loop run directly at a learning
+    rate the estimator refuses) stop the fit with a ValueError naming ``learning_rate``, not the
+    kernel's own complaint about an infinite variance."""
+    from qpinfer.inference.sparse.minibatch import LocalRunner, MinibatchSettings, fit_minibatch
+
+    X, y = _data(400)
+    kernel, Z, _ = _state()
+    s = MinibatchSettings(
+        batch_size=100,
+        batch_parts=1,
+        max_epochs=2,
+        learning_rate=1e6,
+        validation_fraction=0.1,
+        n_iter_no_change=5,
+        tol=1e-4,
+        optimize_kernel=True,
+        optimize_inducing=True,
+        jitter=1e-6,
+        seed=0,
+        verbose=False,
+    )
+    with pytest.raises(ValueError, match="learning_rate=1000000.0"):
+        fit_minibatch(
+            kernel,
+            Z,
+            np.array([-1, 1]),
+            400,
+            PowerMomentMatching(Probit(), 1.0),
+            LocalRunner(X, y),
+            s,
+        )
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "0", True])
+def test_a_bad_random_state_is_named(bad):
+    X, y = _data(100)
+    with pytest.raises(ValueError, match="random_state must be None, an integer >= 0"):
+        MiniBatchSparseGPClassifier(5, random_state=bad).fit(X, y)
+
+
+def test_a_generator_random_state_is_taken():
+    """A numpy Generator (as the other estimators take) seeds the fit; the same state, the same
+    fit."""
+    X, y = _data(300)
+    kw = dict(n_inducing=5, batch_size=100, max_epochs=2)
+    a = MiniBatchSparseGPClassifier(**kw, random_state=np.random.default_rng(3)).fit(X, y)
+    b = MiniBatchSparseGPClassifier(**kw, random_state=np.random.default_rng(3)).fit(X, y)
+    np.testing.assert_array_equal(a.inducing_points_, b.inducing_points_)
+
+
+def test_dask_arrays_of_unknown_chunk_sizes_are_refused_with_the_fix():
+    """Row chunks of unknown size (a dask DataFrame's ``.values``, a boolean mask) cannot be cut
+    into batches of rows: a ValueError naming the array and the two ways to get the sizes; with
+    them computed the fit runs."""
+    X, y = _data(300)
+    Xd, yd = da.from_array(X, chunks=(100, 3)), da.from_array(y, chunks=100)
+    keep = da.from_array(np.ones(300, dtype=bool), chunks=100)
+    Xu, yu = Xd[keep], yd[keep]  # chunks (nan, nan, nan)
+    m = MiniBatchSparseGPClassifier(5, batch_size=100, max_epochs=1, random_state=0)
+    with pytest.raises(ValueError, match=r"X .*unknown.*to_dask_array\(lengths=True\).*compute_ch"):
+        m.fit(Xu, yd)
+    with pytest.raises(ValueError, match=r"y .*unknown.*compute_chunk_sizes"):
+        m.fit(Xd, yu)
+    m.fit(Xu.compute_chunk_sizes(), yu.compute_chunk_sizes())
+    assert m.n_train_ == 285
+
+
+@pytest.mark.parametrize(
+    ("Z", "match"),
+    [
+        (np.zeros((0, 3)), r"at least one row.*got shape \(0, 3\)"),
+        (np.zeros((4, 2)), r"shape \(M, 3\).*got shape \(4, 2\)"),
+        (np.zeros(3), r"shape \(M, 3\).*got shape \(3,\)"),
+        (np.array([[0.0, 0.0, 0.0], [0.0, np.nan, 1.0]]), "row 1 .*NaN or infinity"),
+        (np.full((2, 3), np.inf), "row 0 .*NaN or infinity"),
+        ([["a", "b", "c"]], "numbers"),
+    ],
+)
+def test_bad_inducing_points_are_refused_naming_them(Z, match):
+    X, y = _data(100)
+    with pytest.raises(ValueError, match="inducing_points must.*" + match):
+        MiniBatchSparseGPClassifier(5, inducing_points=Z, max_epochs=1).fit(X, y)

@@ -289,7 +289,12 @@ def test_kmeans_inducing_points_are_centroids_and_m_equals_n_returns_x():
         ({"n_inducing": 21}, "n_inducing"),
         ({"n_inducing": 2.5}, "n_inducing"),
         ({"optimizer": "adam"}, "optimizer"),
-        ({"inducing_points": np.zeros((3, 5))}, "inducing_points"),
+        ({"inducing_points": np.zeros((3, 5))}, r"inducing_points must .*\(M, 2\)"),
+        ({"inducing_points": np.zeros((0, 2))}, "inducing_points must have at least one row"),
+        ({"inducing_points": [[0.0, 1.0], [np.nan, 0.0]]}, "inducing_points .*row 1 .*NaN"),
+        ({"inducing_points": np.full((2, 2), np.inf)}, "inducing_points .*row 0 .*infinity"),
+        ({"inducing_points": 5.0}, r"inducing_points must .*got shape \(\)"),
+        ({"inducing_points": [[1.0, 2.0], [3.0]]}, "inducing_points must be an array of numbers"),
         ({"kernel": "rbf"}, "ARDSquaredExponential"),
     ],
 )

@@ -1,16 +1,25 @@
 """Epochs of minibatch pseudo-point EP / QP (:mod:`qpinfer.inference.sparse.stochastic`): batches
 streamed from memory, a dask array, or a dask cluster's workers, with Adam on the hyperparameters
-and inducing inputs, a progress bar and early stopping on held-out batches.
+and inducing inputs, a progress bar and early stopping on held-out rows.
 
-The rows are cut into consecutive batches of ``batch_size`` (data on disk should be stored in a
-random order, as the benchmark's zarr stores are; every epoch visits the batches in a seeded
-random order). A seeded ``validation_fraction`` of the batches is held out: after every epoch
-their negative log predictive probability (NTLL) is measured and the fit stops when it has not
-improved by ``tol`` for ``n_iter_no_change`` epochs, returning the best epoch's state. Each
-batch is computed as ``batch_parts`` consecutive parts (:class:`LocalRunner`: one after another
-in this process; :class:`DaskRunner`: one dask task each, on the workers, e.g. reading a zarr
-store there) whose statistics are added in the same order: the same fit, bit for bit, either
-way. Memory: O(batch_size x M + M^2) besides the data's own; a dask array is read batch by batch.
+Held out (:func:`_batches`): ``round(validation_fraction x N)`` rows (at least one when the
+fraction is positive and N >= 2), one contiguous range at a seeded random multiple of
+``batch_size`` (at the end when the rows after it would make less than half a batch); so the
+sites are always fitted on ``1 - validation_fraction`` of the rows, whatever ``batch_size``.
+After every epoch their negative log predictive probability (NTLL) is measured, in pieces of at
+most ``batch_size`` rows, and the fit stops when it has not improved by ``tol`` for
+``n_iter_no_change`` epochs, returning the best epoch's state.
+
+The other rows are cut into batches on the grid of multiples of ``batch_size`` (so a batch reads
+the storage chunks a chunking by ``batch_size`` gives; data on disk should be stored in a random
+order, as the benchmark's zarr stores are; every epoch visits the batches in a seeded random
+order); a piece shorter than half a batch at either end of a contiguous run joins its
+neighbour, so no step is taken on a handful of rows (a batch has fewer than 1.5 ``batch_size``
+rows). Each batch is computed as ``batch_parts`` consecutive parts (:class:`LocalRunner`: one
+after another in this process; :class:`DaskRunner`: one dask task each, on the workers, e.g.
+reading a zarr store there) whose statistics are added in the same order: the same fit, bit for
+bit, either way. Memory: O(batch_size x M + M^2) besides the data's own; a dask array is read
+batch by batch.
 """
 
 from __future__ import annotations
@@ -71,8 +80,9 @@ class MinibatchSettings:
 class MinibatchResult:
     """The fitted state and its trail: per epoch the mean tied-site energy per row over the
     epoch's steps (``energy``) and the held-out NTLL (``validation_ntll``, empty without a
-    held-out part); ``skipped``: site updates that failed (no finite, proper site) and were left
-    out of their batch's mean."""
+    held-out part); ``held_out_rows`` and ``held_out_positives``: the held-out rows and how many
+    of them hold ``classes[1]``; ``skipped``: site updates that failed (no finite, proper site)
+    and were left out of their batch's mean."""
 
     kernel: Any
     Z: np.ndarray
@@ -85,6 +95,8 @@ class MinibatchResult:
     energy: list = field(default_factory=list)
     validation_ntll: list = field(default_factory=list)
     skipped: int = 0
+    held_out_rows: int = 0
+    held_out_positives: int = 0
 
 
 # -- where a batch's parts are computed -------------------------------------------------------------
@@ -94,8 +106,9 @@ def _part_stats(X, y, classes, spec, kernel, Z, jitter, cavity, gradient, start)
     return batch_statistics(kernel, Z, jitter, cavity, spec.build(), X, y, gradient)
 
 
-def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, int]:
-    """``(sum -log p(y_n | x_n), rows)`` of held-out rows under the posterior ``post``."""
+def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, int, int]:
+    """``(sum -log p(y_n | x_n), rows, rows holding classes[1])`` of held-out rows under the
+    posterior ``post``."""
     X, y = _checked_part(X, y, classes, start)
     _, Lu, _ = inducing_factor(kernel, Z, jitter)
     A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
@@ -103,7 +116,7 @@ def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, in
     var = h + np.einsum("mn,mn->n", A, V)
     mean = post.mean @ A
     z = y * mean / np.sqrt(1.0 + var)
-    return float(-np.sum(log_ndtr(z))), int(y.size)
+    return float(-np.sum(log_ndtr(z))), int(y.size), int(np.count_nonzero(y > 0))
 
 
 def _checked_part(X: Any, y: Any, classes: np.ndarray, start: int) -> tuple[np.ndarray, ...]:
@@ -127,16 +140,18 @@ def _labels(y: Any, classes: np.ndarray, start: int) -> np.ndarray:
     return np.where(pos, 1.0, -1.0)
 
 
-def classes_of(y: Any) -> np.ndarray:
-    """The sorted distinct labels of ``y``; a dask ``y`` is reduced chunk by chunk by dask
-    (never gathered whole)."""
+def classes_of(y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct labels of ``y`` and how many rows hold each; a dask ``y`` is reduced
+    chunk by chunk by dask (never gathered whole)."""
     from qpinfer.inference.sparse.dask_partitions import is_dask_array
 
     if is_dask_array(y):
+        import dask
         import dask.array as da
 
-        return np.asarray(da.unique(y).compute())
-    return np.unique(np.asarray(y))
+        classes, counts = dask.compute(*da.unique(y, return_counts=True))
+        return np.asarray(classes), np.asarray(counts)
+    return np.unique(np.asarray(y), return_counts=True)
 
 
 class LocalRunner:
@@ -191,16 +206,31 @@ class _Adam:
 
 
 def _batches(n: int, s: MinibatchSettings, rng: np.random.Generator) -> tuple[list, list]:
-    """Training and held-out batches (row slices)."""
-    bounds = [slice(a, min(a + s.batch_size, n)) for a in range(0, n, s.batch_size)]
-    n_val = int(round(s.validation_fraction * len(bounds)))
-    if s.validation_fraction > 0 and len(bounds) >= 2:
-        n_val = min(max(n_val, 1), len(bounds) - 1)
-    else:
-        n_val = 0
-    held = set(rng.choice(len(bounds), size=n_val, replace=False).tolist()) if n_val else set()
-    train = [b for i, b in enumerate(bounds) if i not in held]
-    return train, [b for i, b in enumerate(bounds) if i in held]
+    """Training batches and held-out pieces (row slices of ``[0, n)``; the module docstring)."""
+    bs = s.batch_size
+    n_val = int(round(s.validation_fraction * n))
+    n_val = min(max(n_val, 1), n - 1) if s.validation_fraction > 0 and n >= 2 else 0
+    if n_val == 0:
+        return _grid_pieces(0, n, bs), []
+    start = bs * int(rng.integers((n - n_val) // bs + 1))
+    if 0 < n - (start + n_val) < bs / 2:  # no short run of training rows after the held part
+        start = n - n_val
+    stop = start + n_val
+    held = [slice(a, min(a + bs, stop)) for a in range(start, stop, bs)]
+    return _grid_pieces(0, start, bs) + _grid_pieces(stop, n, bs), held
+
+
+def _grid_pieces(a: int, b: int, bs: int) -> list[slice]:
+    """``[a, b)`` cut at the multiples of ``bs``; an end piece under ``bs / 2`` rows joins its
+    neighbour."""
+    if b <= a:
+        return []
+    edges = [a, *range((a // bs + 1) * bs, b, bs), b]
+    if len(edges) > 2 and edges[1] - edges[0] < bs / 2:
+        del edges[1]
+    if len(edges) > 2 and edges[-1] - edges[-2] < bs / 2:
+        del edges[-2]
+    return [slice(lo, hi) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def _parts(b: slice, k: int) -> list[slice]:
@@ -241,7 +271,7 @@ def fit_minibatch(
     n_theta = kernel.theta.size
     adam = _Adam(np.concatenate([kernel.theta, Z.ravel()]), s.learning_rate)
     site = TiedSite.zero(Z.shape[0])
-    step, best, stall = 0, (math.inf, None), 0
+    step, best, stall, held_rows, held_pos = 0, (math.inf, None), 0, 0, 0
     energies, ntlls, skipped, epoch = [], [], 0, 0
     for epoch in range(s.max_epochs):
         bar, total = _progress(len(train), epoch, s.verbose), 0.0
@@ -260,8 +290,8 @@ def fit_minibatch(
             if s.optimize_kernel:
                 g_Z = stats.grad_Z.ravel() if s.optimize_inducing else np.zeros(Z.size)
                 x = adam.step(np.concatenate([stats.grad_theta, g_Z]) * (n / stats.rows))
-                kernel = kernel.with_theta(x[:n_theta])
-                Z = x[n_theta:].reshape(Z.shape)
+                kernel, Z = _stepped(kernel, x, n_theta, Z.shape, s, epoch, step)
+            _check_site(site, s, epoch, step)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(energy=f"{total / (k + 1):.5g}")
@@ -270,7 +300,8 @@ def fit_minibatch(
         if held:
             post = posterior_of(site, n)
             out = runner.map(_part_ntll, held, classes, kernel, Z, s.jitter, post)
-            ntll = sum(o[0] for o in out) / sum(o[1] for o in out)
+            held_rows, held_pos = sum(o[1] for o in out), sum(o[2] for o in out)
+            ntll = sum(o[0] for o in out) / held_rows
             ntlls.append(ntll)
             if bar is not None:
                 bar.set_postfix(energy=f"{energies[-1]:.5g}", held_out_ntll=f"{ntll:.5g}")
@@ -299,4 +330,42 @@ def fit_minibatch(
         energy=energies,
         validation_ntll=ntlls,
         skipped=skipped,
+        held_out_rows=held_rows,
+        held_out_positives=held_pos,
+    )
+
+
+def _diverged(s: MinibatchSettings, epoch: int, step: int, what: str) -> ValueError:
+    return ValueError(
+        f"the fit diverged in epoch {epoch + 1}, step {step}: {what}; learning_rate="
+        f"{s.learning_rate!r} is likely too large for these data (Adam moves each log "
+        f"hyperparameter and inducing input by up to about learning_rate a step): try a "
+        f"smaller one, e.g. {s.learning_rate / 10:g}"
+    )
+
+
+def _stepped(kernel, x: np.ndarray, n_theta: int, z_shape, s, epoch: int, step: int):
+    """The kernel and inducing inputs after an Adam step to ``x``; ``ValueError`` naming
+    ``learning_rate`` when they are not finite."""
+    theta, Z = x[:n_theta], x[n_theta:].reshape(z_shape)
+    # exp(theta) of a log hyperparameter beyond +-700 is inf or 0 in float64
+    if not (np.all(np.abs(theta) < 700.0) and np.all(np.isfinite(Z))):
+        raise _diverged(s, epoch, step, "the hyperparameters or inducing inputs are not finite")
+    try:
+        return kernel.with_theta(theta), Z
+    except ValueError as e:  # a kernel that refuses the new hyperparameters
+        raise _diverged(s, epoch, step, f"the kernel refused its hyperparameters ({e})") from e
+
+
+def _check_site(site: TiedSite, s: MinibatchSettings, epoch: int, step: int) -> None:
+    """``ValueError`` when the tied site is not finite (naming ``learning_rate`` if Adam moves
+    the kernel, else the fixed kernel)."""
+    if np.all(np.isfinite(site.prec)) and np.all(np.isfinite(site.shift)):
+        return
+    if s.optimize_kernel:
+        raise _diverged(s, epoch, step, "the tied site is not finite")
+    raise ValueError(
+        f"the fit diverged in epoch {epoch + 1}, step {step}: the tied site is not finite at "
+        "the fixed kernel (optimizer=None); check its variance and length_scale against the "
+        "scale of X"
     )
