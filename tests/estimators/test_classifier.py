@@ -285,6 +285,61 @@ def test_get_and_set_params_round_trip():
     assert "variance=3.0" in repr(clf)
 
 
+# a kernel that is no covariance: negative (-RBF) or indefinite with a positive diagonal
+# (2 - RBF: its eigenvalues below the all-ones direction are minus RBF's)
+def _not_psd_kernels():
+    kernels = pytest.importorskip("sklearn.gaussian_process.kernels")
+    C, RBF = kernels.ConstantKernel, kernels.RBF
+    return {
+        "negative": C(-1.0, "fixed") * RBF(),
+        "indefinite": C(2.0, "fixed") + C(-1.0, "fixed") * RBF(),
+    }
+
+
+#: every method with the likelihood it needs
+METHODS = [
+    ("ep", {}),
+    ("qp", {}),
+    ("pep", {}),
+    ("rep", {"likelihood": "step_noise"}),
+    ("laplace", {}),
+    ("vb", {}),
+]
+
+
+@pytest.mark.parametrize("which", ["negative", "indefinite"])
+@pytest.mark.parametrize("optimizer", [None, "lbfgs"])
+@pytest.mark.parametrize(("method", "kw"), METHODS)
+def test_a_kernel_that_is_not_positive_semidefinite_is_refused_naming_kernel(
+    method, kw, optimizer, which
+):
+    """Before: EP, QP and Power EP kept every site at zero (the prior: probabilities 0.5,
+    training accuracy below chance) without a word; Laplace and VB raised a raw LinAlgError."""
+    X, y = _blobs(n=30, seed=1)
+    kernel = _not_psd_kernels()[which]
+    with pytest.raises(ValueError, match=r"kernel .*not positive semi-definite") as info:
+        GPClassifier(method, kernel=kernel, optimizer=optimizer, **kw).fit(X, y)
+    assert repr(kernel) in str(info.value)
+    assert "smallest eigenvalue" in str(info.value)
+
+
+@pytest.mark.parametrize("scale", [1e150, 1e-150])
+@pytest.mark.parametrize("kernel", ["default", "sklearn"])
+def test_features_on_an_extreme_scale_warn_naming_the_scale(scale, kernel):
+    """Before: features scaled by 1e150 (every kernel correlation 0) or 1e-150 (every one 1)
+    left scikit-learn's RBF at its start without a word (its gradient is zero there), and the
+    default kernel with a search warning that did not name the cause."""
+    X, y = _blobs(n=30, seed=2)
+    kw = {}
+    if kernel == "sklearn":
+        kw["kernel"] = pytest.importorskip("sklearn.gaussian_process.kernels").RBF()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # on ordinary data the same fit is quiet
+        GPClassifier("ep", **kw).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match=r"X .*scale .*standardis"):
+        GPClassifier("ep", **kw).fit(X * scale, y)
+
+
 # --------------------------------------------------------------------------------------------
 # a real dataset (Wisconsin breast cancer, one of the paper's benchmarks; bundled by sklearn)
 # --------------------------------------------------------------------------------------------

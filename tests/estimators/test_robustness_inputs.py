@@ -275,3 +275,21 @@ def test_an_explicit_n_inducing_above_n_samples_is_refused_not_clipped(cls, iono
     X, y = ionosphere
     with pytest.raises(ValueError, match=r"n_inducing must be None .* n_samples=30.*got 31"):
         cls(n_inducing=31, optimizer=None).fit(X[:30], y[:30].astype(float))
+
+
+# ----------------------------------------------------------------------------- kernels
+@pytest.mark.parametrize("optimizer", [None, "lbfgs"])
+@pytest.mark.parametrize("method", ["ep", "qp", "laplace", "vb"])
+@pytest.mark.parametrize("name", ["GPPoissonRegressor", "GPStudentTRegressor"])
+def test_the_regressors_refuse_a_kernel_that_is_not_positive_semidefinite(name, method, optimizer):
+    """Before: the Student-t regressor's EP "fitted" the prior (R^2 = 0), Laplace and VB raised
+    a raw LinAlgError. The check is the dense estimators' shared one (``GPClassifier``'s tests
+    have every method and an indefinite kernel with a positive diagonal)."""
+    kernels = pytest.importorskip("sklearn.gaussian_process.kernels")
+    kernel = kernels.ConstantKernel(-1.0, "fixed") * kernels.RBF()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 1))
+    y = rng.poisson(2.0, size=20) if name == "GPPoissonRegressor" else np.sin(X[:, 0])
+    est = getattr(qpinfer, name)(method=method, kernel=kernel, optimizer=optimizer)
+    with pytest.raises(ValueError, match=r"kernel .*not positive semi-definite.*-1"):
+        est.fit(X, y)
