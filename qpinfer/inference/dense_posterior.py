@@ -16,8 +16,8 @@ column ``s_i`` is reconstructed from the pending block when site ``i`` is visite
 
 :func:`check_kernel_matrix` refuses a prior matrix ``K`` that is no covariance (not symmetric, or
 indefinite beyond round-off) before any of this runs on it; :func:`degenerate_kernel_matrix` tells
-whether ``K`` is, to double precision, the identity or a constant (features on a scale far from
-the length scales).
+whether ``K`` is as good as the identity or a constant for a hyperparameter search (features on a
+scale far from the length scales).
 """
 
 from __future__ import annotations
@@ -217,11 +217,11 @@ def check_kernel_matrix(K: np.ndarray, kernel: Any, name: str = "kernel") -> Non
     bug) makes every EP cavity improper: the site updates are skipped and the "fit" is the
     prior; Laplace and VB fail to factorise."""
     K = np.asarray(K)
+    who = f"{name} {_kernel_repr(kernel)}"
     if not np.all(np.isfinite(K)):
         raise ValueError(
-            f"{name} {_kernel_repr(kernel)} gave a kernel matrix with non-finite entries on X (nan or inf): "
-            "check the kernel's hyperparameters (a negative constant_value has no log) and X's "
-            "scale"
+            f"{who} gave a kernel matrix with non-finite entries on X (nan or inf): check the "
+            "kernel's hyperparameters (a negative constant_value has no log) and X's scale"
         )
     n = K.shape[0]
     if n == 0:
@@ -231,9 +231,8 @@ def check_kernel_matrix(K: np.ndarray, kernel: Any, name: str = "kernel") -> Non
     asym = float(np.max(np.abs(K - K.T)))
     if asym > tol:
         raise ValueError(
-            f"{name} {_kernel_repr(kernel)} is not symmetric on X: its matrix K has |K - K^T| up to "
-            f"{asym:.3g} (round-off allows {tol:.3g}); a covariance function must give "
-            "k(x, z) = k(z, x)"
+            f"{who} is not symmetric on X: its matrix K has |K - K^T| up to {asym:.3g} "
+            f"(round-off allows {tol:.3g}); a covariance function must give k(x, z) = k(z, x)"
         )
     shifted = K + tol * np.eye(n)
     _, info = lapack.dpotrf(shifted, lower=1, clean=0, overwrite_a=1)
@@ -242,11 +241,12 @@ def check_kernel_matrix(K: np.ndarray, kernel: Any, name: str = "kernel") -> Non
     smallest = float(eigvalsh(K, subset_by_index=[0, 0], check_finite=False)[0])
     if smallest >= -tol:
         return
+    low, high = np.min(np.diagonal(K)), np.max(np.diagonal(K))
     raise ValueError(
-        f"{name} {_kernel_repr(kernel)} is not positive semi-definite on X: its matrix K has smallest "
-        f"eigenvalue {smallest:.4g} (variances, its diagonal, from {np.min(np.diagonal(K)):.4g} "
-        f"to {np.max(np.diagonal(K)):.4g}; round-off allows {-tol:.3g}). A covariance function must give a positive semi-definite matrix: a "
-        "ConstantKernel with a negative constant_value, or a sum with a negative term, does not"
+        f"{who} is not positive semi-definite on X: its matrix K has smallest eigenvalue "
+        f"{smallest:.4g} (variances, its diagonal, from {low:.4g} to {high:.4g}; round-off "
+        f"allows {-tol:.3g}). A covariance function must give a positive semi-definite matrix: "
+        "a ConstantKernel with a negative constant_value, or a sum with a negative term, does not"
     )
 
 

@@ -30,7 +30,8 @@ is below ``tol``. If that does not happen within ``max_iter`` sweeps a :class:`C
 is issued and the sites with the smallest change seen are returned (the prior if no sweep
 succeeded). Site precisions that all end at zero or the floor (every update skipped or clipped:
 no proper cavity, as with a kernel matrix that is not positive semi-definite) warn too: the
-posterior covariance is then the prior's. A sweep that raises ``LinAlgError`` or produces non-finite sites ends the loop. With
+posterior covariance is then the prior's. A sweep that raises ``LinAlgError`` or produces
+non-finite sites ends the loop. With
 negative sites (no precision floor) a parallel step that would make the posterior improper is
 halved until it is proper (:func:`qpinfer.inference.sweeps.proper_step`), so the best state is
 always a proper one.

