@@ -29,6 +29,7 @@ import numpy as np
 from scipy.linalg import blas, cho_solve, eigvalsh, lapack, solve_triangular
 
 __all__ = [
+    "DEGENERATE_CORRELATION",
     "KERNEL_PSD_RTOL",
     "DenseSiteRepresentation",
     "Posterior",
