@@ -1,3 +1,4 @@
+# Over 400 lines: one class holds what the dense estimators share (inner loop, kernel checks, searches, evidence); split, its methods and the subclasses' overrides would span modules.
 """What the dense GP estimators share: fitting by EP/QP, VB or Laplace, and latent predictions.
 
 :class:`GPEstimatorBase` holds everything of :class:`qpinfer.GPClassifier`,
@@ -35,6 +36,11 @@ point (:mod:`qpinfer.inference.total_gradient`), or with ``qp_objective="ep"`` f
 evidence and then polishes its own from there (see ``GPEstimatorBase._optimize()``); why the
 inner loop is nested, not alternated with whole L-BFGS-B runs: :mod:`qpinfer.estimators.classifier`.
 
+The kernel matrix is checked at the start and at every evaluation
+(:func:`qpinfer.inference.dense_posterior.check_kernel_matrix`: a ``ValueError`` naming ``kernel``
+if it is not positive semi-definite); a fit whose kernel matrix is the identity or a constant at
+the start and at the end (features on an extreme scale) warns (``OptimizerWarning``).
+
 Starting points: for the square link the posterior is symmetric under ``f -> -f`` and the
 symmetric state (posterior mean 0) is a saddle that EP's and VB's updates never leave; every
 method starts on the positive branch (:func:`qpinfer.inference.laplace.positive_branch_start`).
@@ -61,6 +67,7 @@ from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import SiteLoopParams
 from qpinfer.estimators.protocol import NotFittedError, log_marginal_likelihood_method
 from qpinfer.estimators.tables import resolve_table, with_moment_table
+from qpinfer.inference.dense_posterior import check_kernel_matrix, degenerate_kernel_matrix
 from qpinfer.inference.ep import (
     ConvergenceWarning,
     EPResult,
@@ -76,6 +83,7 @@ from qpinfer.inference.laplace import (
     positive_branch_start,
 )
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
+from qpinfer.inference.search_result import warn_extreme_scale
 from qpinfer.inference.search_space import kernel_block, search_space
 from qpinfer.inference.site_chord import EP_CHORD_MIN_SITES, SearchChord
 from qpinfer.inference.total_gradient import qp_objective_gradient
@@ -130,9 +138,12 @@ class GPEstimatorBase(SiteLoopParams):
         return run_ep(K, y, projection, init=init, acceleration=True, **options)
 
     # -- one inner fit at fixed hyperparameters, and its gradient ----------------------------
-    def _inner(self, kern, X, K, y, init, projection=None, **loop) -> Any:
+    def _inner(self, kern, X, K, y, init, projection=None, checked=False, **loop) -> Any:
         """EP/QP sites (``projection``, default ``self.projection_``; ``loop``: keywords of
-        :meth:`_run`) or the Laplace mode at fixed hyperparameters (warm start ``init``)."""
+        :meth:`_run`) or the Laplace mode at fixed hyperparameters (warm start ``init``) on
+        ``K = kern(X)``, checked first (``check_kernel_matrix``) unless ``checked``."""
+        if not checked:
+            check_kernel_matrix(K, kern)
         lik = self.likelihood_
         if self.method == "laplace":
             return laplace_mode(K, y, lik, init=init, max_iter=max(int(self.max_iter), 100))
@@ -194,6 +205,9 @@ class GPEstimatorBase(SiteLoopParams):
         self.table_ = table
         self.projection_ = self._projection(likelihood, table)
         kernel = self._initial_kernel(X.shape[1])
+        K = kernel(X)
+        check_kernel_matrix(K, kernel)
+        degenerate = degenerate_kernel_matrix(K)
         self.stage_seconds_ = {}
         self.n_inner_iter_total_ = 0  # inner iterations over every evaluation (_search adds)
         self._start_values: list[float] = []  # the restarts' best objectives (_search sets)
@@ -201,7 +215,7 @@ class GPEstimatorBase(SiteLoopParams):
             kernel, result, n_evals = self._optimize(kernel, X, y)
         else:
             start = time.perf_counter()
-            result = self._inner(kernel, X, kernel(X), y, None)
+            result = self._inner(kernel, X, K, y, None, checked=True)
             self.stage_seconds_[self.method] = time.perf_counter() - start
             n_evals = 1
             self.n_inner_iter_total_ = int(result.n_iter)
@@ -222,6 +236,8 @@ class GPEstimatorBase(SiteLoopParams):
         self.restart_evidence_ = -np.asarray(values, dtype=np.float64)
         self.n_iter_ = result.n_iter
         self.n_evaluations_ = n_evals
+        if degenerate is not None and degenerate_kernel_matrix(kernel(X)) == degenerate:
+            warn_extreme_scale(self._what(), X, degenerate, kernel, self.optimizer is not None, 4)
 
     def _warn_not_converged(self, result: Any) -> None:
         if isinstance(result, EPResult) or result.converged:
@@ -295,12 +311,13 @@ class GPEstimatorBase(SiteLoopParams):
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray, tuple[Any, Any]]:
             kern = kernel.with_theta(theta)
             K = kern(X)
+            check_kernel_matrix(K, kern)  # (a ValueError: the search backtracks from here)
             warm = init if trail.latest is None else self._warm_start(trail.latest[1])
             n_chord, res, jac = 0, None, None
             if own or loop:
                 warm, n_chord, res = chord.start(K, y, warm, trail.latest and trail.latest[1])
             if res is None:
-                res = self._inner(kern, X, K, y, warm, projection, **loop)
+                res = self._inner(kern, X, K, y, warm, projection, checked=True, **loop)
             res.n_iter += n_chord  # the chord's site updates count as sweeps
             budget.record(res)
             if own:

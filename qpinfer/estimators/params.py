@@ -66,7 +66,11 @@ kernel : kernel object or None
     scikit-learn kernel (``repr``, ``get_params``, ``theta``, ``kernel_.k1``; the object
     itself is ``kernel_.wrapped``). Nested parameters such as ``kernel__length_scale`` work in
     ``set_params`` and grid searches. ``None``: the SE kernel built from ``variance``,
-    ``length_scale`` and ``ard`` (those three are ignored when ``kernel`` is given).""",
+    ``length_scale`` and ``ard`` (those three are ignored when ``kernel`` is given). The dense
+    estimators check its matrix on X at the start and at every hyperparameter value tried: one
+    that is not symmetric positive semi-definite beyond round-off (a ``ConstantKernel`` with a
+    negative value; scikit-learn's ``ExpSineSquared`` on more than one feature, whose Euclidean
+    distance makes it indefinite) raises a ``ValueError`` naming ``kernel``.""",
     "variance": """\
 variance, length_scale : float, float or array (n_features,)
     Initial (or, with ``optimizer=None``, fixed) SE kernel hyperparameters: signal variance
@@ -85,7 +89,11 @@ scikit-learn's Gaussian process estimators: ``optimizer(obj_func, initial_theta,
 evidence and minus its gradient (minus the evidence alone with ``eval_gradient=False``) at the
 log hyperparameters ``theta`` (each call runs the inner loop, warm-started from the previous
 one) and ``bounds`` is their ``(n, 2)`` array of log bounds; the model is fitted at
-``theta_opt``. ``optimizer_maxiter`` applies to ``"lbfgs"`` only.""",
+``theta_opt``. A ``theta_opt`` outside ``bounds`` by more than round-off (1e-9 in log units;
+closer, it is put on the bound) raises a ``ValueError`` naming ``optimizer`` and the
+hyperparameter, rather than being clipped or used as scikit-learn does: the model is never
+fitted at hyperparameters the bounds exclude, nor at a point the optimizer did not choose.
+``optimizer_maxiter`` applies to ``"lbfgs"`` only.""",
     "n_restarts_optimizer": """\
 n_restarts_optimizer : int, default 0
     After the search from the initial hyperparameters, this many more from starts drawn

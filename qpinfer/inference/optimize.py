@@ -354,7 +354,13 @@ def search_evidence(
                     budget.restart()
             if callable(optimizer):
                 search = minimize_callable(
-                    optimizer, objective, x0, space.bounds, budget=budget, trail=trail
+                    optimizer,
+                    objective,
+                    x0,
+                    space.bounds,
+                    budget=budget,
+                    trail=trail,
+                    names=space.names,
                 )
             elif trust is None:
                 search = minimize_lbfgsb(objective, x0, space.bounds, maxiter=maxiter, **options)
@@ -377,6 +383,7 @@ def minimize_callable(
     *,
     budget: Any = None,
     trail: Any = None,
+    names: Any = None,
 ) -> SearchResult:
     """A scikit-learn-style callable ``optimizer``
     (:func:`~qpinfer.inference.restarts.run_callable`) on ``objective`` (:func:`minimize_lbfgsb`'s
@@ -386,12 +393,13 @@ def minimize_callable(
     objective there (re-evaluated unless ``theta_opt`` is a point it evaluated), not the best
     point it visited. A budget that runs out ends the optimizer's run (the best point so far,
     with the scipy-like status :data:`BUDGET_STATUS`). A ``theta_opt``
-    where inference fails raises :class:`~qpinfer.inference.search_result.SearchFailedError`.
+    where inference fails raises :class:`~qpinfer.inference.search_result.SearchFailedError`; one
+    outside ``bounds`` a ``ValueError`` naming the coordinate (``names``).
     """
     x0 = np.asarray(x0, dtype=np.float64).copy()
     ev = _Evaluations(objective, budget, trail)
     try:
-        theta = run_callable(optimizer, ev, x0, np.asarray(bounds, dtype=np.float64))
+        theta = run_callable(optimizer, ev, x0, np.asarray(bounds, dtype=np.float64), names)
     except _BudgetExhausted:
         return ev.result(ev.budget_result(0), x0)
     if ev.best_x is not None and np.array_equal(theta, ev.best_x):

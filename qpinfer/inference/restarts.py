@@ -14,7 +14,8 @@ same (:class:`qpinfer.estimators.params.SharedParams`), and
 * :func:`run_callable` -- a user's ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt,
   func_min)`` called with scikit-learn's ``obj_func(theta, eval_gradient=True)``, which returns
   minus the evidence and minus its gradient (minus the evidence alone with
-  ``eval_gradient=False``); :func:`qpinfer.inference.optimize.minimize_callable` runs it on the
+  ``eval_gradient=False``), its ``theta_opt`` checked to lie within the bounds;
+  :func:`qpinfer.inference.optimize.minimize_callable` runs it on the
   evaluations of :func:`qpinfer.inference.optimize.minimize_lbfgsb` (warm starts, failures
   answered by a wall);
 * :func:`best_of` -- the best of the searches from every start (the highest evidence wins).
@@ -32,6 +33,7 @@ import numpy as np
 from qpinfer.inference.search_result import SearchResult
 
 __all__ = [
+    "CALLABLE_BOUND_ATOL",
     "LBFGS_NAMES",
     "best_of",
     "check_n_restarts",
@@ -133,12 +135,22 @@ def best_of(searches: Sequence[SearchResult]) -> SearchResult:
     )
 
 
+#: how far (log units) a callable optimizer's ``theta_opt`` may lie outside the bounds and be
+#: put on them (round-off; a relative change of 1e-9 in the hyperparameter)
+CALLABLE_BOUND_ATOL = 1e-9
+
+
 def run_callable(
     optimizer: Callable, evaluate: Callable[[np.ndarray], tuple[float, np.ndarray]],
-    x0: np.ndarray, bounds: np.ndarray,
+    x0: np.ndarray, bounds: np.ndarray, names: Sequence[str] | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Call a scikit-learn-style ``optimizer(obj_func, initial_theta, bounds=bounds)`` and return
-    its ``theta_opt`` (checked: a finite vector of ``x0``'s size).
+    its ``theta_opt`` (checked: a finite vector of ``x0``'s size within ``bounds``).
+
+    A ``theta_opt`` outside the bounds by more than :data:`CALLABLE_BOUND_ATOL` is refused (a
+    ``ValueError`` naming ``optimizer`` and the coordinate, ``names[i]``): the model would be
+    fitted at hyperparameters the search space excludes (scikit-learn fits there silently);
+    closer, it is put on the bound.
 
     ``obj_func(theta, eval_gradient=True)`` is ``evaluate(theta)`` -- ``(value, gradient)``,
     minus the evidence and its gradient -- or, with ``eval_gradient=False``, the value alone.
@@ -161,4 +173,17 @@ def run_callable(
         ) from None
     if not np.all(np.isfinite(theta_opt)):
         raise ValueError(f"optimizer returned a non-finite theta_opt {theta_opt!r}")
-    return theta_opt
+    low, high = bounds[:, 0], bounds[:, 1]
+    outside = (theta_opt < low - CALLABLE_BOUND_ATOL) | (theta_opt > high + CALLABLE_BOUND_ATOL)
+    if np.any(outside):
+        which = "; ".join(
+            f"{names[i] if names is not None else f'theta[{i}]'} = {theta_opt[i]:.6g} outside "
+            f"[{low[i]:.6g}, {high[i]:.6g}]"
+            for i in np.flatnonzero(outside)
+        )
+        raise ValueError(
+            f"optimizer returned a theta_opt outside the bounds it was given: {which} (log "
+            "units); a callable optimizer must keep theta_opt within bounds (e.g. "
+            "scipy.optimize.minimize(..., bounds=bounds))"
+        )
+    return np.clip(theta_opt, low, high)

@@ -8,7 +8,8 @@ evaluation succeeded and warns with :class:`OptimizerWarning` (a
 :class:`~qpinfer.inference.site_loop.ConvergenceWarning`) when scipy reports a failure or the
 search never left its start while evaluations failed, and with :class:`BoundWarning` when the
 best point lies on a bound of the box -- once scikit-learn is loaded, as subclasses that are
-also its ``ConvergenceWarning`` (:func:`sklearn_compatible`).
+also its ``ConvergenceWarning`` (:func:`sklearn_compatible`). :func:`warn_extreme_scale` warns
+about a fit whose kernel matrix stayed the identity or a constant (features on an extreme scale).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "check_search",
     "combine",
     "sklearn_compatible",
+    "warn_extreme_scale",
 ]
 
 #: scipy's status when the callback raised ``StopIteration`` (a deliberate stop, not a failure)
@@ -235,3 +237,31 @@ def bound_hit(name: str, x: float, side: str, bound: float) -> str:
             f"{name[4:]} = {value:.6g} ({name} = {x:.6g}) is close to its {side} bound {limit:.6g}"
         )
     return f"{name} = {x:.6g} is close to its {side} bound {bound:.6g}"
+
+
+def warn_extreme_scale(
+    what: str, X: np.ndarray, degenerate: str, kernel: Any, searched: bool, stacklevel: int = 2
+) -> None:
+    """:class:`OptimizerWarning` for a fit (``what``: estimator and method) whose kernel matrix
+    on ``X`` was ``degenerate`` -- ``"identity"`` or ``"constant"``
+    (:func:`qpinfer.inference.dense_posterior.degenerate_kernel_matrix`) -- at the start and
+    still is at the fitted ``kernel`` (``searched``: by a search; else fixed, ``optimizer=None``):
+    X's scale is far from the length scales, the evidence's gradient in them vanishes, so the
+    search cannot move them there, and the fit memorises (identity) or ignores (constant) the
+    rows. The message quotes X's scale and suggests standardising the features."""
+    sd = np.std(X, axis=0)
+    if degenerate == "identity":
+        looks, way = "~the identity (every correlation between two rows below 1e-3)", "far above"
+    else:
+        looks, way = "~a constant (every correlation between two rows above 1 - 1e-3)", "far below"
+    where = "the fitted" if searched else "the given (optimizer=None)"
+    warnings.warn(
+        f"{what}: the kernel matrix on X is {looks} at {where} hyperparameters, as at the start: "
+        f"X's scale (largest |X| {np.max(np.abs(X)):.3g}, feature standard deviations "
+        f"{np.min(sd):.3g} to {np.max(sd):.3g}) is {way} the kernel's length scales ({kernel!r}), "
+        "where the evidence has no slope to follow. Standardise the features (e.g. "
+        "sklearn.preprocessing.StandardScaler), or start the length scales, and set their "
+        "bounds, on X's scale",
+        sklearn_compatible(OptimizerWarning),
+        stacklevel=stacklevel + 1,
+    )

@@ -28,7 +28,10 @@ oscillation; damping does not move the fixed points).
 Stopping rule (Zhang et al., 2020, Sec. 6): the root-mean-square change of ``(tau~, nu~)`` over one sweep
 is below ``tol``. If that does not happen within ``max_iter`` sweeps a :class:`ConvergenceWarning`
 is issued and the sites with the smallest change seen are returned (the prior if no sweep
-succeeded). A sweep that raises ``LinAlgError`` or produces non-finite sites ends the loop. With
+succeeded). Site precisions that all end at zero or the floor (every update skipped or clipped:
+no proper cavity, as with a kernel matrix that is not positive semi-definite) warn too: the
+posterior covariance is then the prior's. A sweep that raises ``LinAlgError`` or produces
+non-finite sites ends the loop. With
 negative sites (no precision floor) a parallel step that would make the posterior improper is
 halved until it is proper (:func:`qpinfer.inference.sweeps.proper_step`), so the best state is
 always a proper one.
@@ -345,6 +348,16 @@ def run_sites(
     control = SweepControl(settings)
     best = control.run(one_sweep, initial_sites(init, n, settings.floor), what, stacklevel)
     tau, nu = (np.zeros(n), np.zeros(n)) if best is None else best  # None: the prior
+    least = max(settings.floor or 0.0, MIN_SITE_PRECISION)
+    if n and np.all(np.abs(tau) <= least):
+        warnings.warn(
+            f"{what}: every site precision stayed at zero (at most {least:.3g}), so the "
+            "posterior covariance is the prior's, not a fit to the data; the likely cause: a "
+            "prior (kernel) matrix that is not positive semi-definite, which makes every cavity "
+            "improper",
+            ConvergenceWarning,
+            stacklevel=stacklevel,
+        )
     post = representation.refresh(tau, nu)
     evidence = (np.nan, np.full(n, np.nan), np.full(n, np.nan))
     if compute_evidence:

@@ -58,6 +58,7 @@ from qpinfer.inference.dense_posterior import (
     Posterior,
     PosteriorMoments,
     _chol_B,
+    check_kernel_matrix,
     posterior_from_sites,
 )
 from qpinfer.inference.laplace import positive_branch_start
@@ -323,6 +324,7 @@ def fit_vb(
     y = np.asarray(y, dtype=np.float64)
     n = y.shape[0]
     K0 = kernel(X)
+    check_kernel_matrix(K0, kernel)  # (a ValueError naming kernel)
     if init is None:
         alpha0, beta0 = vb_start(K0, y, likelihood)
     else:

@@ -285,6 +285,88 @@ def test_get_and_set_params_round_trip():
     assert "variance=3.0" in repr(clf)
 
 
+# a kernel that is no covariance: negative (-RBF) or indefinite with a positive diagonal
+# (2 - RBF: its eigenvalues below the all-ones direction are minus RBF's)
+def _not_psd_kernels():
+    kernels = pytest.importorskip("sklearn.gaussian_process.kernels")
+    C, RBF = kernels.ConstantKernel, kernels.RBF
+    return {
+        "negative": C(-1.0, "fixed") * RBF(),
+        "indefinite": C(2.0, "fixed") + C(-1.0, "fixed") * RBF(),
+    }
+
+
+#: every method with the likelihood it needs (step noise: no search, optimizer=None)
+METHODS = [
+    ("ep", {}),
+    ("qp", {}),
+    ("pep", {}),
+    ("rep", {"likelihood": "step_noise"}),
+    ("laplace", {}),
+    ("vb", {}),
+]
+
+
+@pytest.mark.parametrize("which", ["negative", "indefinite"])
+@pytest.mark.parametrize(
+    ("method", "kw", "optimizer"),
+    [(m, kw, opt) for m, kw in METHODS for opt in (None, "lbfgs") if not (kw and opt)],
+)
+def test_a_kernel_that_is_not_positive_semidefinite_is_refused_naming_kernel(
+    method, kw, optimizer, which
+):
+    """Before: EP, QP and Power EP kept every site at zero (the prior: probabilities 0.5,
+    training accuracy below chance) without a word; Laplace and VB raised a raw LinAlgError."""
+    X, y = _blobs(n=30, seed=1)
+    kernel = _not_psd_kernels()[which]
+    with pytest.raises(ValueError, match=r"kernel .*not positive semi-definite") as info:
+        GPClassifier(method, kernel=kernel, optimizer=optimizer, **kw).fit(X, y)
+    with np.errstate(invalid="ignore"):  # (scikit-learn's repr: the root of -1)
+        assert repr(kernel) in str(info.value)
+    assert "smallest eigenvalue" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "scale"),
+    [(k, s) for k in ("default", "sklearn") for s in (1e150, 1e3, 1e-150)] + [("default", 1e-3)],
+)
+def test_features_on_an_extreme_scale_warn_naming_the_scale(kernel, scale):
+    """Before: features scaled far above the length scales (every kernel correlation ~0) or far
+    below (every one ~1) left scikit-learn's RBF at its start without a word (its gradient
+    vanishes there), and the default kernel with at most a search warning that did not name the
+    cause. (Two blobs at scale 1e3 stay at the start; at 1e-3 the SE kernel's variance goes to
+    its bound, while the RBF's length scale reaches X's scale.)"""
+    X, y = _blobs(n=30, seed=2)
+    kw = {}
+    if kernel == "sklearn":
+        kw["kernel"] = pytest.importorskip("sklearn.gaussian_process.kernels").RBF()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # on ordinary data the same fit is quiet
+        GPClassifier("ep", **kw).fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        GPClassifier("ep", **kw).fit(X * scale, y)
+    ours = [w for w in caught if "X's scale" in str(w.message)]
+    assert len(ours) == 1 and issubclass(ours[0].category, ConvergenceWarning)
+    assert "Standardise the features" in str(ours[0].message)
+    assert ours[0].filename == __file__  # the user's call
+
+
+def test_a_search_that_leaves_a_degenerate_start_is_quiet():
+    """The warning needs the kernel matrix ~constant (or ~the identity) at the fitted
+    hyperparameters too: standardised breast-cancer rows (80, 10 features) scaled by 1e-3 start
+    ~constant, and EP's search moves the length scale down to X's scale."""
+    datasets = pytest.importorskip("sklearn.datasets")
+    X, y = datasets.load_breast_cancer(return_X_y=True)
+    idx = np.random.default_rng(0).choice(len(y), 80, replace=False)
+    X = X[idx][:, :10]
+    X = (X - X.mean(0)) / X.std(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = GPClassifier("ep").fit(X * 1e-3, y[idx])
+    assert clf.kernel_.length_scale < 1e-2
+
+
 # --------------------------------------------------------------------------------------------
 # a real dataset (Wisconsin breast cancer, one of the paper's benchmarks; bundled by sklearn)
 # --------------------------------------------------------------------------------------------

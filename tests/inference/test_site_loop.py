@@ -9,6 +9,7 @@ import pytest
 import qpinfer
 from qpinfer.inference.ep import MomentMatching, run_ep
 from qpinfer.inference.site_loop import (
+    MIN_SITE_PRECISION,
     STALL_SWEEPS,
     ConvergenceWarning,
     SweepControl,
@@ -88,3 +89,13 @@ def test_sweep_control_returns_none_when_no_sweep_succeeds():
     with pytest.warns(ConvergenceWarning):
         assert control.run(lambda state, damping: None, "start", "toy sweep") is None
     assert control.n_iter == 1 and control.history == [] and control.best_rms == np.inf
+
+
+def test_a_loop_that_leaves_every_site_at_zero_warns_that_it_returns_the_prior():
+    """With a kernel matrix that is not a covariance (here -K) no cavity is proper: the site
+    precisions stay at zero (the floor), the loop "converged" and the prior came back without a
+    word. (The estimators refuse such a kernel before any sweep.)"""
+    X, y, kern = _problem()
+    with pytest.warns(ConvergenceWarning, match=r"every site precision .*zero.*prior.*kernel"):
+        res = run_ep(-kern(X), y, MomentMatching(PROBIT))
+    assert np.all(res.tau <= MIN_SITE_PRECISION)

@@ -233,3 +233,14 @@ def test_vb_estimators_and_the_envelope_gradient():
 @sklearn_checks(GPClassifier("vb", optimizer=None))
 def test_sklearn_estimator_checks_pass_for_the_vb_classifier(estimator, check):
     check(estimator)
+
+
+def test_fit_vb_refuses_a_kernel_that_is_not_positive_semidefinite():
+    """Before: a raw LinAlgError from B's Cholesky factor (the estimators check the same)."""
+    kernels = pytest.importorskip("sklearn.gaussian_process.kernels")
+    from qpinfer.kernels import as_kernel
+
+    kern = as_kernel(kernels.ConstantKernel(-1.0, "fixed") * kernels.RBF())
+    Xb, yb = blobs()
+    with pytest.raises(ValueError, match=r"kernel .*not positive semi-definite"):
+        fit_vb(kern, Xb, yb, Probit())
