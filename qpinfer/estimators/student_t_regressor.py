@@ -178,7 +178,7 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         self._constant_targets = bool(np.all(y == y[0]))
         if self._constant_targets and self.normalize_y and self.optimizer is not None:
             warnings.warn(
-                f"y is constant ({y[0]!r}): the fit predicts that constant, with the kernel "
+                f"y is constant ({float(y[0])!r}): the fit predicts that constant, with the kernel "
                 "hyperparameters kept at their initial values (nothing to fit them to)",
                 UserWarning,
                 stacklevel=3,
