@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import time
 import warnings
 
 import numpy as np
@@ -483,6 +484,40 @@ def test_tiny_problems_ep_evidence_is_close_to_the_exact_one(x, y, variance):
 def test_bad_counts_are_value_errors_that_name_the_problem(counts, match):
     X = np.arange(3.0)[:, None]
     with pytest.raises(ValueError, match=match):
+        GPPoissonRegressor("ep", optimizer=None).fit(X, counts)
+
+
+def _small_counts_and_one(big, n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0.0, 10.0, (n, 1)), axis=0)
+    counts = rng.poisson(np.exp(np.sin(X[:, 0]))).astype(float)
+    counts[n // 2] = big
+    return X, counts
+
+
+@pytest.mark.parametrize("big", [1e5, 1e9])
+def test_log_link_counts_above_its_range_are_refused_naming_poisson_log(big):
+    # one count of 1e5 among small ones took 409 s for 30 rows (QP: 8,274 sweeps), without a
+    # warning; a count of 1e9 was refused naming poisson_square, the square link's likelihood
+    X, counts = _small_counts_and_one(big)
+    with pytest.raises(ValueError, match=r"counts must be at most 1e4 .*poisson_log") as info:
+        GPPoissonRegressor("qp", link="log").fit(X, counts)
+    assert "poisson_square" not in str(info.value)
+
+
+def test_log_link_fits_a_count_at_the_top_of_its_range_in_seconds():
+    X, counts = _small_counts_and_one(1e4)
+    start = time.perf_counter()
+    reg = GPPoissonRegressor("qp", link="log").fit(X, counts)
+    assert time.perf_counter() - start < 30.0  # (1-2 s; a count of 1e5: 13-409 s)
+    assert reg.result_.converged
+    mean = reg.predict_mean(X[15:16])[0]
+    assert abs(mean - 1e4) < 5 * np.sqrt(1e4)  # the spike is followed (Poisson sd 100)
+
+
+def test_square_link_counts_above_its_range_name_poisson_square():
+    X, counts = _small_counts_and_one(2e8)
+    with pytest.raises(ValueError, match=r"at most 1e8 .*poisson_square"):
         GPPoissonRegressor("ep", optimizer=None).fit(X, counts)
 
 

@@ -315,7 +315,8 @@ def test_student_t_return_std_adds_the_noise_variance(nu):
     if nu <= 2:
         assert np.all(np.isinf(std))
         return
-    noise, err = integrate.quad(lambda e: e * e * stats.t.pdf(e, nu, scale=0.4), -np.inf, np.inf)
+    s = 0.4 * est.y_scale_  # scale is in units of the normalised targets (normalize_y)
+    noise, err = integrate.quad(lambda e: e * e * stats.t.pdf(e, nu, scale=s), -np.inf, np.inf)
     np.testing.assert_allclose(std**2 - latent_var, noise, rtol=max(1e-9, 10 * err / noise))
 
 

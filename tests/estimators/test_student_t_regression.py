@@ -4,6 +4,7 @@ bad input."""
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -76,6 +77,69 @@ def test_bad_nu_or_scale_name_the_argument(kwargs, name):
     X, y = _toy(10)
     with pytest.raises(ValueError, match=name):
         GPStudentTRegressor("ep", optimizer=None, **kwargs).fit(X, y)
+
+
+def _offset_sine(offset, n=60, seed=1):
+    """sin(x) + offset with noise 0.1 and every tenth target an outlier (+4); the noise-free
+    function last."""
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(-3, 3, (n, 1)), axis=0)
+    f = np.sin(X[:, 0])
+    y = f + 0.1 * rng.standard_normal(n)
+    y[::10] += 4.0
+    return X, y + offset, f + offset
+
+
+@pytest.mark.parametrize("offset", [100.0, 300.0])
+def test_uncentred_targets_fit_as_the_centred_ones(offset):
+    # a zero-mean GP on y ~ 100 predicted 0 (R^2 -18,952); y ~ 300 took 510 s (R^2 0.63). The
+    # default normalize_y centres by the median and scales by the MAD: the fit is translation
+    # invariant (the normalised targets agree to rounding, ~1e-16 * offset), so it is the centred
+    # one, up to the site loop's tolerance (1e-6)
+    X, y, f = _offset_sine(offset)
+    start = time.perf_counter()
+    shifted = GPStudentTRegressor("qp", nu=4, scale=0.1).fit(X, y)
+    seconds = time.perf_counter() - start
+    centred = GPStudentTRegressor("qp", nu=4, scale=0.1).fit(X, y - offset)
+    assert shifted.score(X, f) > 0.95  # against the noise-free function (noise sd 0.1)
+    np.testing.assert_allclose(shifted.predict(X) - offset, centred.predict(X), atol=1e-4)
+    assert seconds < 30.0, seconds  # (~2 s; was 510 s at offset 300)
+
+
+def test_uncentred_targets_without_normalize_y_warn():
+    X, y, _ = _offset_sine(100.0, n=12)
+    with pytest.warns(UserWarning, match="normalize_y"):
+        GPStudentTRegressor("laplace", normalize_y=False, optimizer=None).fit(X, y)
+
+
+def test_constant_targets_predict_the_constant():
+    # were fitted by a zero-mean GP: the start kernel after one evaluation, predictions 0
+    X, _, _ = _offset_sine(0.0, n=20)
+    y = np.full(20, 1e20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = GPStudentTRegressor("ep").fit(X, y)
+    assert [str(w.message) for w in caught if "constant" in str(w.message)]
+    assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    mean, std = r.predict(X[:5], return_std=True)
+    np.testing.assert_allclose(mean, 1e20, rtol=1e-15)
+    assert np.all(np.isfinite(std))
+    assert r.score(X, y) == 1.0
+
+
+@pytest.mark.parametrize("nu", [1e-3, 0.05, 2e5, 1e300])
+def test_nu_outside_the_supported_range_names_nu_and_the_range(nu):
+    # nu = 1e-3 took 330 s for 60 rows
+    X, y = _toy(8)
+    with pytest.raises(ValueError, match=r"nu must be in \[0\.1, 1e\+?0?5\]"):
+        GPStudentTRegressor("ep", nu=nu, optimizer=None).fit(X, y)
+
+
+def test_optimize_scale_without_optimizer_warns_naming_both():
+    X, y = _toy(8)
+    with pytest.warns(UserWarning, match="optimize_scale.*optimizer=None"):
+        r = GPStudentTRegressor("laplace", optimize_scale=True, optimizer=None).fit(X, y)
+    assert r.scale_ == r.scale  # kept fixed
 
 
 def test_non_finite_y_names_y():
