@@ -58,7 +58,14 @@ from qpinfer.tables.remote.install import (
 from qptables.pipeline.layouts import store_layout
 from qptables.store import StoreError, read_attrs
 
-__all__ = ["PublishError", "pack_store", "publish", "update_manifest"]
+__all__ = [
+    "PublishError",
+    "check_destination",
+    "pack_store",
+    "publish",
+    "read_manifest",
+    "update_manifest",
+]
 
 #: gzip level of the archives (float64 tables compress ~10-25%; higher levels gain little).
 COMPRESSLEVEL = 6
@@ -118,20 +125,7 @@ def update_manifest(manifest: Path, entry: dict[str, Any]) -> dict[str, Any]:
     :data:`MANIFEST_LOCK_SECONDS`)."""
     manifest.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(manifest.with_name(manifest.name + ".lock"), Deadline(MANIFEST_LOCK_SECONDS)):
-        if manifest.exists():
-            try:
-                data = json.loads(manifest.read_text())
-            except ValueError as exc:
-                raise PublishError(f"--manifest: {manifest} is not valid JSON ({exc})") from None
-            if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
-                raise PublishError(f"--manifest: {manifest} is not a table manifest")
-            if data.get("format") != MANIFEST_FORMAT:
-                raise PublishError(
-                    f"--manifest: {manifest} has format {data.get('format')!r}, expected "
-                    f"{MANIFEST_FORMAT}"
-                )
-        else:
-            data = {"format": MANIFEST_FORMAT, "tables": {}}
+        data = read_manifest(manifest)
         data.setdefault(
             "description",
             "sigma* lookup tables for Quantile Propagation, written by `qptables publish`; "
@@ -146,6 +140,42 @@ def update_manifest(manifest: Path, entry: dict[str, Any]) -> dict[str, Any]:
         finally:
             tmp.unlink(missing_ok=True)
     return data
+
+
+def read_manifest(manifest: Path) -> dict[str, Any]:
+    """The table manifest at ``manifest`` (an empty one if there is no file);
+    :class:`PublishError` naming ``--manifest`` if it is a directory or not a table manifest."""
+    if manifest.is_dir():
+        raise PublishError(f"--manifest: {manifest} is a directory; expected a manifest file")
+    if not manifest.exists():
+        return {"format": MANIFEST_FORMAT, "tables": {}}
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError) as exc:
+        raise PublishError(f"--manifest: {manifest} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
+        raise PublishError(f"--manifest: {manifest} is not a table manifest")
+    if data.get("format") != MANIFEST_FORMAT:
+        raise PublishError(
+            f"--manifest: {manifest} has format {data.get('format')!r}, expected {MANIFEST_FORMAT}"
+        )
+    return data
+
+
+def check_destination(to: Path, manifest: Path) -> None:
+    """Before anything is packed: ``to`` is a directory (or can be made one where a writable
+    directory is) and ``manifest`` a table manifest or absent, in a directory that is or can be
+    made; :class:`PublishError` naming ``--to`` or ``--manifest``."""
+    for flag, folder in (("--to", to), ("--manifest", manifest.parent)):
+        existing = folder
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            but = "" if existing == folder else f", so {folder} cannot be one"
+            raise PublishError(f"{flag}: {existing} is not a directory{but}")
+        if not os.access(existing, os.W_OK):
+            raise PublishError(f"{flag}: {existing} is not writable")
+    read_manifest(manifest)
 
 
 def checked_name(store: Path, name: str | None) -> str:
@@ -220,6 +250,9 @@ def publish(
     """
     store = Path(store)
     name = checked_name(store, name)
+    check_destination(
+        Path(to), Path(manifest) if manifest is not None else Path(to) / MANIFEST_NAME
+    )
     try:
         layout = store_layout(read_attrs(store))
     except StoreError as exc:

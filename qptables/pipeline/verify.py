@@ -22,6 +22,7 @@ from typing import Any
 
 from qptables.pipeline.errors import BuildInputError
 from qptables.pipeline.layouts import store_layout
+from qptables.pipeline.plan import check_options
 from qptables.store import read_attrs
 
 __all__ = ["verify"]
@@ -66,11 +67,17 @@ def verify(
     Raises
     ------
     qptables.pipeline.errors.BuildInputError
-        An option of the other layout, or ``boxes`` names a box the store does not have.
+        Before any check runs: an option out of its range
+        (:func:`~qptables.pipeline.plan.check_options`), an option of the other layout, or ``boxes``
+        names a box the store does not have.
     ValueError
         The store is not one this package reads (also a ``qpinfer.tables.TableError``), or a
         grid store's metadata no longer matches its digest.
     """
+    check_options(
+        samples=samples, tolerance=tolerance, seed=seed, verify_dps=dps, workers=workers,
+        kernel_points=kernel_points, local=client is None,
+    )  # fmt: skip
     path = Path(path)
     if store_layout(read_attrs(path)) == "cells":
         from qptables.pipeline.cells_check import (
