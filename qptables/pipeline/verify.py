@@ -25,7 +25,20 @@ from qptables.pipeline.layouts import store_layout
 from qptables.pipeline.plan import check_options
 from qptables.store import read_attrs
 
-__all__ = ["verify"]
+__all__ = ["check_report_writable", "verify"]
+
+
+def check_report_writable(path: Path) -> None:
+    """A grid store's report is written into its root ``zarr.json`` (replaced through a new file
+    beside it): refuse a store where neither can be written before the check runs, suggesting
+    ``--no-write``. ``os.access`` asks the kernel, so a read-only file system is refused for
+    every user, a read-only mode for all but root (who may write anyway)."""
+    for target in (path, path / "zarr.json"):
+        if not os.access(target, os.W_OK):
+            raise BuildInputError(
+                f"OUT: {target} is not writable, so the verification report cannot be stored "
+                f"in {path}; pass --no-write to check it without storing the report"
+            )
 
 
 def verify(
@@ -68,7 +81,8 @@ def verify(
     ------
     qptables.pipeline.errors.BuildInputError
         Before any check runs: an option out of its range
-        (:func:`~qptables.pipeline.plan.check_options`), an option of the other layout, or ``boxes``
+        (:func:`~qptables.pipeline.plan.check_options`), an option of the other layout, a grid
+        store whose report cannot be written (``write=True``: pass ``write=False``), or ``boxes``
         names a box the store does not have.
     ValueError
         The store is not one this package reads (also a ``qpinfer.tables.TableError``), or a
@@ -94,6 +108,8 @@ def verify(
     for flag, value in (("--kernel-points", kernel_points), ("--boxes", boxes)):
         if value is not None:
             raise BuildInputError(f"{flag}: only for cells stores; {path} is a grid store")
+    if write:
+        check_report_writable(path)
     from qptables.reference.verify import (
         DEFAULT_DPS,
         DEFAULT_SAMPLES,

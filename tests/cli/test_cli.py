@@ -431,3 +431,47 @@ def test_the_estimate_scales_with_the_reference_precision(capsys, tmp_path):
     # the kernel probe's timing differs between the two runs; the mpmath part is exact
     assert at_100 - at_40 == pytest.approx(extra, rel=0.05)
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- read-only store
+
+
+def _read_only(path: Path) -> list[str]:
+    """The command prefix that runs a command with ``path`` read-only: its modes made read-only,
+    and -- as root, who writes through any mode -- a private mount namespace in which ``path`` is
+    bind-mounted read-only (``unshare -m``; the test is skipped where that is not permitted)."""
+    for p in sorted(path.rglob("*"), reverse=True):
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    path.chmod(0o555)
+    if os.geteuid() != 0:
+        return []
+    script = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"'
+    prefix = ["unshare", "-m", "sh", "-c", script, str(path)]
+    probe = subprocess.run([*prefix, "true"], check=False, capture_output=True, timeout=30)
+    if shutil.which("unshare") is None or probe.returncode != 0:
+        pytest.skip("running as root without a way to make a directory read-only (unshare -m)")
+    return prefix
+
+
+def test_verify_of_a_read_only_grid_store_suggests_no_write(store, tmp_path):
+    """A store the user cannot write: refused before the check runs, naming the store and
+    --no-write; with --no-write it is checked and left as it was."""
+    ro = tmp_path / "ro.zarr"
+    shutil.copytree(store, ro)
+    before = tree(ro)
+    try:
+        prefix = _read_only(ro)
+        argv = [*prefix, sys.executable, "-m", "qptables.cli.commands", "verify", str(ro)]
+        argv += ["--samples", "1", "--verify-dps", "20", "--workers", "1"]
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+        kw = {"capture_output": True, "text": True, "timeout": 300, "env": env}
+        p = subprocess.run(argv, check=False, **kw)
+        errors = [line for line in p.stderr.splitlines() if ": error:" in line]
+        assert p.returncode == 2 and len(errors) == 1, p.stderr
+        assert "--no-write" in errors[0] and str(ro) in errors[0], errors[0]
+        p = subprocess.run([*argv, "--no-write"], check=False, **kw)
+        assert p.returncode == 0 and "PASSED" in p.stderr, p.stderr
+        assert tree(ro) == before
+    finally:
+        for p in [ro, *ro.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
