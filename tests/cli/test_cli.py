@@ -475,3 +475,47 @@ def test_verify_of_a_read_only_grid_store_suggests_no_write(store, tmp_path):
     finally:
         for p in [ro, *ro.rglob("*")]:
             p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+# ----------------------------------------------------------------------------- publish's lock
+
+
+def test_publish_leaves_no_lock_file_in_the_host_folder(capsys, small_stores, tmp_path):
+    host = tmp_path / "host"
+    for name in ("a", "b"):
+        code, err = run(
+            capsys, "publish", str(small_stores["cells"]), "--to", str(host), "--name", name
+        )
+        assert code == 0, err
+    assert sorted(p.name for p in host.iterdir()) == ["a.tar.gz", "b.tar.gz", "manifest.json"]
+    assert sorted(json.loads((host / "manifest.json").read_text())["tables"]) == ["a", "b"]
+
+
+def test_concurrent_manifest_updates_lose_none_and_leave_no_lock(tmp_path):
+    """Publishers that update one manifest at once (threads: each lock is its own open file,
+    so they exclude each other as processes do) all get their entry in, one at a time, though
+    each deletes the lock file when done."""
+    import threading
+
+    from qptables.pipeline.publish import update_manifest
+
+    manifest = tmp_path / "manifest.json"
+    n_threads, per_thread = 8, 25
+    errors: list[BaseException] = []
+
+    def publisher(t: int) -> None:
+        try:
+            for k in range(per_thread):
+                update_manifest(manifest, {"name": f"t{t}-{k}"})
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=publisher, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not errors, errors
+    tables = json.loads(manifest.read_text())["tables"]
+    assert len(tables) == n_threads * per_thread
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
