@@ -241,7 +241,8 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--no-write",
         action="store_true",
-        help="do not store the report in a grid store (a cells store is never written to)",
+        help="do not store the report in a grid store (needed for one you cannot write; a "
+        "cells store is never written to)",
     )
     v.add_argument("--json", action="store_true", help="print the report as JSON")
 
