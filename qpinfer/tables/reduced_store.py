@@ -229,6 +229,11 @@ def read_cells(
     finite."""
     values = read_array(root, files, name, what)
     want = (n_labels, *(ax.n_cells * ax.n for ax in axes))
-    if values.shape != want or not np.all(np.isfinite(values)):
+    if values.shape != want:
+        raise TableError(
+            f"{what}: array {name} has shape {values.shape}, but its box in attrs['boxes'] "
+            f"declares {want} (labels, then n_cells x nodes_per_cell of each axis)"
+        )
+    if not np.all(np.isfinite(values)):
         raise TableError(f"{what}: array {name} is not {want} finite values")
     return cell_rows(values, axes) if stored else coefficients(values, axes)

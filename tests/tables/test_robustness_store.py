@@ -466,6 +466,18 @@ def test_a_signed_cells_store_with_an_absurd_array_shape_is_refused_without_allo
     _open_refused(cells_copy, name, *needles)
 
 
+def test_a_signed_cells_store_whose_box_claims_absurd_cells_is_refused_without_allocating(
+    cells_copy,
+):
+    from qpinfer.tables.reduced_store import integrity_record as cells_record
+
+    boxes = read_attrs(cells_copy)["boxes"]
+    boxes[0]["axes"][0]["n_cells"] = 10**12
+    edit_root_attrs(cells_copy, boxes=boxes, integrity=None)
+    edit_root_attrs(cells_copy, integrity=cells_record(cells_copy, read_attrs(cells_copy)))
+    _open_refused(cells_copy, f"rho_{boxes[0]['name']}", "attrs['boxes'] declares")
+
+
 QUERY_MU = np.r_[np.linspace(-1.0, 1.0, 9), -0.93, -0.11, 0.37, 0.999]
 QUERY_SIGMA = 10.0 ** np.r_[np.linspace(-0.5, 0.5, 5), -0.41, 0.07, 0.23, 0.49, -0.5, 0, 0.5, 0.3]
 
