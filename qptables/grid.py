@@ -40,6 +40,8 @@ PAPER_MU = (-10.0, 10.0, 0.001)
 PAPER_LOG10_SIGMA = (-1.0, 1.0, 0.001)
 #: Default largest count for the ``poisson_square`` paper preset (``y = 0..y_max``).
 DEFAULT_POISSON_Y_MAX = 10
+#: Largest ``--y-max`` accepted: the labels are listed before the disk space is counted.
+MAX_POISSON_Y_MAX = 100_000
 #: Points per tile the default tiling aims for: ~3 s at the kernel's target ~50k points/s/core
 #: (~4 s at the ~35k measured so far); larger tiles mean fewer chunk files for the reader.
 TARGET_TILE_POINTS = 150_000
@@ -323,8 +325,14 @@ def paper_grid(likelihood: str, y_max: int | None = None) -> GridSpec:
         y: tuple[int, ...] = (-1, 1)
     elif likelihood == "poisson_square":
         ymax = DEFAULT_POISSON_Y_MAX if y_max is None else y_max
-        if isinstance(ymax, bool) or not isinstance(ymax, int | np.integer) or ymax < 0:
-            raise GridError(f"--y-max: must be a non-negative integer, got {ymax!r}")
+        if (
+            isinstance(ymax, bool)
+            or not isinstance(ymax, int | np.integer)
+            or not 0 <= ymax <= MAX_POISSON_Y_MAX
+        ):
+            raise GridError(
+                f"--y-max: must be an integer in [0, {MAX_POISSON_Y_MAX}], got {ymax!r}"
+            )
         y = tuple(range(int(ymax) + 1))
     else:
         raise GridError(f"--grid paper: no default labels for likelihood {likelihood!r}; pass --y")

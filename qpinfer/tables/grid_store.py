@@ -36,6 +36,10 @@ class GridAxis:
     def __init__(self, start: float, stop: float, step: float) -> None:
         self.start = float(start)
         self.step = float(step)
+        if not (np.isfinite(self.start) and np.isfinite(float(stop)) and self.step > 0):
+            raise ValueError(
+                f"[start, stop, step] must be finite with step > 0, got {[start, stop, step]}"
+            )
         self.n = round((stop - start) / step) + 1
         self.stop = self.start + self.step * (self.n - 1)
         self.inv_step = 1.0 / self.step
@@ -149,6 +153,11 @@ def check_grid_store(root: Path, attrs: dict[str, Any], what: str) -> GridStore:
         ("log10_sigma", ls_axis, grid["log10_sigma"]),
     ):
         coord = read_coordinate(root, name, what)
+        if coord.shape != (axis.n,):  # before grid_axis allocates what the attribute claims
+            raise TableError(
+                f"{what}: grid[{name!r}] = {spec} claims {axis.n} points, but coordinate "
+                f"{name!r} holds {coord.size}"
+            )
         expected = grid_axis(*spec)
         if coord.shape != expected.shape or not np.allclose(
             coord, expected, rtol=0, atol=_COORD_ATOL

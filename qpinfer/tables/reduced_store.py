@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,30 @@ def integrity_changes(attrs: dict, files: dict[str, bytes]) -> list[str]:
     return out or ["the digest itself was changed"]
 
 
+def _check_shape(
+    root: Path, files: dict[str, bytes], name: str, shape: tuple, chunks: tuple, what: str
+) -> None:
+    """Refuse an array whose ``shape`` or ``chunk_shape`` (from its ``zarr.json``) are not
+    positive integers of the same rank, or claim more chunks than the store has files for the
+    array -- before anything of that size is allocated: the data read is then bounded by the
+    bytes on disk, whatever the metadata says."""
+    where = f"{what}: array {name!r} ({str(root / name / 'zarr.json')!r})"
+    for field, dims in (("shape", shape), ("chunk_shape", chunks)):
+        if not dims or not all(type(d) is int and d >= 1 for d in dims):
+            raise TableError(f"{where}: {field} must be positive integers, found {list(dims)}")
+    if len(shape) != len(chunks):
+        raise TableError(
+            f"{where}: shape {list(shape)} and chunk_shape {list(chunks)} differ in rank"
+        )
+    n_chunks = math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True))
+    n_files = sum(1 for rel in files if rel.startswith(f"{name}/") and not rel.endswith(".json"))
+    if n_chunks > n_files:
+        raise TableError(
+            f"{where}: shape {list(shape)} in chunks {list(chunks)} needs {n_chunks} chunk "
+            f"files, the store has {n_files}"
+        )
+
+
 def read_array(root: Path, files: dict[str, bytes], name: str, what: str) -> np.ndarray:
     """A float64 array of the store from its files' bytes (``files``: :func:`store_files`)."""
     try:
@@ -159,6 +184,7 @@ def read_array(root: Path, files: dict[str, bytes], name: str, what: str) -> np.
         raise TableError(f"{what}: malformed metadata of array {name!r} ({exc})") from None
     if meta.get("data_type") != "float64" or [c.get("name") for c in codecs] != ["bytes"]:
         raise TableError(f"{what}: array {name!r} must be uncompressed float64")
+    _check_shape(root, files, name, shape, chunks, what)
     out = np.empty(shape)
     grid = [range(0, n, c) for n, c in zip(shape, chunks, strict=True)]
     for idx in np.ndindex(*[len(g) for g in grid]):
@@ -203,6 +229,11 @@ def read_cells(
     finite."""
     values = read_array(root, files, name, what)
     want = (n_labels, *(ax.n_cells * ax.n for ax in axes))
-    if values.shape != want or not np.all(np.isfinite(values)):
+    if values.shape != want:
+        raise TableError(
+            f"{what}: array {name} has shape {values.shape}, but its box in attrs['boxes'] "
+            f"declares {want} (labels, then n_cells x nodes_per_cell of each axis)"
+        )
+    if not np.all(np.isfinite(values)):
         raise TableError(f"{what}: array {name} is not {want} finite values")
     return cell_rows(values, axes) if stored else coefficients(values, axes)

@@ -23,7 +23,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -144,12 +144,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
             "--workers: sizes the embedded LocalCluster, not the cluster of --scheduler (with "
             "--dry-run it is the estimate's worker count)"
         )
-    if args.verify_dps is not None and args.verify_dps < 15:
-        raise _Refused(f"--verify-dps: must be >= 15, got {args.verify_dps}")
     grid = _layout_from_args(args)
-    tol = args.tolerance
-    if tol is not None and not (math.isfinite(tol) and tol > 0):
-        raise _Refused(f"--tolerance: must be a positive number, got {tol!r}")
+    tol = args.tolerance  # its range, and the other options', checked by build() before any work
     try:
         result = build(
             args.likelihood, args.out, grid, scheduler=args.scheduler, workers=args.workers,
@@ -181,15 +177,19 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from qpinfer.tables import TableError
     from qptables.pipeline.errors import BuildInputError
+    from qptables.pipeline.plan import check_options
     from qptables.pipeline.verify import verify
 
     path = existing_store(args.out)
-    if args.tolerance is not None and not (math.isfinite(args.tolerance) and args.tolerance > 0):
-        raise _Refused(f"--tolerance: must be a positive number, got {args.tolerance!r}")
-    if args.verify_dps is not None and args.verify_dps < 15:
-        raise _Refused(f"--verify-dps: must be >= 15, got {args.verify_dps}")
     if args.scheduler and args.workers is not None:
         raise _Refused("--workers: the local processes' count, not with --scheduler")
+    try:  # before connecting to a scheduler (verify() checks them again)
+        check_options(
+            samples=args.samples, tolerance=args.tolerance, seed=args.seed,
+            verify_dps=args.verify_dps, workers=args.workers, kernel_points=args.kernel_points,
+        )  # fmt: skip
+    except BuildInputError as exc:
+        raise _Refused(str(exc)) from None
     kwargs = {
         "samples": args.samples, "tolerance": args.tolerance, "seed": args.seed,
         "dps": args.verify_dps, "workers": args.workers, "write": not args.no_write,
@@ -213,10 +213,34 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report["passed"] else 1
 
 
+def _check_output(output: str) -> None:
+    """``plot``'s ``--output``: a file in an existing, writable directory, of a format matplotlib
+    writes (the extension; when matplotlib is installed) -- checked before anything is drawn."""
+    out = Path(output)
+    parent = out.parent
+    if out.is_dir():
+        raise _Refused(f"--output: {out} is a directory; expected FILE.png")
+    if not parent.is_dir():
+        raise _Refused(f"--output: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise _Refused(f"--output: the directory {parent} is not writable")
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return  # the plot says which extra to install
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if out.suffix.lstrip(".").lower() not in kinds:
+        raise _Refused(
+            f"--output: {out.name!r} has no image extension matplotlib writes; expected FILE.png "
+            f"(or one of {', '.join('.' + k for k in sorted(kinds))})"
+        )
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from qptables.cli.plot import plot_table
 
     path = existing_store(args.out)
+    _check_output(args.output)
     try:
         if is_cells(path):
             from qptables.cli.plot import plot_reduced

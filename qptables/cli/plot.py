@@ -88,6 +88,10 @@ def plot_reduced(
     if not -300 <= window[1][0] < window[1][1] <= 300:
         raise ValueError(f"--log10-sigma: must lie in [-300, 300], got {window[1]}")
     table = open_reduced(path)
+    try:  # before the lookups
+        table.likelihood_object.check_y(np.array([float(y)]))
+    except ValueError as exc:
+        raise ValueError(f"--y: {y:g} is not a label of {table.likelihood} ({exc})") from None
     mus = np.linspace(*window[0], CELLS_PIXELS[0])
     ls = np.linspace(*window[1], CELLS_PIXELS[1])
     m, s = np.meshgrid(mus, 10.0**ls, indexing="ij")

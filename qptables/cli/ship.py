@@ -44,9 +44,14 @@ def ship(args: argparse.Namespace) -> int:
     from qpinfer.tables.shipped import SHIPPED
     from qptables.pipeline.build import build
     from qptables.pipeline.errors import BuildError, BuildInputError
+    from qptables.pipeline.plan import check_options
 
     if args.scheduler and args.workers is not None:
         raise _Refused("--workers: sizes the embedded LocalCluster, not with --scheduler")
+    try:  # before DIR is created (each build checks them again)
+        check_options(workers=args.workers)
+    except BuildInputError as exc:
+        raise _Refused(str(exc)) from None
     out = ship_destination(args)
     try:
         out.mkdir(parents=True, exist_ok=True)

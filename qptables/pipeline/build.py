@@ -221,7 +221,7 @@ def build(
     # -- 1. validate -------------------------------------------------------------------
     likelihood, out, grid = check_inputs(
         likelihood, out, grid, y_max, workers=workers, samples=samples, tolerance=tolerance,
-        verify_dps=verify_dps,
+        verify_dps=verify_dps, seed=seed, scheduler=scheduler if client is None else "client",
     )  # fmt: skip
     checks = {"samples": samples, "seed": seed}
     if tolerance is not None:

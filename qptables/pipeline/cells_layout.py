@@ -49,6 +49,7 @@ from qptables.pipeline.estimate import (
     MPMATH_FIRST_SECONDS,
     MPMATH_SECONDS,
     TILE_OVERHEAD_S,
+    mpmath_factor,
 )
 from qptables.pipeline.interrupt import deferred_sigterm
 from qptables.pipeline.layouts import Layout
@@ -97,17 +98,19 @@ def estimate_cells(
     kernel_points: int,
     samples: int,
     n_boxes: int,
+    dps: int | None = None,
 ) -> dict[str, float]:
     """Seconds of each phase of a cells build: ``tiles`` (``points[i]`` kernel points of box
     ``i`` still to compute at ``rates[i]`` points/s in a lone process), ``kernel_check`` (the
     client's check at ``kernel_points`` points), ``mpmath`` (``samples`` points, at least one per
-    box) and ``total``."""
+    box, at ``dps`` digits: :func:`~qptables.pipeline.estimate.mpmath_factor`) and ``total``."""
     busy = CONCURRENCY_FACTOR * n_workers
     tile_s = sum(p / r for p, r in zip(points, rates, strict=True)) / busy
     tile_s += tiles * TILE_OVERHEAD_S / n_workers
     kernel_s = kernel_points / (sum(rates) / len(rates)) if rates else 0.0
     n_mp = max(samples // max(n_boxes, 1), 1) * n_boxes
-    mp_s = MPMATH_FIRST_SECONDS + n_mp * MPMATH_SECONDS / n_workers
+    factor = mpmath_factor(dps)  # the reference's cost at dps digits (None: its own, ~40)
+    mp_s = (MPMATH_FIRST_SECONDS + n_mp * MPMATH_SECONDS / n_workers) * factor
     return {
         "tiles": tile_s,
         "kernel_check": kernel_s,
@@ -186,6 +189,7 @@ class CellsLayout(Layout):
         est = estimate_cells(
             points, rates, tiles=len(todo), n_workers=n_workers,
             kernel_points=self.kernel_points, samples=self.checks["samples"], n_boxes=len(boxes),
+            dps=self.checks["dps"],
         )  # fmt: skip
         text = (
             f"{human_seconds(est['total'])} on {n_workers} workers (tiles "

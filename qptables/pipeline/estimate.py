@@ -39,7 +39,14 @@ from qptables.grid import GridSpec
 from qptables.pipeline.tiles import evaluate_rows
 from qptables.units import human_seconds
 
-__all__ = ["Estimate", "calibrate_workers", "estimate_build"]
+__all__ = [
+    "VERIFY_DPS_RANGE",
+    "Estimate",
+    "calibrate_workers",
+    "estimate_build",
+    "mpmath_factor",
+    "mpmath_seconds",
+]
 
 #: Per-worker rate of reading, hashing and scanning tile bytes (checksums + sanity scan).
 SCAN_BYTES_PER_S = 250e6
@@ -51,10 +58,46 @@ TILE_OVERHEAD_S = 0.02
 MPMATH_SECONDS = 0.5
 #: A worker's first mpmath points build the quadrature nodes for dps (cached afterwards).
 MPMATH_FIRST_SECONDS = 1.5
+#: The accepted ``--verify-dps`` (decimal digits of the mpmath reference), both ends included.
+#: Below 15 the reference is no more precise than the float64 table it checks. The cost of a
+#: reference point grows steeply with the precision: measured here (one process, seconds per
+#: point after the first; probit / poisson_square) 0.14 / 0.15 s at dps 20, 0.18 / 0.37 at 30,
+#: 0.28 / 0.43 at 40, 0.63 / 0.83 at 60, 5.8 / 6.0 at 100 and 87 (probit) at 150 -- so 100 is
+#: the largest accepted: a default check (~40 points) stays within minutes per worker, and 100
+#: digits are 85 more than a 1e-12 check needs.
+VERIFY_DPS_RANGE = (15, 100)
+#: ``(dps, seconds per reference point)``, probit, measured as above; :func:`mpmath_factor`
+#: interpolates them.
+MPMATH_COST = ((20, 0.135), (30, 0.181), (40, 0.278), (60, 0.627), (100, 5.8), (150, 87.0))
 #: A lone client-side probe over-states a worker's rate when all cores are busy (dry runs).
 CONCURRENCY_FACTOR = 0.7
 #: Kernel seconds each worker spends on the calibration (rows of the build's grid).
 CALIBRATION_SECONDS = 1.0
+
+
+def mpmath_factor(dps: int | None) -> float:
+    """The cost of a reference point at ``dps`` digits relative to dps 40 (the precision of
+    :data:`MPMATH_SECONDS`; ``None``: the reference's own default, 40).
+
+    The fit: linear interpolation of ``log(seconds)`` between the measured points of
+    :data:`MPMATH_COST` (the cost grows about exponentially in dps, faster above 60, so no
+    single power or exponential fits the whole range), extrapolated with the last segment's
+    slope beyond it (below dps 20: the cost at 20)."""
+    if dps is None:
+        return 1.0
+    d, s = np.array(MPMATH_COST, dtype=float).T
+    log_s = np.log(s)
+    slope = (log_s[-1] - log_s[-2]) / (d[-1] - d[-2])
+    x = float(dps)
+    at = np.interp(x, d, log_s) if x <= d[-1] else log_s[-1] + slope * (x - d[-1])
+    return float(np.exp(at - np.interp(40.0, d, log_s)))
+
+
+def mpmath_seconds(dps: int | None) -> float:
+    """Uncalibrated seconds per reference point at ``dps`` digits: :data:`MPMATH_SECONDS`
+    scaled by :func:`mpmath_factor` (the quadrature nodes' first build,
+    :data:`MPMATH_FIRST_SECONDS`, scales the same way)."""
+    return MPMATH_SECONDS * mpmath_factor(dps)
 
 
 @dataclass
@@ -112,9 +155,11 @@ def estimate_build(
     mpmath_seconds: float = MPMATH_SECONDS,
     n_vars: int = 2,
     source: str = "measured on the workers",
+    dps: int | None = None,
 ) -> Estimate:
     """Seconds for ``tiles`` tiles holding ``points`` kernel points at ``rate`` points/s per
-    worker on ``n_workers`` workers, then checksums, ``n_verify`` mpmath points and publishing
+    worker on ``n_workers`` workers, then checksums, ``n_verify`` mpmath points (at
+    ``mpmath_seconds`` each, after the nodes' first build for ``dps`` digits) and publishing
     (the phase model of the module docstring)."""
     if n_workers < 1:
         raise ValueError(f"n_workers: must be >= 1, got {n_workers!r}")
@@ -125,7 +170,7 @@ def estimate_build(
     return Estimate(
         tiles=points / (rate * n_workers) + tiles * TILE_OVERHEAD_S / n_workers,
         scan=tile_bytes / (SCAN_BYTES_PER_S * n_workers),
-        verify=MPMATH_FIRST_SECONDS + n_verify * mpmath_seconds / n_workers,
+        verify=MPMATH_FIRST_SECONDS * mpmath_factor(dps) + n_verify * mpmath_seconds / n_workers,
         publish=tile_bytes / (PUBLISH_BYTES_PER_S * min(n_workers, slices)),
         n_workers=n_workers,
         points=points,
@@ -201,9 +246,10 @@ def calibrate_workers(
 
     The kernel is timed for ~:data:`CALIBRATION_SECONDS`, less for a build of few ``points``
     (at most ~2 % of its tile time), and mpmath only when ``n_verify`` points are worth more
-    than ~10 s of the workers' time (else :data:`MPMATH_SECONDS` is assumed): small builds
-    stay fast.
+    than ~10 s of the workers' time (else :func:`mpmath_seconds` at ``dps`` is assumed): small
+    builds stay fast.
     """
+    uncalibrated = mpmath_seconds(dps)
     n_workers = max(1, len(client.nthreads()))
     seconds = min(CALIBRATION_SECONDS, 0.02 * points / (probe_rate * n_workers))
     rows = calibration_rows(grid, probe_rate, seconds)
@@ -211,11 +257,11 @@ def calibrate_workers(
     sig = grid.sigma_values()
     # three points spread over the grid, as the verification's are (their cost varies 5x)
     points = []
-    if n_verify * MPMATH_SECONDS / n_workers > 10:
+    if n_verify * uncalibrated / n_workers > 10:
         for k, (fm, fs) in enumerate([(0.15, 0.2), (0.5, 0.55), (0.8, 0.9)]):
             i, j = int(fm * (len(mu) - 1)), int(fs * (len(sig) - 1))
             points.append((float(mu[i]), float(sig[j]), int(grid.y[k % len(grid.y)])))
     res = client.run(_calibrate, likelihood, grid.to_attrs(), grid.tile_mu, rows, points, dps)
     rates = [r["rate"] for r in res.values()]
     mp = [r["mpmath_seconds"] for r in res.values() if "mpmath_seconds" in r]
-    return float(np.mean(rates)), float(np.median(mp)) if mp else MPMATH_SECONDS
+    return float(np.mean(rates)), float(np.median(mp)) if mp else uncalibrated

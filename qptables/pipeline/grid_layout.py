@@ -29,7 +29,12 @@ from qptables.grid import GridSpec
 from qptables.pipeline.dask_run import TileTask
 from qptables.pipeline.destination import publish_build
 from qptables.pipeline.errors import BuildError, BuildInputError, writing
-from qptables.pipeline.estimate import CONCURRENCY_FACTOR, calibrate_workers, estimate_build
+from qptables.pipeline.estimate import (
+    CONCURRENCY_FACTOR,
+    calibrate_workers,
+    estimate_build,
+    mpmath_seconds,
+)
 from qptables.pipeline.layouts import Layout
 from qptables.pipeline.plan import (
     check_disk_space,
@@ -98,19 +103,21 @@ class GridLayout(Layout):
         points = points_to_compute(self.grid, todo, self.pairs)
         n_verify = len(self.grid.y) * 8 + self.checks["samples"]
         common = {"points": points, "tiles": len(todo), "n_verify": n_verify}
+        dps = self.checks["dps"]
         if client is None:
             est = estimate_build(
                 self.grid, **common, n_workers=n_workers, rate=self.rate * CONCURRENCY_FACTOR,
                 source=f"(probed here x{CONCURRENCY_FACTOR}: all cores busy)",
+                mpmath_seconds=mpmath_seconds(dps), dps=dps,
             )  # fmt: skip
             return est.total, est.describe()
         # calibrated on all workers at once (also warms them up); see qptables.pipeline.estimate
         rate, mp_s = calibrate_workers(
             client, self.likelihood, self.grid, self.rate, points=points, n_verify=n_verify,
-            dps=self.checks["dps"],
+            dps=dps,
         )  # fmt: skip
         est = estimate_build(
-            self.grid, **common, n_workers=n_workers, rate=rate, mpmath_seconds=mp_s
+            self.grid, **common, n_workers=n_workers, rate=rate, mpmath_seconds=mp_s, dps=dps
         )
         return est.total, est.describe()
 

@@ -22,8 +22,10 @@ from qptables.units import human_bytes
 
 __all__ = [
     "DISK_SLACK_BYTES",
+    "WORKERS_PER_CPU",
     "check_disk_space",
     "check_inputs",
+    "check_options",
     "describe_plan",
     "mirror_pairs",
     "points_to_compute",
@@ -76,12 +78,15 @@ def check_inputs(
     samples: int,
     tolerance: float | None,
     verify_dps: int | None,
+    seed: int = 0,
+    scheduler: str | None = None,
 ) -> tuple[str, Path, GridSpec | str]:
     """Step 1 of a build (:mod:`qptables.pipeline.build`): the canonical likelihood name
     (``"step_noise"`` -> ``"step_noise(eps=0.2)"``), the absolute ``OUT`` and the layout
     (:func:`resolve_grid`; the cells: the likelihood must have boxes), or
-    :class:`~qptables.BuildInputError` naming the argument. ``tolerance`` and ``verify_dps``:
-    None for the layout's default."""
+    :class:`~qptables.BuildInputError` naming the argument; the check's and the cluster's
+    options by :func:`check_options`. ``tolerance`` and ``verify_dps``: None for the layout's
+    default."""
     import qpinfer
 
     if not isinstance(likelihood, str):
@@ -96,18 +101,72 @@ def check_inputs(
             validate_y(likelihood, grid.y)
     except GridError as exc:
         raise BuildInputError(str(exc)) from None
-    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-        raise BuildInputError(f"--workers: must be a positive integer, got {workers!r}")
-    if samples < 0:
-        raise BuildInputError(f"--samples: must be >= 0, got {samples!r}")
-    if tolerance is not None and not (np.isfinite(tolerance) and tolerance > 0):
-        raise BuildInputError(f"--tolerance: must be a positive number, got {tolerance!r}")
-    if verify_dps is not None and int(verify_dps) < 15:
-        raise BuildInputError(f"--verify-dps: must be >= 15, got {verify_dps!r}")
+    check_options(
+        samples=samples, tolerance=tolerance, seed=seed, verify_dps=verify_dps, workers=workers,
+        local=scheduler is None,
+    )  # fmt: skip
     out = Path(out).expanduser().absolute()
     if out.name in ("", ".", ".."):
         raise BuildInputError(f"OUT: {out} is not a valid store name")
     return likelihood, out, grid
+
+
+#: Local worker processes allowed per CPU core: the kernels and the mpmath points run one per
+#: core, so more only share the cores (and each process costs ~100 MB); a mistyped count would
+#: otherwise start thousands of processes.
+WORKERS_PER_CPU = 4
+
+
+def _whole(flag: str, value: Any, lo: int, hi: int | None = None, what: str = "") -> None:
+    """``value`` must be an integer (not a bool) in ``[lo, hi]``, else
+    :class:`~qptables.BuildInputError` naming ``flag``, the range and ``what`` it is."""
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
+    if ok and lo <= value and (hi is None or value <= hi):
+        return
+    span = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+    raise BuildInputError(f"{flag}: must be {span}{what}, got {value!r}")
+
+
+def check_options(
+    *,
+    samples: int | None = None,
+    tolerance: float | None = None,
+    seed: int = 0,
+    verify_dps: int | None = None,
+    workers: int | None = None,
+    kernel_points: int | None = None,
+    local: bool = True,
+) -> None:
+    """The options of the check against mpmath and of the cluster, shared by a build and
+    ``qptables verify`` and checked before either does any work: ``samples`` >= 0, ``tolerance``
+    finite > 0, ``seed`` >= 0 (numpy's generators take no negative seed), ``verify_dps`` in
+    :data:`~qptables.pipeline.estimate.VERIFY_DPS_RANGE`, ``workers`` >= 1 and, for a local
+    cluster (``local``), at most :data:`WORKERS_PER_CPU` per CPU core, ``kernel_points`` >= 1;
+    ``None``: the default. :class:`~qptables.BuildInputError` names the flag and the range."""
+    from qptables.pipeline.estimate import VERIFY_DPS_RANGE
+
+    if workers is not None:
+        cap = WORKERS_PER_CPU * (os.cpu_count() or 1) if local else None
+        why = f" ({WORKERS_PER_CPU} per CPU core of this machine)" if local else ""
+        _whole("--workers", workers, 1, cap, why)
+    if samples is not None:
+        _whole("--samples", samples, 0)
+    _whole("--seed", seed, 0)
+    if kernel_points is not None:
+        _whole("--kernel-points", kernel_points, 1)
+    if tolerance is not None:
+        number = isinstance(tolerance, float | int | np.floating) and not isinstance(
+            tolerance, bool
+        )
+        if not (number and np.isfinite(tolerance) and tolerance > 0):
+            raise BuildInputError(f"--tolerance: must be a positive number, got {tolerance!r}")
+    if verify_dps is not None:
+        _whole(
+            "--verify-dps",
+            verify_dps,
+            *VERIFY_DPS_RANGE,
+            " (decimal digits of the mpmath reference)",
+        )
 
 
 def check_disk_space(out: Path, grid: GridSpec, done: set[tuple[int, int]] | None = None) -> int:

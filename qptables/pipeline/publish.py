@@ -36,12 +36,14 @@ names its boxes with their shapes (``boxes``) instead of one ``shape``, identifi
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import gzip
 import json
 import os
 import tarfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +54,19 @@ from qpinfer.tables.remote.install import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     checksums_digest,
-    file_lock,
     validate_name,
 )
 from qptables.pipeline.layouts import store_layout
 from qptables.store import StoreError, read_attrs
 
-__all__ = ["PublishError", "pack_store", "publish", "update_manifest"]
+__all__ = [
+    "PublishError",
+    "check_destination",
+    "pack_store",
+    "publish",
+    "read_manifest",
+    "update_manifest",
+]
 
 #: gzip level of the archives (float64 tables compress ~10-25%; higher levels gain little).
 COMPRESSLEVEL = 6
@@ -112,26 +120,60 @@ def pack_store(store: Path, archive: Path, name: str, mtime: int) -> None:
         os.fsync(f.fileno())
 
 
+@contextlib.contextmanager
+def manifest_lock(path: Path, seconds: float) -> Iterator[None]:
+    """Hold the lock file ``path`` (POSIX ``flock``; no lock elsewhere) for one manifest update,
+    waiting at most ``seconds`` for another publisher, and delete it when done.
+
+    Deleting a lock file others may be waiting on is safe here because the holder deletes it
+    *while still holding it*, and a publisher that gets the lock checks that ``path`` still names
+    the file it locked (same device and inode); if not -- the file was deleted, or replaced by a
+    newer publisher's -- it starts again on the file now at ``path``. So at most one publisher
+    holds the lock on the file at ``path`` at any time, and none is left behind."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    deadline = Deadline(seconds)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if deadline.expired():
+                        raise PublishError(
+                            f"--manifest: timed out after {deadline.elapsed():.0f} s waiting "
+                            f"for another publisher holding {path}"
+                        ) from None
+                    deadline.sleep(0.05)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(path)
+            except FileNotFoundError:
+                continue  # deleted by the publisher before us: lock the next file
+            if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+                continue  # replaced: lock the file at path now
+            try:
+                yield
+            finally:
+                path.unlink(missing_ok=True)  # still held: waiters on this file start again
+            return
+        finally:
+            os.close(fd)  # releases the flock
+
+
 def update_manifest(manifest: Path, entry: dict[str, Any]) -> dict[str, Any]:
     """Add or replace ``entry`` (by ``entry["name"]``) in ``manifest`` (created if missing),
-    atomically (temporary file + rename, under a lock file ``manifest.lock``, waited for at most
-    :data:`MANIFEST_LOCK_SECONDS`)."""
+    atomically (temporary file + rename, under the lock file ``manifest.json.lock`` of
+    :func:`manifest_lock`, waited for at most :data:`MANIFEST_LOCK_SECONDS` and deleted
+    afterwards)."""
     manifest.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(manifest.with_name(manifest.name + ".lock"), Deadline(MANIFEST_LOCK_SECONDS)):
-        if manifest.exists():
-            try:
-                data = json.loads(manifest.read_text())
-            except ValueError as exc:
-                raise PublishError(f"--manifest: {manifest} is not valid JSON ({exc})") from None
-            if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
-                raise PublishError(f"--manifest: {manifest} is not a table manifest")
-            if data.get("format") != MANIFEST_FORMAT:
-                raise PublishError(
-                    f"--manifest: {manifest} has format {data.get('format')!r}, expected "
-                    f"{MANIFEST_FORMAT}"
-                )
-        else:
-            data = {"format": MANIFEST_FORMAT, "tables": {}}
+    with manifest_lock(manifest.with_name(manifest.name + ".lock"), MANIFEST_LOCK_SECONDS):
+        data = read_manifest(manifest)
         data.setdefault(
             "description",
             "sigma* lookup tables for Quantile Propagation, written by `qptables publish`; "
@@ -146,6 +188,42 @@ def update_manifest(manifest: Path, entry: dict[str, Any]) -> dict[str, Any]:
         finally:
             tmp.unlink(missing_ok=True)
     return data
+
+
+def read_manifest(manifest: Path) -> dict[str, Any]:
+    """The table manifest at ``manifest`` (an empty one if there is no file);
+    :class:`PublishError` naming ``--manifest`` if it is a directory or not a table manifest."""
+    if manifest.is_dir():
+        raise PublishError(f"--manifest: {manifest} is a directory; expected a manifest file")
+    if not manifest.exists():
+        return {"format": MANIFEST_FORMAT, "tables": {}}
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError) as exc:
+        raise PublishError(f"--manifest: {manifest} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
+        raise PublishError(f"--manifest: {manifest} is not a table manifest")
+    if data.get("format") != MANIFEST_FORMAT:
+        raise PublishError(
+            f"--manifest: {manifest} has format {data.get('format')!r}, expected {MANIFEST_FORMAT}"
+        )
+    return data
+
+
+def check_destination(to: Path, manifest: Path) -> None:
+    """Before anything is packed: ``to`` is a directory (or can be made one where a writable
+    directory is) and ``manifest`` a table manifest or absent, in a directory that is or can be
+    made; :class:`PublishError` naming ``--to`` or ``--manifest``."""
+    for flag, folder in (("--to", to), ("--manifest", manifest.parent)):
+        existing = folder
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            but = "" if existing == folder else f", so {folder} cannot be one"
+            raise PublishError(f"{flag}: {existing} is not a directory{but}")
+        if not os.access(existing, os.W_OK):
+            raise PublishError(f"{flag}: {existing} is not writable")
+    read_manifest(manifest)
 
 
 def checked_name(store: Path, name: str | None) -> str:
@@ -220,6 +298,9 @@ def publish(
     """
     store = Path(store)
     name = checked_name(store, name)
+    check_destination(
+        Path(to), Path(manifest) if manifest is not None else Path(to) / MANIFEST_NAME
+    )
     try:
         layout = store_layout(read_attrs(store))
     except StoreError as exc:

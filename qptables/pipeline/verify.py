@@ -22,9 +22,23 @@ from typing import Any
 
 from qptables.pipeline.errors import BuildInputError
 from qptables.pipeline.layouts import store_layout
+from qptables.pipeline.plan import check_options
 from qptables.store import read_attrs
 
-__all__ = ["verify"]
+__all__ = ["check_report_writable", "verify"]
+
+
+def check_report_writable(path: Path) -> None:
+    """A grid store's report is written into its root ``zarr.json`` (replaced through a new file
+    beside it): refuse a store where neither can be written before the check runs, suggesting
+    ``--no-write``. ``os.access`` asks the kernel, so a read-only file system is refused for
+    every user, a read-only mode for all but root (who may write anyway)."""
+    for target in (path, path / "zarr.json"):
+        if not os.access(target, os.W_OK):
+            raise BuildInputError(
+                f"OUT: {target} is not writable, so the verification report cannot be stored "
+                f"in {path}; pass --no-write to check it without storing the report"
+            )
 
 
 def verify(
@@ -66,11 +80,18 @@ def verify(
     Raises
     ------
     qptables.pipeline.errors.BuildInputError
-        An option of the other layout, or ``boxes`` names a box the store does not have.
+        Before any check runs: an option out of its range
+        (:func:`~qptables.pipeline.plan.check_options`), an option of the other layout, a grid
+        store whose report cannot be written (``write=True``: pass ``write=False``), or ``boxes``
+        names a box the store does not have.
     ValueError
         The store is not one this package reads (also a ``qpinfer.tables.TableError``), or a
         grid store's metadata no longer matches its digest.
     """
+    check_options(
+        samples=samples, tolerance=tolerance, seed=seed, verify_dps=dps, workers=workers,
+        kernel_points=kernel_points, local=client is None,
+    )  # fmt: skip
     path = Path(path)
     if store_layout(read_attrs(path)) == "cells":
         from qptables.pipeline.cells_check import (
@@ -87,6 +108,8 @@ def verify(
     for flag, value in (("--kernel-points", kernel_points), ("--boxes", boxes)):
         if value is not None:
             raise BuildInputError(f"{flag}: only for cells stores; {path} is a grid store")
+    if write:
+        check_report_writable(path)
     from qptables.reference.verify import (
         DEFAULT_DPS,
         DEFAULT_SAMPLES,

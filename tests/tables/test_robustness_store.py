@@ -375,6 +375,109 @@ def test_qptables_verify_refuses_an_edited_store_naming_the_attribute(copy, tmp_
     assert snapshot(copy) == before  # no report was written
 
 
+# ----------------------------------------------------------------------------- absurd shapes
+
+
+#: Bytes a refused open may allocate at most (the small stores here are ~30 kB; the absurd
+#: shapes below would need 800 MB to 8 PB).
+OPEN_PEAK_BYTES = 20 * 2**20
+
+
+def _open_refused(path: Path, *needles: str) -> None:
+    """``open_table(path)`` refuses at once, naming the store and each of ``needles``, without
+    allocating what the metadata claims."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(TableError) as info:
+            open_table(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(path) in str(info.value), info.value
+    for needle in needles:
+        assert needle in str(info.value), info.value
+    assert peak < OPEN_PEAK_BYTES, (peak, info.value)
+
+
+@pytest.mark.parametrize(
+    ("mu", "needles"),
+    [
+        ([-1.0, 1.0, 2e-8], ("grid['mu']", "100000001")),  # 1e8 points: 800 MB before the fix
+        ([-1.0, 1.0, 2e-15], ("grid['mu']", "1000000000000001")),  # raw MemoryError before
+        ([-1.0, 1.0, 0.0], ("grid", "step > 0")),
+        ([-1.0, 1.0, float("nan")], ("grid", "finite")),
+    ],
+    ids=["1e8-points", "1e15-points", "zero-step", "nan-step"],
+)
+def test_a_signed_grid_store_with_an_absurd_axis_is_refused_without_allocating(copy, mu, needles):
+    edit_root_attrs(copy, grid={**read_attrs(copy)["grid"], "mu": mu})
+    edit_root_attrs(copy, **{INTEGRITY_ATTR: integrity_record(copy, read_attrs(copy))})
+    _open_refused(copy, *needles)
+
+
+@pytest.fixture
+def cells_copy(tmp_path) -> Path:
+    """A copy of the smallest shipped cells store (60 kB)."""
+    from qpinfer.tables.shipped import DATA_DIR
+
+    dst = tmp_path / "cells.zarr"
+    shutil.copytree(DATA_DIR / "step_noise-eps0.2.zarr", dst)
+    return dst
+
+
+def _edit_cells_array(path: Path, name: str, change) -> None:
+    """Edit the ``zarr.json`` of array ``name``: ``change(shape, chunk_shape)`` gives the new
+    ones; then re-sign the store as the build does, so only the new check can refuse it."""
+    from qpinfer.tables.reduced_store import integrity_record as cells_record
+
+    f = path / name / "zarr.json"
+    meta = json.loads(f.read_text())
+    config = meta["chunk_grid"]["configuration"]
+    meta["shape"], config["chunk_shape"] = change(meta["shape"], config["chunk_shape"])
+    f.write_text(json.dumps(meta))
+    edit_root_attrs(path, integrity=None)
+    edit_root_attrs(path, integrity=cells_record(path, read_attrs(path)))
+
+
+def _rho(path: Path) -> str:
+    return sorted(p.name for p in path.iterdir() if p.name.startswith("rho_"))[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "needles"),
+    [
+        # 1e16 values: "array is too big" (a raw ValueError) before the fix; 1e10: 80 GB
+        (lambda s, c: ([*s[:-1], 10**16], c), ("shape", "chunk files")),
+        (lambda s, c: ([*s[:-1], 10**10], c), ("shape", "chunk files")),
+        (lambda s, c: (s, [*c[:-1], 0]), ("chunk_shape", "positive integers")),  # "range() arg 3"
+        (lambda s, c: (s, [*c[:-1], -4]), ("chunk_shape", "positive integers")),
+        (lambda s, c: ([*s, 3], c), ("shape", "rank")),
+        (lambda s, c: ([*s[:-1], 2.5], c), ("shape", "positive integers")),
+    ],
+    ids=["1e16", "1e10", "zero-chunk", "negative-chunk", "rank", "not-integer"],
+)
+def test_a_signed_cells_store_with_an_absurd_array_shape_is_refused_without_allocating(
+    cells_copy, change, needles
+):
+    name = _rho(cells_copy)
+    _edit_cells_array(cells_copy, name, change)
+    _open_refused(cells_copy, name, *needles)
+
+
+def test_a_signed_cells_store_whose_box_claims_absurd_cells_is_refused_without_allocating(
+    cells_copy,
+):
+    from qpinfer.tables.reduced_store import integrity_record as cells_record
+
+    boxes = read_attrs(cells_copy)["boxes"]
+    boxes[0]["axes"][0]["n_cells"] = 10**12
+    edit_root_attrs(cells_copy, boxes=boxes, integrity=None)
+    edit_root_attrs(cells_copy, integrity=cells_record(cells_copy, read_attrs(cells_copy)))
+    _open_refused(cells_copy, f"rho_{boxes[0]['name']}", "attrs['boxes'] declares")
+
+
 QUERY_MU = np.r_[np.linspace(-1.0, 1.0, 9), -0.93, -0.11, 0.37, 0.999]
 QUERY_SIGMA = 10.0 ** np.r_[np.linspace(-0.5, 0.5, 5), -0.41, 0.07, 0.23, 0.49, -0.5, 0, 0.5, 0.3]
 
