@@ -15,7 +15,11 @@ from qpinfer.estimators.blas import check_blas_threads, limits_blas
 from qpinfer.estimators.params import estimator, initial_kernel
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.estimators.protocol import ParamsMixin
-from qpinfer.estimators.sparse_base import SchedulerCloneMixin, checked_inducing_points
+from qpinfer.estimators.sparse_base import (
+    SchedulerCloneMixin,
+    check_inducing_kernel,
+    checked_inducing_points,
+)
 from qpinfer.estimators.tables import resolve_table
 from qpinfer.inference.power_ep import PowerMomentMatching, check_power
 from qpinfer.inference.projections import QuantileMatching
@@ -257,6 +261,7 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
             )
         kernel = initial_kernel(self, X.shape[1], _check_kernel)
         Z = self._initial_inducing(X, int(self.n_inducing), s.seed)
+        check_inducing_kernel(kernel, Z)
         if self.scheduler is None:
             res = fit_minibatch(kernel, Z, classes, X.shape[0], projection, LocalRunner(X, y), s)
         else:

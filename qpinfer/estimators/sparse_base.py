@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.estimators.params import PseudoPointParams
+from qpinfer.inference.dense_posterior import check_kernel_matrix
 from qpinfer.inference.sparse.pseudo_points import _check_kernel as check_sparse_kernel
 from qpinfer.inference.sparse.pseudo_points import kmeans_inducing_points
 
@@ -58,6 +59,15 @@ class SparseEstimatorBase(PseudoPointParams):
         if self.inducing_points is not None:  # checked before its rows are counted
             return checked_inducing_points(self.inducing_points, X.shape[1])
         return kmeans_inducing_points(X, self._n_inducing_for(X.shape[0]), self.random_state)
+
+
+def check_inducing_kernel(kernel: Any, Z: np.ndarray) -> None:
+    """``ValueError`` naming ``kernel`` unless ``kernel(Z)`` on the inducing inputs ``Z`` is a
+    covariance matrix (finite, symmetric, positive semi-definite up to round-off: the dense
+    estimators' check, :func:`qpinfer.inference.dense_posterior.check_kernel_matrix`), before
+    any sweep: a kernel that is no covariance otherwise fails deep inside as "Kuu + jitter I is
+    not positive definite"."""
+    check_kernel_matrix(kernel(Z), kernel, on="the inducing inputs")
 
 
 def checked_inducing_points(inducing_points: Any, n_features: int) -> np.ndarray:

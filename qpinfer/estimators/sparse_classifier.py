@@ -15,7 +15,11 @@ from qpinfer.estimators.multiclass import MultiClassMixin, check_multi_class
 from qpinfer.estimators.params import SiteLoopParams, estimator
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.estimators.protocol import log_marginal_likelihood_method
-from qpinfer.estimators.sparse_base import SchedulerCloneMixin, SparseEstimatorBase
+from qpinfer.estimators.sparse_base import (
+    SchedulerCloneMixin,
+    SparseEstimatorBase,
+    check_inducing_kernel,
+)
 from qpinfer.estimators.tables import resolve_table
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
 from qpinfer.inference.power_ep import PowerMomentMatching, check_power
@@ -196,6 +200,7 @@ class SparseGPClassifier(
             projection = final = PowerMomentMatching(Probit(), alpha)
         kernel = self._initial_kernel(X.shape[1])
         Z = self._initial_inducing(X)
+        check_inducing_kernel(kernel, Z)
         d = X.shape[1]
         n_theta = kernel.theta.size
         n_evals, starts = 1, []

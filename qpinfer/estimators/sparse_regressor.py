@@ -12,7 +12,7 @@ from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
-from qpinfer.estimators.sparse_base import SparseEstimatorBase
+from qpinfer.estimators.sparse_base import SparseEstimatorBase, check_inducing_kernel
 from qpinfer.inference.optimize import search_evidence
 from qpinfer.inference.power_ep import check_power
 from qpinfer.inference.search_space import free_block, kernel_block, scalar_block, search_space
@@ -124,6 +124,7 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         yn = (y - y_mean) / y_std
         kernel = self._initial_kernel(X.shape[1])
         Z = self._initial_inducing(X)
+        check_inducing_kernel(kernel, Z)
         log_s2 = np.log(float(self.noise_variance))
         Z_fixed = None if self.optimize_inducing else Z
         blocks = [kernel_block(kernel), scalar_block(log_s2, NOISE_BOUNDS, "log noise_variance")]

@@ -207,7 +207,7 @@ def _kernel_repr(kernel: Any) -> str:
         return repr(kernel)
 
 
-def check_kernel_matrix(K: np.ndarray, kernel: Any, name: str = "kernel") -> None:
+def check_kernel_matrix(K: np.ndarray, kernel: Any, name: str = "kernel", on: str = "X") -> None:
     """``ValueError`` naming ``name`` and ``repr(kernel)`` unless the matrix ``K = kernel(X)``
     is finite, symmetric and positive semi-definite up to round-off: no entry of ``K - K^T``
     and no eigenvalue below ``-tol``, ``tol = KERNEL_PSD_RTOL * n * eps * max|diag K|``
@@ -216,12 +216,13 @@ def check_kernel_matrix(K: np.ndarray, kernel: Any, name: str = "kernel") -> Non
     message quotes, is computed only when it fails. A matrix that is no covariance (a
     ``ConstantKernel`` with a negative value, a sum with a negative term, a user's kernel with a
     bug) makes every EP cavity improper: the site updates are skipped and the "fit" is the
-    prior; Laplace and VB fail to factorise."""
+    prior; Laplace and VB fail to factorise. ``on`` is what the message calls ``X`` (the
+    sparse estimators check ``kernel(Z)`` on their inducing inputs)."""
     K = np.asarray(K)
     who = f"{name} {_kernel_repr(kernel)}"
     if not np.all(np.isfinite(K)):
         raise ValueError(
-            f"{who} gave a kernel matrix with non-finite entries on X (nan or inf): check the "
+            f"{who} gave a kernel matrix with non-finite entries on {on} (nan or inf): check the "
             "kernel's hyperparameters (a negative constant_value has no log) and X's scale"
         )
     n = K.shape[0]
@@ -232,7 +233,7 @@ def check_kernel_matrix(K: np.ndarray, kernel: Any, name: str = "kernel") -> Non
     asym = float(np.max(np.abs(K - K.T)))
     if asym > tol:
         raise ValueError(
-            f"{who} is not symmetric on X: its matrix K has |K - K^T| up to {asym:.3g} "
+            f"{who} is not symmetric on {on}: its matrix K has |K - K^T| up to {asym:.3g} "
             f"(round-off allows {tol:.3g}); a covariance function must give k(x, z) = k(z, x)"
         )
     shifted = K + tol * np.eye(n)
@@ -244,7 +245,7 @@ def check_kernel_matrix(K: np.ndarray, kernel: Any, name: str = "kernel") -> Non
         return
     low, high = np.min(np.diagonal(K)), np.max(np.diagonal(K))
     raise ValueError(
-        f"{who} is not positive semi-definite on X: its matrix K has smallest eigenvalue "
+        f"{who} is not positive semi-definite on {on}: its matrix K has smallest eigenvalue "
         f"{smallest:.4g} (variances, its diagonal, from {low:.4g} to {high:.4g}; round-off "
         f"allows {-tol:.3g}). A covariance function must give a positive semi-definite matrix: "
         "a ConstantKernel with a negative constant_value, or a sum with a negative term, does not"

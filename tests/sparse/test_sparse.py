@@ -306,6 +306,27 @@ def test_bad_parameters_are_value_errors(cls, params, match):
         cls(**{"n_inducing": 5, "optimizer": None, **params}).fit(X, y)
 
 
+@pytest.mark.parametrize("optimizer", [None, "lbfgs"])
+@pytest.mark.parametrize(
+    "cls", [SparseGPRegressor, SparseGPClassifier, qpinfer.MiniBatchSparseGPClassifier]
+)
+def test_a_kernel_that_is_no_covariance_is_refused_naming_kernel(cls, optimizer):
+    # -RBF (a negative ConstantKernel) and 2 - RBF (a positive diagonal): indefinite on the
+    # inducing inputs, which used to end in "Kuu + jitter I is not positive definite"
+    from sklearn.gaussian_process.kernels import RBF
+    from sklearn.gaussian_process.kernels import ConstantKernel as C
+
+    if cls is qpinfer.MiniBatchSparseGPClassifier and optimizer == "lbfgs":
+        optimizer = "adam"
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    y = (X[:, 0] > 0).astype(int)
+    for kernel in (C(-1.0, "fixed") * RBF(), 2.0 + C(-1.0, "fixed") * RBF()):
+        est = cls(kernel=kernel, n_inducing=10, optimizer=optimizer, random_state=0)
+        with pytest.raises(ValueError, match="kernel .* is not positive semi-definite on the"):
+            est.fit(X, y)
+
+
 def test_vfe_is_only_a_regression_option():
     X = np.random.default_rng(0).normal(size=(20, 2))
     with pytest.raises(ValueError, match="alpha"):
