@@ -2,7 +2,7 @@
 streamed from memory, a dask array, or a dask cluster's workers, with Adam on the hyperparameters
 and inducing inputs, a progress bar and early stopping on held-out rows.
 
-Held out (:func:`_batches`): ``round(validation_fraction x N)`` rows (at least one when the
+Held out (``_batches``): ``round(validation_fraction x N)`` rows (at least one when the
 fraction is positive and N >= 2), one contiguous range at a seeded random multiple of
 ``batch_size`` (at the end when the rows after it would make less than half a batch); so the
 sites are always fitted on ``1 - validation_fraction`` of the rows, whatever ``batch_size``.

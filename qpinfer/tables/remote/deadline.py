@@ -147,7 +147,7 @@ def read_some(resp: Any, n: int) -> bytes:
 
 class Watchdog:
     """Shuts down the sockets of one request ``seconds`` from now (``None``: never, until
-    :meth:`rearm`), waking a read that is blocked in the middle of a response's headers or body
+    ``rearm``), waking a read that is blocked in the middle of a response's headers or body
     (a server trickling bytes keeps a socket timeout from ever firing)."""
 
     def __init__(self, seconds: float | None) -> None:
