@@ -66,15 +66,6 @@ def host(store, tmp_path_factory) -> tuple[Path, dict]:
     return d, entry
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    c = tmp_path / "cache"
-    monkeypatch.setenv("QPINFER_TABLES", str(c))
-    monkeypatch.delenv(dl.URL_ENV, raising=False)
-    monkeypatch.setattr(qpinfer.tables.remote.transfer, "RETRY_BACKOFF", 0.01)
-    return c
-
-
 class Handler(http.server.SimpleHTTPRequestHandler):
     """``http.server``'s file handler, plus (when the test asks) byte ranges and dropped
     connections; records every request."""

@@ -36,8 +36,7 @@ import qpinfer.tables.remote.transfer
 from qpinfer.cli import main
 from qpinfer.tables import TableError, open_table
 from qpinfer.tables.remote.install import DownloadError
-from qptables.pipeline.publish import publish
-from tests.tables.test_tables_reader import write_store
+from tests.tables.conftest import probit_host
 
 NAME = "probit-lim"
 
@@ -45,20 +44,7 @@ NAME = "probit-lim"
 @pytest.fixture(scope="module")
 def host(tmp_path_factory) -> tuple[Path, dict]:
     """A table host directory (manifest + archive) holding one small probit table."""
-    root = tmp_path_factory.mktemp("lim")
-    store, _, _ = write_store(root / f"{NAME}.zarr")
-    d = root / "host"
-    entry = publish(store, d, name=NAME)
-    return d, entry
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    c = tmp_path / "cache"
-    monkeypatch.setenv("QPINFER_TABLES", str(c))
-    monkeypatch.delenv(dl.URL_ENV, raising=False)
-    monkeypatch.setattr(qpinfer.tables.remote.transfer, "RETRY_BACKOFF", 0.01)
-    return c
+    return probit_host(tmp_path_factory, NAME)
 
 
 def assert_nothing_installed(cache: Path) -> None:

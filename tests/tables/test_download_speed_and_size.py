@@ -28,12 +28,10 @@ from pathlib import Path
 import pytest
 
 import qpinfer.tables.remote.install as dl
-import qpinfer.tables.remote.transfer
 from qpinfer.cli import main
 from qpinfer.tables import TableError, open_table
 from qpinfer.tables.remote.install import DownloadError, UnknownTableError
-from qptables.pipeline.publish import publish
-from tests.tables.test_tables_reader import write_store
+from tests.tables.conftest import probit_host
 
 NAME = "probit-speed"
 #: Window of the low-speed limit in these tests (seconds); the default is a minute.
@@ -42,20 +40,7 @@ WINDOW = 0.4
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("speed")
-    store, _, _ = write_store(root / f"{NAME}.zarr")
-    d = root / "host"
-    entry = publish(store, d, name=NAME)
-    return d, entry
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    c = tmp_path / "cache"
-    monkeypatch.setenv("QPINFER_TABLES", str(c))
-    monkeypatch.delenv(dl.URL_ENV, raising=False)
-    monkeypatch.setattr(qpinfer.tables.remote.transfer, "RETRY_BACKOFF", 0.01)
-    return c
+    return probit_host(tmp_path_factory, NAME)
 
 
 def copy_host(host: tuple[Path, dict], tmp_path: Path, **changes) -> Path:

@@ -43,14 +43,6 @@ def host(tmp_path_factory) -> tuple[Path, dict]:
     return d, entry
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    c = tmp_path / "cache"
-    monkeypatch.setenv("QPINFER_TABLES", str(c))
-    monkeypatch.delenv(dl.URL_ENV, raising=False)
-    return c
-
-
 def repack(
     host: tuple[Path, dict],
     tmp_path: Path,
