@@ -91,7 +91,7 @@ def parser() -> argparse.ArgumentParser:
         "--retries",
         type=int,
         default=3,
-        help="extra attempts after a failed or interrupted transfer (default 3)",
+        help="extra attempts after a failed or interrupted transfer, 0 to 10 (default 3)",
     )
     d.add_argument(
         "--timeout",
@@ -155,10 +155,13 @@ class _Progress:
 
 def _cmd_download(args: argparse.Namespace) -> int:
     from qpinfer.tables import open_table
-    from qpinfer.tables.remote.install import download
+    from qpinfer.tables.remote.install import MAX_RETRIES, download
 
-    if args.retries < 0:
-        raise ValueError("--retries must be >= 0")
+    if not 0 <= args.retries <= MAX_RETRIES:
+        raise ValueError(
+            f"--retries must be in [0, {MAX_RETRIES}] (the pause before a retry doubles each "
+            f"time), got {args.retries}"
+        )
     path = download(
         args.name,
         args.url,

@@ -276,3 +276,30 @@ def test_qpinfer_list_prints_the_hosts_table_names_as_printable_ascii(
     out = capsys.readouterr().out
     assert "\\x1b[31mpwned" in out, out
     assert all(" " <= ch <= "~" or ch == "\n" for ch in out), repr(out)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--retries", "11"], "--retries must be in [0, 10]"),
+        (["--retries", "1000000000"], "--retries must be in [0, 10]"),
+        (["--url", "http://[::1"], "is not a valid URL (Invalid IPv6 URL)"),
+        (["--url", "http://host:99999"], "is not a valid URL (Port out of range"),
+        (["--url", "http://"], "names no host"),
+        (["--url", "ftp://host/tables"], "only http(s):// and file:// URLs are supported"),
+    ],
+)
+def test_download_arguments_are_checked_before_any_transfer(cache, capsys, args, words):
+    """A retry count whose back-off would never end, or a URL that is no URL: one line naming
+    it, before any request (the default URL is a port nothing listens on) or any file."""
+    argv = ["download", NAME, "--quiet", *args]
+    if "--url" not in args:
+        argv += ["--url", "http://127.0.0.1:9"]
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "qpinfer download: error:" in err and words in err, err
+    assert not cache.exists() or not any(cache.rglob("*"))

@@ -109,6 +109,8 @@ __all__ = [
 _LISTED_NAMES = 30
 
 #: Valid table names (also the archive's top-level ``<name>.zarr`` directory).
+#: the most ``retries`` a download takes (the back-off doubles: the tenth retry waits 256 s)
+MAX_RETRIES = 10
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -331,7 +333,9 @@ def download(
         ``table=None`` then uses it where it is at least as good as the shipped table
         (:func:`qpinfer.tables.choice.choose_default`).
     retries:
-        Extra attempts after a connection failure or interrupted transfer (each resumes).
+        Extra attempts after a connection failure or interrupted transfer (each resumes), at
+        most :data:`MAX_RETRIES` (10: the pause before an attempt doubles each time, from
+        0.5 s, so the tenth already waits over four minutes).
     timeout:
         Seconds the whole download may take -- manifest, waiting for a concurrent download of
         the same name, archive, retries and back-off included; default ``None``, no total limit
@@ -377,15 +381,18 @@ def download(
     ValueError
         ``name`` is not a valid table name, or a limit (``retries``, ``timeout``,
         ``low_speed_limit``, ``low_speed_time``, ``stall_timeout``, ``max_bytes``) is not a
-        positive number (``retries``: not negative); checked before anything is fetched.
+        positive number (``retries``: an integer in ``[0, MAX_RETRIES]``); checked before anything is fetched.
     """
     validate_name(name)
     try:
         attempts = operator.index(retries)
     except TypeError:
         attempts = -1
-    if attempts < 0:
-        raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+    if not 0 <= attempts <= MAX_RETRIES:
+        raise ValueError(
+            f"retries must be an integer in [0, {MAX_RETRIES}] (the pause before a retry "
+            f"doubles each time), got {retries!r}"
+        )
     retries = attempts
     deadline = Deadline(timeout)  # ValueError unless None or a positive, finite number
     speed = SpeedLimit(low_speed_limit, low_speed_time)  # ValueError naming the bad one

@@ -102,7 +102,9 @@ def printable(text: object, limit: int = HOST_TEXT_MAX) -> str:
 
 def resolve_base_url(base_url: str | os.PathLike | None = None) -> str:
     """The table host: ``base_url``, else ``$QPINFER_TABLES_URL``; a local directory path
-    becomes a ``file://`` URL. No trailing slash."""
+    becomes a ``file://`` URL. No trailing slash. ``DownloadError`` when neither names a host;
+    ``ValueError`` for a URL that is malformed (an unclosed IPv6 bracket, a port outside
+    0..65535, no host after ``http://``) or of another scheme than http(s) and file."""
     url = os.fspath(base_url) if base_url is not None else os.environ.get(URL_ENV, "")
     url = url.strip()
     if not url:
@@ -110,11 +112,20 @@ def resolve_base_url(base_url: str | os.PathLike | None = None) -> str:
             f"no table host: pass base_url=... (qpinfer download --url URL) or set {URL_ENV} to "
             "the http(s):// or file:// URL of a directory holding manifest.json"
         )
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # a port that is not a number in 0..65535 raises here
+    except ValueError as exc:
+        raise ValueError(
+            f"base URL {printable(repr(url))} is not a valid URL ({printable(str(exc))})"
+        ) from None
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https") and not parts.hostname:
+        raise ValueError(f"base URL {printable(repr(url))} names no host")
     if scheme in ("http", "https", "file"):
         return url.rstrip("/")
     if scheme and len(scheme) > 1:
-        raise DownloadError(
+        raise ValueError(
             f"base URL {printable(repr(url))}: only http(s):// and file:// URLs are supported"
         )
     return Path(url).expanduser().resolve().as_uri()  # a local directory
