@@ -17,9 +17,10 @@ Needs only qpinfer's own dependencies (numpy, scipy, zarr).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,21 @@ def parser() -> argparse.ArgumentParser:
         f"{LOW_SPEED_LIMIT / 1024:g} KiB/s over {LOW_SPEED_TIME:g} s, or a connect or read "
         f"silent for {STALL_TIMEOUT:g} s, is abandoned and retried",
     )
+    d.add_argument(
+        "--speed-limit",
+        type=_positive("--speed-limit"),
+        default=LOW_SPEED_LIMIT,
+        metavar="BYTES_PER_S",
+        help="abandon (and retry) a transfer slower than this many bytes per second over "
+        f"--speed-time, as curl's option of that name (default {LOW_SPEED_LIMIT:g}, 10 KiB/s)",
+    )
+    d.add_argument(
+        "--speed-time",
+        type=_positive("--speed-time"),
+        default=LOW_SPEED_TIME,
+        metavar="SECONDS",
+        help=f"the window of --speed-limit (default {LOW_SPEED_TIME:g})",
+    )
     d.add_argument("--quiet", action="store_true", help="no progress output")
 
     ls = sub.add_parser(
@@ -118,6 +134,22 @@ def parser() -> argparse.ArgumentParser:
     add_debug_flag(d)
     add_debug_flag(ls)
     return p
+
+
+def _positive(flag: str) -> Callable[[str], float]:
+    """argparse type of ``flag``: a positive, finite number."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be a positive, finite number, got {text!r}")
+        return value
+
+    parse.__name__ = flag
+    return parse
 
 
 def _seconds(text: str) -> float:
@@ -169,6 +201,8 @@ def _cmd_download(args: argparse.Namespace) -> int:
         make_default=not args.no_default,
         retries=args.retries,
         timeout=args.timeout,
+        low_speed_limit=args.speed_limit,
+        low_speed_time=args.speed_time,
         progress=None if args.quiet else _Progress(args.name),
     )
     from qpinfer.tables.choice import choose_default
@@ -192,7 +226,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
     from qpinfer.tables import tables_dir
     from qpinfer.tables.remote.install import URL_ENV, DownloadError, fetch_manifest
-    from qpinfer.tables.remote.transfer import printable
     from qpinfer.tables.shipped import DATA_DIR, SHIPPED
 
     defaults: dict[str, Any] = {}  # likelihood -> choose_default(likelihood)
@@ -226,14 +259,28 @@ def _cmd_list(args: argparse.Namespace) -> int:
             return 1
         print(f"available from {args.url or os.environ[URL_ENV]}:")
         for name, e in manifest["tables"].items():
-            v = e.get("verification", {})
-            print(
-                f"  {printable(name, 60)}: {printable(e.get('likelihood'), 60)}, shape "
-                f"{printable(e.get('shape'), 60)}, "
-                f"{e.get('size', 0) / 2**20:.1f} MiB, max rel error "
-                f"{v.get('max_rel_error', float('nan')):.2g} ({v.get('points')} mpmath points)"
-            )
+            print(_host_line(name, e))
     return 0
+
+
+def _host_line(name: Any, entry: Any) -> str:
+    """One line of ``qpinfer list`` for a host's manifest entry, whatever the host wrote in
+    it: a field of the wrong type prints as ``?`` (``qpinfer download`` checks the entry)."""
+    from qpinfer.tables.remote.transfer import printable
+
+    e = entry if isinstance(entry, dict) else {}
+    v = e.get("verification") if isinstance(e.get("verification"), dict) else {}
+
+    def number(value: Any, scale: float, spec: str) -> str:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return format(value / scale, spec) if ok else "?"
+
+    return (
+        f"  {printable(name, 60)}: {printable(e.get('likelihood'), 60)}, shape "
+        f"{printable(e.get('shape'), 60)}, {number(e.get('size'), 2**20, '.1f')} MiB, max rel "
+        f"error {number(v.get('max_rel_error'), 1, '.2g')} "
+        f"({printable(v.get('points'), 20)} mpmath points)"
+    )
 
 
 def _list_entry(path: Path, source: str, defaults: dict[str, Any]) -> None:

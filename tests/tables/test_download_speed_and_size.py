@@ -161,6 +161,23 @@ def test_a_trickle_below_the_low_speed_limit_ends_naming_the_rate_and_the_limit(
     assert nothing_installed(cache)
 
 
+def test_the_command_line_sets_the_low_speed_limit(host, cache, capsys):
+    """``qpinfer download --speed-limit --speed-time`` (curl's names) reach the transfer."""
+    d, entry = host
+    limit = entry["size"] / 2.0
+    with Server(d, "rate", rate=limit / 5) as srv:
+        argv = ["download", NAME, "--url", srv.url, "--retries", "0", "--quiet"]
+        code = main([*argv, "--speed-limit", f"{limit:.0f}", "--speed-time", f"{WINDOW:g}"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert f"low-speed limit of {limit:.0f} bytes/s over {WINDOW:g} s" in err, err
+    assert nothing_installed(cache)
+    for flag in ("--speed-limit", "--speed-time"):
+        with pytest.raises(SystemExit):
+            main(["download", NAME, "--url", "http://127.0.0.1:9", flag, "0"])
+        assert f"argument {flag}: must be a positive, finite number" in capsys.readouterr().err
+
+
 def test_a_silent_host_ends_by_the_socket_timeout(host, cache):
     d, entry = host
     with Server(d, "silent") as srv:
@@ -276,6 +293,18 @@ def test_qpinfer_list_prints_the_hosts_table_names_as_printable_ascii(
     out = capsys.readouterr().out
     assert "\\x1b[31mpwned" in out, out
     assert all(" " <= ch <= "~" or ch == "\n" for ch in out), repr(out)
+
+
+def test_qpinfer_list_prints_a_malformed_host_entry_without_failing(host, tmp_path, capsys):
+    """A host's entry with fields of the wrong type (or no mapping at all) prints as ``?``."""
+    d = copy_host(host, tmp_path, size="big", verification="none")
+    m = json.loads((d / "manifest.json").read_text())
+    m["tables"]["other"] = ["not", "a", "mapping"]
+    (d / "manifest.json").write_text(json.dumps(m))
+    assert main(["list", "--url", d.as_uri()]) == 0
+    out = capsys.readouterr().out
+    assert f"  {NAME}: probit, shape" in out and "? MiB, max rel error ? (None" in out, out
+    assert "  other: None, shape None, ? MiB" in out, out
 
 
 @pytest.mark.parametrize(
