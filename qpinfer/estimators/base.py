@@ -36,9 +36,9 @@ point (:mod:`qpinfer.inference.total_gradient`), or with ``qp_objective="ep"`` f
 evidence and then polishes its own from there (see ``GPEstimatorBase._optimize()``); why the
 inner loop is nested, not alternated with whole L-BFGS-B runs: :mod:`qpinfer.estimators.classifier`.
 
-The kernel matrix is checked at the start and at every evaluation
-(:func:`qpinfer.inference.dense_posterior.check_kernel_matrix`: a ``ValueError`` naming ``kernel``
-if it is not positive semi-definite); a fit whose kernel matrix is the identity or a constant at
+The kernel matrix is checked at the start and at every evaluation of the search (Laplace's: at
+the start) (:func:`qpinfer.inference.dense_posterior.check_kernel_matrix`: a ``ValueError``
+naming ``kernel`` if it is not positive semi-definite); a fit whose kernel matrix is the identity or a constant at
 the start and at the end (features on an extreme scale) warns (``OptimizerWarning``).
 
 Starting points: for the square link the posterior is symmetric under ``f -> -f`` and the
@@ -313,8 +313,8 @@ class GPEstimatorBase(SiteLoopParams):
             K = kern(X)
             if self.method != "laplace":  # a ValueError: the search backtracks from here
                 # (Laplace's mode fails on such a K by itself, a LinAlgError and so a failed
-                # evaluation too, and is fast enough for the check's factorisation to cost it
-                # ~14% on breast cancer; fit checked the start)
+                # evaluation too, and is cheap enough for the check's extra factorisation to
+                # be a visible share of it; fit checked the start)
                 check_kernel_matrix(K, kern)
             warm = init if trail.latest is None else self._warm_start(trail.latest[1])
             n_chord, res, jac = 0, None, None
