@@ -17,7 +17,6 @@ Needs only qpinfer's own dependencies (numpy, scipy, zarr).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -96,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--timeout",
-        type=_seconds,
+        type=_positive("--timeout", "seconds"),
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help="give up after this many seconds for the whole download, retries included "
@@ -106,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--speed-limit",
-        type=_positive("--speed-limit"),
+        type=_positive("--speed-limit", "bytes per second"),
         default=LOW_SPEED_LIMIT,
         metavar="BYTES_PER_S",
         help="abandon (and retry) a transfer slower than this many bytes per second over "
@@ -114,7 +113,7 @@ def parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--speed-time",
-        type=_positive("--speed-time"),
+        type=_positive("--speed-time", "seconds"),
         default=LOW_SPEED_TIME,
         metavar="SECONDS",
         help=f"the window of --speed-limit (default {LOW_SPEED_TIME:g})",
@@ -136,32 +135,22 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive(flag: str) -> Callable[[str], float]:
-    """argparse type of ``flag``: a positive, finite number."""
+def _positive(flag: str, unit: str) -> Callable[[str], float]:
+    """argparse type of ``flag``: a positive, finite number of ``unit``
+    (:func:`qpinfer.tables.remote.deadline.check_positive`)."""
 
     def parse(text: str) -> float:
+        from qpinfer.tables.remote.deadline import check_positive
+
         try:
-            value = float(text)
+            return check_positive(text, flag, unit)
         except ValueError:
-            value = float("nan")
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"must be a positive, finite number, got {text!r}")
-        return value
+            raise argparse.ArgumentTypeError(
+                f"must be a positive, finite number of {unit}, got {text!r}"
+            ) from None
 
     parse.__name__ = flag
     return parse
-
-
-def _seconds(text: str) -> float:
-    """argparse type of ``--timeout``: a positive, finite number of seconds."""
-    from qpinfer.tables.remote.deadline import check_timeout
-
-    try:
-        return check_timeout(float(text), "--timeout")
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a positive, finite number of seconds, got {text!r}"
-        ) from None
 
 
 class _Progress:
