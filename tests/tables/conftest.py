@@ -1,7 +1,14 @@
-"""Fixtures shared by the download tests: an empty table cache, and a table host directory."""
+"""Fixtures shared by the download tests: an empty table cache, a table host directory, and a
+copy of a host with files added to its archive."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
+import json
+import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -30,3 +37,48 @@ def probit_host(tmp_path_factory, name: str) -> tuple[Path, dict]:
     store, _, _ = write_store(root / f"{name}.zarr")
     d = root / "host"
     return d, publish(store, d, name=name)
+
+
+def repack_host(
+    host: tuple[Path, dict],
+    tmp_path: Path,
+    name: str,
+    extra: dict[str, bytes],
+    listed: bool = False,
+    **entry,
+) -> Path:
+    """A copy of the host whose archive of the table ``name`` also holds the files ``extra``
+    (``{path under the store: content}``, replacing a file of that path), listed in the store's
+    integrity record if ``listed``; the manifest entry's size and sha256 follow the new archive,
+    and its fields ``entry`` take the values given (``None`` removes the field)."""
+    src, listing = host
+    d = tmp_path / "host"
+    shutil.copytree(src, d)
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(d / listing["file"]) as tar:
+        tar.extractall(unpacked, filter="data")
+    top = unpacked / f"{name}.zarr"
+    for rel, data in extra.items():
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_bytes(data)
+    if listed:
+        root = json.loads((top / "zarr.json").read_text())
+        root["attributes"]["integrity"]["files"].update(dict.fromkeys(extra, "0" * 64))
+        (top / "zarr.json").write_text(json.dumps(root))
+    buf = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=1) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
+        tar.add(top, arcname=f"{name}.zarr")
+    (d / listing["file"]).write_bytes(buf.getvalue())
+    m = json.loads((d / "manifest.json").read_text())
+    fields = m["tables"][name]
+    fields.update(size=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
+    for key, value in entry.items():
+        if value is None:
+            fields.pop(key, None)
+        else:
+            fields[key] = value
+    (d / "manifest.json").write_text(json.dumps(m))
+    return d

@@ -36,7 +36,7 @@ import qpinfer.tables.remote.transfer
 from qpinfer.cli import main
 from qpinfer.tables import TableError, open_table
 from qpinfer.tables.remote.install import DownloadError
-from tests.tables.conftest import probit_host
+from tests.tables.conftest import probit_host, repack_host
 
 NAME = "probit-lim"
 
@@ -241,39 +241,11 @@ def test_a_timeout_must_be_positive(host, cache):
 # ----------------------------------------------------------------------------- bounded installs
 
 
-def repack_with(host: tuple[Path, dict], tmp_path: Path, extra: dict[str, bytes]) -> Path:
-    """A copy of the host whose archive also holds the files ``extra`` (paths under the store);
-    the manifest's size and sha256 are updated, ``store_bytes`` is not."""
-    src, entry = host
-    d = tmp_path / "host"
-    shutil.copytree(src, d)
-    unpacked = tmp_path / "unpacked"
-    with tarfile.open(d / entry["file"]) as tar:
-        tar.extractall(unpacked, filter="data")
-    top = unpacked / f"{NAME}.zarr"
-    for rel, data in extra.items():
-        (top / rel).parent.mkdir(parents=True, exist_ok=True)
-        (top / rel).write_bytes(data)
-    buf = io.BytesIO()
-    with (
-        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w") as tar,
-    ):
-        tar.add(top, arcname=f"{NAME}.zarr")
-    (d / entry["file"]).write_bytes(buf.getvalue())
-    m = json.loads((d / "manifest.json").read_text())
-    m["tables"][NAME].update(
-        size=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest()
-    )
-    (d / "manifest.json").write_text(json.dumps(m))
-    return d
-
-
 STRAY = b"\0" * (4 << 20)  # a few MB: the property is the same as for the issue's 300 MB
 
 
 def test_a_stray_chunk_beyond_the_manifests_unpacked_size_is_refused(host, cache, tmp_path):
-    d = repack_with(host, tmp_path, {"sigma_qp/c/9": STRAY})
+    d = repack_host(host, tmp_path, NAME, {"sigma_qp/c/9": STRAY})
     with pytest.raises(DownloadError, match=r"sigma_qp/c/9.*store_bytes"):
         dl.download(NAME, d.as_uri())
     assert_nothing_installed(cache)
@@ -281,7 +253,7 @@ def test_a_stray_chunk_beyond_the_manifests_unpacked_size_is_refused(host, cache
 
 def test_a_member_not_listed_in_the_stores_record_is_refused(host, cache, tmp_path):
     """Even when the manifest's unpacked size allows it: only what the store lists is unpacked."""
-    d = repack_with(host, tmp_path, {"sigma_qp/c/9": STRAY})
+    d = repack_host(host, tmp_path, NAME, {"sigma_qp/c/9": STRAY})
     m = json.loads((d / "manifest.json").read_text())
     m["tables"][NAME]["store_bytes"] += len(STRAY)
     (d / "manifest.json").write_text(json.dumps(m))
@@ -292,7 +264,7 @@ def test_a_member_not_listed_in_the_stores_record_is_refused(host, cache, tmp_pa
 
 def test_a_listed_chunk_of_the_wrong_size_is_refused_before_unpacking(host, cache, tmp_path):
     key = "sigma_qp/c/0/0/0"
-    d = repack_with(host, tmp_path, {key: STRAY})  # replaces a real chunk by a larger file
+    d = repack_host(host, tmp_path, NAME, {key: STRAY})  # replaces a real chunk by a larger file
     m = json.loads((d / "manifest.json").read_text())
     m["tables"][NAME].pop("store_bytes")  # an older manifest: the store's own sizes still bound it
     (d / "manifest.json").write_text(json.dumps(m))

@@ -14,12 +14,6 @@ smallest shipped v2 table, repacked with the extra members.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
-import json
-import shutil
-import tarfile
 import tracemalloc
 from pathlib import Path
 
@@ -32,6 +26,7 @@ from qpinfer.tables.remote.install import DownloadError
 from qpinfer.tables.remote.unpack import META_MAX_BYTES, UNSIZED_MAX_BYTES
 from qpinfer.tables.shipped import shipped_path
 from qptables.pipeline.publish import publish
+from tests.tables.conftest import repack_host
 
 NAME = "step-cells"
 
@@ -41,50 +36,6 @@ def host(tmp_path_factory) -> tuple[Path, dict]:
     d = tmp_path_factory.mktemp("cells") / "host"
     entry = publish(shipped_path("step_noise(eps=0.2)"), d, name=NAME)
     return d, entry
-
-
-def repack(
-    host: tuple[Path, dict],
-    tmp_path: Path,
-    extra: dict[str, int],
-    listed: bool = False,
-    store_bytes: int | None = None,
-) -> Path:
-    """A copy of the host whose archive also holds ``extra`` (``{path in the store: bytes of
-    zeros}``, replacing a file of that path), listed in the integrity record if ``listed``; the
-    manifest's size and sha256 follow, its ``store_bytes`` becomes ``store_bytes`` (``None``:
-    removed)."""
-    src, entry = host
-    d = tmp_path / "host"
-    shutil.copytree(src, d)
-    unpacked = tmp_path / "unpacked"
-    with tarfile.open(d / entry["file"]) as tar:
-        tar.extractall(unpacked, filter="data")
-    top = unpacked / f"{NAME}.zarr"
-    for rel, n in extra.items():
-        (top / rel).parent.mkdir(parents=True, exist_ok=True)
-        (top / rel).write_bytes(bytes(n))
-    if listed:
-        root = json.loads((top / "zarr.json").read_text())
-        root["attributes"]["integrity"]["files"].update(dict.fromkeys(extra, "0" * 64))
-        (top / "zarr.json").write_text(json.dumps(root))
-    buf = io.BytesIO()
-    with (
-        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=1) as gz,
-        tarfile.open(fileobj=gz, mode="w") as tar,
-    ):
-        tar.add(top, arcname=f"{NAME}.zarr")
-    (d / entry["file"]).write_bytes(buf.getvalue())
-    m = json.loads((d / "manifest.json").read_text())
-    m["tables"][NAME].update(
-        size=len(buf.getvalue()),
-        sha256=hashlib.sha256(buf.getvalue()).hexdigest(),
-        store_bytes=store_bytes,
-    )
-    if store_bytes is None:
-        del m["tables"][NAME]["store_bytes"]
-    (d / "manifest.json").write_text(json.dumps(m))
-    return d
 
 
 def assert_nothing_installed(cache: Path) -> None:
@@ -103,7 +54,13 @@ def test_stray_metadata_members_are_refused_by_name_without_being_read(host, cac
     """Four metadata files of the largest size read, in the store's own folders, none listed,
     no ``store_bytes``: the memory used stays below one of them."""
     folders = ("core_y/c", "core_z/c", "rho_core/c", "rho_core/c/0")
-    d = repack(host, tmp_path, {f"{f}/zarr.json": META_MAX_BYTES for f in folders})
+    d = repack_host(
+        host,
+        tmp_path,
+        NAME,
+        {f"{f}/zarr.json": bytes(META_MAX_BYTES) for f in folders},
+        store_bytes=None,
+    )
     tracemalloc.start()
     try:
         with pytest.raises(DownloadError, match=r"core_y/c/zarr.json.*not part of the table"):
@@ -120,7 +77,7 @@ def test_a_listed_chunk_larger_than_its_array_says_is_refused_before_it_is_writt
     host, cache, tmp_path, store_bytes
 ):
     key, size = "rho_core/c/0/0", 32 << 20  # the real chunk has 3648 bytes
-    d = repack(host, tmp_path, {key: size}, store_bytes=store_bytes)
+    d = repack_host(host, tmp_path, NAME, {key: bytes(size)}, store_bytes=store_bytes)
     with pytest.raises(DownloadError, match=rf"{key}.* has {size} bytes, its array's .* 3648"):
         dl.download(NAME, d.as_uri())
     assert_nothing_installed(cache)
@@ -128,7 +85,9 @@ def test_a_listed_chunk_larger_than_its_array_says_is_refused_before_it_is_writt
 
 def test_a_listed_file_of_no_known_size_is_capped(host, cache, tmp_path):
     size = UNSIZED_MAX_BYTES + 1
-    d = repack(host, tmp_path, {"notes/blob": size}, listed=True)
+    d = repack_host(
+        host, tmp_path, NAME, {"notes/blob": bytes(size)}, listed=True, store_bytes=None
+    )
     with pytest.raises(DownloadError, match=rf"notes/blob.*{size} bytes; at most {size - 1}"):
         dl.download(NAME, d.as_uri())
     assert_nothing_installed(cache)
