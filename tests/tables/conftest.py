@@ -1,14 +1,17 @@
-"""Fixtures shared by the download tests: an empty table cache, a table host directory, and a
-copy of a host with files added to its archive."""
+"""Fixtures shared by the download tests: an empty table cache, a table host directory, a
+copy of a host with files added to its archive, and a loopback http server."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
+import http.server
 import io
 import json
 import shutil
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,32 @@ def repack_host(
             fields[key] = value
     (d / "manifest.json").write_text(json.dumps(m))
     return d
+
+
+class LoopbackServer:
+    """A threaded ``http.server`` on 127.0.0.1 serving ``directory`` with the subclass's
+    ``handler``, from ``with`` to its end; the handler reads the server's ``mode``, ``stop`` (set
+    on exit), ``requests`` (a list to record paths in) and the ``settings`` given."""
+
+    handler: type[http.server.BaseHTTPRequestHandler]
+
+    def __init__(self, directory: Path, mode: str, **settings) -> None:
+        handler = functools.partial(type(self).handler, directory=str(directory))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.httpd.mode = mode
+        self.httpd.requests = []
+        self.httpd.stop = threading.Event()
+        for key, value in settings.items():
+            setattr(self.httpd, key, value)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -15,7 +15,6 @@ from a small store written by :func:`test_tables_reader.write_store` and publish
 
 from __future__ import annotations
 
-import functools
 import gzip
 import hashlib
 import http.server
@@ -36,7 +35,7 @@ import qpinfer.tables.remote.transfer
 from qpinfer.cli import main
 from qpinfer.tables import TableError, open_table
 from qpinfer.tables.remote.install import DownloadError
-from tests.tables.conftest import probit_host, repack_host
+from tests.tables.conftest import LoopbackServer, probit_host, repack_host
 
 NAME = "probit-lim"
 
@@ -120,24 +119,8 @@ class SlowHandler(http.server.SimpleHTTPRequestHandler):
         super().do_GET()
 
 
-class SlowServer:
-    def __init__(self, directory: Path, mode: str) -> None:
-        handler = functools.partial(SlowHandler, directory=str(directory))
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.httpd.mode = mode
-        self.httpd.stop = threading.Event()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> SlowServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+class SlowServer(LoopbackServer):
+    handler = SlowHandler
 
 
 def run_with_watchdog(func, limit: float) -> tuple[float, BaseException | None, bool]:

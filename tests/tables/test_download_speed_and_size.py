@@ -17,11 +17,9 @@ an archive ``qptables publish`` wrote for a small store of
 
 from __future__ import annotations
 
-import functools
 import http.server
 import json
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -31,7 +29,7 @@ import qpinfer.tables.remote.install as dl
 from qpinfer.cli import main
 from qpinfer.tables import TableError, open_table
 from qpinfer.tables.remote.install import DownloadError, UnknownTableError
-from tests.tables.conftest import probit_host
+from tests.tables.conftest import LoopbackServer, probit_host
 
 NAME = "probit-speed"
 #: Window of the low-speed limit in these tests (seconds); the default is a minute.
@@ -104,27 +102,8 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         return None
 
 
-class Server:
-    def __init__(self, directory: Path, mode: str, **settings) -> None:
-        handler = functools.partial(Handler, directory=str(directory))
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.httpd.mode = mode
-        self.httpd.requests = []
-        self.httpd.stop = threading.Event()
-        for key, value in settings.items():
-            setattr(self.httpd, key, value)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+class Server(LoopbackServer):
+    handler = Handler
 
 
 # ----------------------------------------------------------------------------- speed
