@@ -7,6 +7,7 @@ from scipy.special import ndtr, ndtri
 
 import qpinfer
 from qpinfer.inference.ep import MomentMatching, QuantileMatching, run_ep
+from qpinfer.inference.sparse.total_gradient import sparse_qp_objective_gradient
 from qpinfer.kernels import ARDSquaredExponential
 from qpinfer.sparse import SparseGPClassifier, _qp_ratio, pseudo_point_prior, run_sparse_pep
 from tests._helpers import load_ionosphere
@@ -76,13 +77,15 @@ def test_sparse_qp_estimator_variance_not_above_sparse_ep(ionosphere):
     assert qp.table_ is None and isinstance(qp.projection_, QuantileMatching)
 
 
-def test_bad_method_and_non_probit_qp():
+def test_bad_method_and_non_probit_qp_objective():
     X, y = load_ionosphere()
     with pytest.raises(ValueError, match="method"):
         SparseGPClassifier(method="rep", optimizer=None).fit(X[:30], y[:30])
-    prior = pseudo_point_prior(ARDSquaredExponential(1.0, 3.0), X[:20], X[:5])
-    with pytest.raises(ValueError, match="Gaussian smoothing is a rescaling of itself.*step_noise"):
-        run_sparse_pep(
-            prior.A, prior.h, np.ones(20), QuantileMatching(qpinfer.get_likelihood("step_noise"))
-        )
+    kernel = ARDSquaredExponential(1.0, 3.0)
+    prior = pseudo_point_prior(kernel, X[:20], X[:5])
+    qp = QuantileMatching(qpinfer.get_likelihood("step_noise"))
+    result = run_sparse_pep(prior.A, prior.h, np.ones(20), qp)  # QP on f_n's tilted marginal
+    assert result.converged
+    with pytest.raises(ValueError, match="rescaling of itself.*step_noise.*qp_objective='ep'"):
+        sparse_qp_objective_gradient(kernel, X[:20], X[:5], prior, result, np.ones(20), qp)
     assert isinstance(MomentMatching(PROBIT), MomentMatching)

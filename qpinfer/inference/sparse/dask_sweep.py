@@ -47,7 +47,7 @@ import numpy as np
 
 from qpinfer.inference.projections import QuantileMatching
 from qpinfer.inference.site_loop import SweepControl, SweepSettings, initial_sites
-from qpinfer.inference.site_update import MIN_SITE_PRECISION
+from qpinfer.inference.site_update import resolve_floor
 from qpinfer.inference.sparse.dask_partitions import (
     check_data,
     check_partition,
@@ -238,7 +238,8 @@ def run_sparse_pep_dask(
         raise ValueError(f"jitter must be a non-negative number, got {jitter!r}")
     if not (isinstance(timeout, int | float) and 0 < timeout < float("inf")):
         raise ValueError(f"timeout must be a positive finite number of seconds, got {timeout!r}")
-    settings = SweepSettings.checked("parallel", damping, max_iter, tol, MIN_SITE_PRECISION, True)
+    floor = resolve_floor("auto", projection)  # none (negative sites kept): not log-concave
+    settings = SweepSettings.checked("parallel", damping, max_iter, tol, floor, True)
     n = X.shape[0]
     tau0, nu0 = initial_sites(init, n, settings.floor)
     _, Lu, _ = inducing_factor(kernel, Z, jitter)

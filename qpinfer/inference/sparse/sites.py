@@ -32,7 +32,7 @@ from scipy.linalg import cho_solve
 from qpinfer.inference.power_ep import power_ep_log_evidence
 from qpinfer.inference.projections import QuantileMatching
 from qpinfer.inference.site_loop import SiteResult, SweepSettings, run_sites
-from qpinfer.inference.site_update import MIN_SITE_PRECISION, clip_precision
+from qpinfer.inference.site_update import MIN_SITE_PRECISION, clip_precision, resolve_floor
 from qpinfer.inference.sparse.pseudo_points import (
     LowRankPosterior,
     PseudoPointPrior,
@@ -57,20 +57,27 @@ class _ConditionalProjection:
     The fractional tilted distribution of ``f_n`` has cavity ``N(mu_c, s_c + h_n)``; with
     ``d1, d2`` the derivatives of its log normaliser in ``mu_c``, the new marginal of ``a_n`` is
     ``N(mu_c + s_c d1, s_c + s_c^2 d2)`` (eq. (20) projected on ``w_n``).
+
+    QP (a :class:`~qpinfer.inference.projections.QuantileMatching` projection) takes one of two
+    forms. Where the likelihood's Gaussian smoothing is a rescaling of itself
+    (:meth:`qpinfer.Likelihood.smoothed_scale`, the probit) the tilted marginal of ``a_n`` is
+    again that likelihood's tilt and its Wasserstein variance is exact (``_qp_ratio()``). For
+    every other likelihood the marginal of ``a_n`` is no tilt a table holds, so QP projects the
+    tilted marginal of ``f_n`` -- the one-dimensional tilt at the cavity ``N(mu_c, s_c + h_n)``,
+    whose EP mean and sigma* the tables serve -- and carries the Gaussian conditional of ``a_n``
+    given ``f_n``: ``d2 = (sigma*^2 - (s_c + h_n)) / (s_c + h_n)^2``. The two agree at
+    ``h_n = 0`` (``M = N``, ``Z = X``: full QP).
     """
 
     def __init__(self, inner: Any, h: np.ndarray) -> None:
         self.inner = inner
         self.h = h
         self.power = float(getattr(inner, "power", 1.0))
-        self.wasserstein = isinstance(inner, QuantileMatching)
-        if self.wasserstein and inner.likelihood.smoothed_scale(0.0) is None:
-            raise ValueError(
-                "QP with pseudo-points needs a likelihood whose Gaussian smoothing is a "
-                "rescaling of itself (the likelihood of a_n is then again one, "
-                "Likelihood.smoothed_scale); got "
-                f"{getattr(inner.likelihood, 'name', inner.likelihood)!r}"
-            )
+        qp = isinstance(inner, QuantileMatching)
+        #: QP on the marginal of ``a_n`` (the likelihood smooths into a rescaling of itself)
+        self.wasserstein = qp and inner.likelihood.smoothed_scale(0.0) is not None
+        #: QP on the marginal of ``f_n`` (every other likelihood)
+        self.marginal_qp = qp and not self.wasserstein
 
     def derivatives(
         self,
@@ -80,10 +87,13 @@ class _ConditionalProjection:
         log_z: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(d1, d2, var_f)`` at the cavity (eq. (20)); for QP ``d2`` is replaced by the value
-        that makes the new variance of ``a_n`` equal to sigma*^2 (see ``_qp_ratio()``).
+        that makes the new variance of ``a_n`` (``_qp_ratio()``), or of ``f_n``, sigma*^2.
         ``log_z``: :meth:`log_z_derivatives` at the same cavity, if the caller has them."""
-        d1, d2 = self.log_z_derivatives(cavity_mean, cavity_std, y) if log_z is None else log_z
         var_f = cavity_std * cavity_std + self.h
+        if self.marginal_qp:  # EP's mean and sigma* of f_n's tilt, one lookup
+            m, s = self.inner.project(cavity_mean, np.sqrt(var_f), y)
+            return (m - cavity_mean) / var_f, (s * s - var_f) / (var_f * var_f), var_f
+        d1, d2 = self.log_z_derivatives(cavity_mean, cavity_std, y) if log_z is None else log_z
         if self.wasserstein:
             r = _qp_ratio(self.inner, cavity_mean, cavity_std, self.h, y)
             s_c = cavity_std * cavity_std
@@ -98,7 +108,7 @@ class _ConditionalProjection:
         moments of the fractional tilted distribution of ``f_n``; QP's too: its site replaces
         ``d2`` afterwards, :meth:`derivatives`)."""
         var_f = cavity_std * cavity_std + self.h
-        if self.wasserstein:
+        if self.wasserstein or self.marginal_qp:
             m, s = self.inner.likelihood.tilted_moments(cavity_mean, np.sqrt(var_f), y)
         else:
             m, s = self.inner.project(cavity_mean, np.sqrt(var_f), y)
@@ -147,6 +157,7 @@ def _sparse_site_proposal(
     tau: np.ndarray,
     nu: np.ndarray,
     y: np.ndarray,
+    floor: float | None = MIN_SITE_PRECISION,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Fractional cavity of ``a_n``, projection eq. (20), new site (eqs. (106)-(107) / alpha).
 
@@ -154,7 +165,8 @@ def _sparse_site_proposal(
     ``nu_new = (d1 - mu_c d2) / (1 + s_c d2) / alpha`` (eq. (107): ``1/v_new = -d2/(1 + s_c
     d2)``): an input far from every inducing input has ``s_c ~ ||w_n||^2 ~ 0`` and
     ``1/s_new - 1/s_c`` (qpinfer.inference.ep's generic form) would lose every digit. Returns
-    ``(tau_new, nu_new, ok, clipped)`` as :func:`qpinfer.inference.site_update.site_proposal`.
+    ``(tau_new, nu_new, ok, clipped)`` as :func:`qpinfer.inference.site_update.site_proposal`
+    (``floor``: its precision floor, ``None`` to keep negative precisions).
     """
     power = proj.power
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -168,7 +180,7 @@ def _sparse_site_proposal(
         tau_new = -d2 / denom / power
         nu_new = (d1 - mu_c * d2) / denom / power
     ok &= np.isfinite(tau_new) & np.isfinite(nu_new) & (denom > 0)
-    return tau_new, nu_new, *clip_precision(tau_new, ok, MIN_SITE_PRECISION)
+    return tau_new, nu_new, *clip_precision(tau_new, ok, floor)
 
 
 @dataclass
@@ -214,9 +226,13 @@ class _RankOneLowRankUpdates:
         return np.array([self.mu]), np.array([self.s])
 
     def apply(self, i: int, d_tau: float, d_nu: float) -> bool:
-        """Rank-one change of site ``i`` (Sherman-Morrison); always proper (``tau >= 0``)."""
+        """Rank-one change of site ``i`` (Sherman-Morrison); refused (``False``, the site keeps
+        its old value) where it would make ``B`` indefinite (a negative site precision of a
+        likelihood that is not log-concave), else applied."""
         Sa = self.Sa
         denom = 1.0 + d_tau * self.s
+        if not denom > 0:
+            return False
         self.mv += Sa * ((d_nu - d_tau * self.mu) / denom)
         self.Sigma -= (d_tau / denom) * np.outer(Sa, Sa)
         return True
@@ -229,10 +245,11 @@ class _PseudoPointSites:
     def __init__(self, projection: Any, h: np.ndarray, y: np.ndarray) -> None:
         self.conditional = _ConditionalProjection(projection, h)
         self.y = y
+        self.floor = resolve_floor("auto", projection)  # None: not log-concave, negatives kept
 
     def propose(self, sites: slice, mean, var, tau, nu):
         proj = self.conditional.at(sites)
-        return _sparse_site_proposal(proj, mean, var, tau, nu, self.y[sites])
+        return _sparse_site_proposal(proj, mean, var, tau, nu, self.y[sites], self.floor)
 
     def log_evidence(self, post: LowRankPosterior, tau: np.ndarray, nu: np.ndarray):
         return power_ep_log_evidence(post, tau, nu, self.y, self.conditional)
@@ -279,7 +296,8 @@ def run_sparse_pep(
     y = np.asarray(y)
     if h.shape != (n,) or y.shape != (n,):
         raise ValueError(f"h and y must have shape ({n},), got {h.shape} and {y.shape}")
-    settings = SweepSettings.checked(schedule, damping, max_iter, tol, MIN_SITE_PRECISION, True)
+    floor = resolve_floor("auto", projection)  # none (negative sites kept): not log-concave
+    settings = SweepSettings.checked(schedule, damping, max_iter, tol, floor, True)
     sites = _PseudoPointSites(projection, h, y)
     result_type, what = SparsePEPResult, "sparse Power EP"
     return run_sites(

@@ -155,6 +155,13 @@ def sparse_qp_objective_gradient(
             "projection must be QP's QuantileMatching (pseudo-point QP); got "
             f"{type(projection).__name__}"
         )
+    if projection.likelihood.smoothed_scale(0.0) is None:
+        raise ValueError(
+            "QP's own objectives with pseudo-points (qp_objective='evidence' or 'loo') need a "
+            "likelihood whose Gaussian smoothing is a rescaling of itself (the probit); got "
+            f"{projection.likelihood.name!r}: use qp_objective='ep' (sparse EP's "
+            "hyperparameters, then QP at them)"
+        )
     _check_kernel(kernel)
     post = result.posterior
     tau, nu = np.asarray(result.tau, np.float64), np.asarray(result.nu, np.float64)
