@@ -42,12 +42,16 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.checks import check_target_vector, check_X
-from qpinfer.checks import finite_array as _finite
+from qpinfer.checks import check_X
 from qpinfer.estimators.base import GPEstimatorBase
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
+from qpinfer.estimators.student_t_predictions import (  # robust_center_scale: re-exported
+    StudentTPredictionsMixin,
+    check_targets,
+    robust_center_scale,
+)
 from qpinfer.estimators.student_t_scale import scale_gradient
 from qpinfer.inference.ep import MomentMatching
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail
@@ -56,35 +60,12 @@ from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT, check_nu_scale, 
 
 __all__ = ["GPStudentTRegressor", "robust_center_scale"]
 
-#: the median absolute deviation of a normal sample times this estimates its standard deviation
-MAD_TO_STD = 1.4826
-
-
-def robust_center_scale(y: np.ndarray) -> tuple[float, float]:
-    """``(median(y), MAD(y) * 1.4826)``: the robust centre and spread ``normalize_y`` uses; the
-    spread falls back to the standard deviation where the MAD is 0 (more than half the targets
-    equal), and to 1 where that is 0 too (constant targets)."""
-    y = np.asarray(y, dtype=np.float64)
-    center = float(np.median(y))
-    spread = float(np.median(np.abs(y - center))) * MAD_TO_STD
-    if not spread > 0:
-        spread = float(np.std(y))
-    if not (spread > 0 and np.isfinite(spread)):
-        spread = 1.0
-    return center, spread
-
-
-def _check_targets(y: Any, n_samples: int | None) -> np.ndarray:
-    """Real, finite targets (``ValueError`` naming ``y``)."""
-    return _finite("y", check_target_vector(y, n_samples, "GPStudentTRegressor", "y"))
-
-
 #: half-width (log units) of the box trust region of the scale-and-kernel optimisation
 TRUST = 2.0
 
 
 @estimator
-class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
+class GPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, GPEstimatorBase):
     """GP regression with Student-t noise ``t_nu(0, scale)``, by EP, QP, Laplace or VB.
 
     Parameters
@@ -154,7 +135,7 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         if not isinstance(self.normalize_y, bool | np.bool_):
             raise ValueError(f"normalize_y must be True or False, got {self.normalize_y!r}")
         X = check_X(X, estimator="GPStudentTRegressor")
-        y = _check_targets(y, X.shape[0])
+        y = check_targets(y, X.shape[0])
         center, spread = robust_center_scale(y)
         if self.normalize_y:
             self.y_center_, self.y_scale_ = center, spread
@@ -320,46 +301,3 @@ class GPStudentTRegressor(RegressorTagsMixin, GPEstimatorBase):
         if self.method == "laplace":
             return cold if cold.history[-1] > res.history[-1] else res
         return cold if cold.log_marginal_likelihood > res.log_marginal_likelihood else res
-
-    def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61)), in the units
-        of ``y`` (``normalize_y`` undone)."""
-        mean, var = super().predict_latent(X)
-        return self.y_center_ + self.y_scale_ * mean, self.y_scale_**2 * var
-
-    def predict(self, X: Any, return_std: bool = False):
-        """Predictive mean of y (the latent mean: the noise is symmetric); with ``return_std``
-        also the standard deviation of a new observation ``y* = f* + e``: ``sqrt(v* + scale^2
-        nu / (nu - 2))`` (latent variance plus the Student-t noise's; ``scale`` times
-        ``y_scale_`` with ``normalize_y``), ``inf`` for ``nu <= 2`` (infinite noise variance).
-        The latent's alone: ``predict_latent``."""
-        mean, var = self.predict_latent(X)
-        if not return_std:
-            return mean
-        nu, scale = self.likelihood_.nu, self.likelihood_.scale * self.y_scale_
-        noise = scale * scale * nu / (nu - 2.0) if nu > 2 else np.inf
-        return mean, np.sqrt(var + noise)
-
-    def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
-        """log p(y* | data) = log of int t(y* - f) N(f | m*, v*) df, per point (a density of
-        ``y`` in its own units)."""
-        self._check_is_fitted()
-        X = check_X(X, estimator="GPStudentTRegressor")
-        y = _check_targets(y, X.shape[0])
-        mean, var = GPEstimatorBase.predict_latent(self, X)
-        yn = (y - self.y_center_) / self.y_scale_
-        return self.likelihood_.log_z(mean, np.sqrt(var), yn) - np.log(self.y_scale_)
-
-    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """R^2 of the predictive mean (scikit-learn's regressor score)."""
-        self._check_is_fitted()
-        X = check_X(X, estimator="GPStudentTRegressor")
-        y = _check_targets(y, X.shape[0])
-        w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float)
-        pred = self.predict(X)
-        mean = np.sum(w * y) / np.sum(w)
-        ss_res = np.sum(w * (y - pred) ** 2)
-        ss_tot = np.sum(w * (y - mean) ** 2)
-        if ss_tot == 0:
-            return 1.0 if ss_res == 0 else 0.0
-        return float(1.0 - ss_res / ss_tot)

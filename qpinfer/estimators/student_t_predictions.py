@@ -1,0 +1,87 @@
+"""What every Student-t regression estimator (dense, sparse, minibatch) shares: the target
+checks, the robust normalisation of ``normalize_y``, and the predictions of a Gaussian latent
+predictive under Student-t noise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qpinfer.checks import check_target_vector, check_X
+from qpinfer.checks import finite_array as _finite
+
+__all__ = ["MAD_TO_STD", "StudentTPredictionsMixin", "check_targets", "robust_center_scale"]
+
+#: the median absolute deviation of a normal sample times this estimates its standard deviation
+MAD_TO_STD = 1.4826
+
+
+def robust_center_scale(y: np.ndarray) -> tuple[float, float]:
+    """``(median(y), MAD(y) * 1.4826)``: the robust centre and spread ``normalize_y`` uses; the
+    spread falls back to the standard deviation where the MAD is 0 (more than half the targets
+    equal), and to 1 where that is 0 too (constant targets)."""
+    y = np.asarray(y, dtype=np.float64)
+    center = float(np.median(y))
+    spread = float(np.median(np.abs(y - center))) * MAD_TO_STD
+    if not spread > 0:
+        spread = float(np.std(y))
+    if not (spread > 0 and np.isfinite(spread)):
+        spread = 1.0
+    return center, spread
+
+
+def check_targets(
+    y: Any, n_samples: int | None, estimator: str = "GPStudentTRegressor"
+) -> np.ndarray:
+    """Real, finite targets (``ValueError`` naming ``y``)."""
+    return _finite("y", check_target_vector(y, n_samples, estimator, "y"))
+
+
+class StudentTPredictionsMixin:
+    """The predictions of a fitted Student-t regressor: its latent predictive
+    (``super().predict_latent``, in normalised units), its likelihood (``likelihood_``) and the
+    normalisation (``y_center_``, ``y_scale_``)."""
+
+    def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61)), in the units
+        of ``y`` (``normalize_y`` undone)."""
+        mean, var = super().predict_latent(X)
+        return self.y_center_ + self.y_scale_ * mean, self.y_scale_**2 * var
+
+    def predict(self, X: Any, return_std: bool = False):
+        """Predictive mean of y (the latent mean: the noise is symmetric); with ``return_std``
+        also the standard deviation of a new observation ``y* = f* + e``: ``sqrt(v* + scale^2
+        nu / (nu - 2))`` (latent variance plus the Student-t noise's; ``scale`` times
+        ``y_scale_`` with ``normalize_y``), ``inf`` for ``nu <= 2`` (infinite noise variance).
+        The latent's alone: ``predict_latent``."""
+        mean, var = self.predict_latent(X)
+        if not return_std:
+            return mean
+        nu, scale = self.likelihood_.nu, self.likelihood_.scale * self.y_scale_
+        noise = scale * scale * nu / (nu - 2.0) if nu > 2 else np.inf
+        return mean, np.sqrt(var + noise)
+
+    def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
+        """log p(y* | data) = log of int t(y* - f) N(f | m*, v*) df, per point (a density of
+        ``y`` in its own units)."""
+        self._check_is_fitted()
+        X = check_X(X, estimator=type(self).__name__)
+        y = check_targets(y, X.shape[0], type(self).__name__)
+        mean, var = super().predict_latent(X)
+        yn = (y - self.y_center_) / self.y_scale_
+        return self.likelihood_.log_z(mean, np.sqrt(var), yn) - np.log(self.y_scale_)
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """R^2 of the predictive mean (scikit-learn's regressor score)."""
+        self._check_is_fitted()
+        X = check_X(X, estimator=type(self).__name__)
+        y = check_targets(y, X.shape[0], type(self).__name__)
+        w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float)
+        pred = self.predict(X)
+        mean = np.sum(w * y) / np.sum(w)
+        ss_res = np.sum(w * (y - pred) ** 2)
+        ss_tot = np.sum(w * (y - mean) ** 2)
+        if ss_tot == 0:
+            return 1.0 if ss_res == 0 else 0.0
+        return float(1.0 - ss_res / ss_tot)
