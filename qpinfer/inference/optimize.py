@@ -59,6 +59,7 @@ from qpinfer.inference.search_result import (
 )
 from qpinfer.inference.search_space import SearchSpace, theta_names
 from qpinfer.inference.site_loop import ConvergenceWarning
+from qpinfer.tables.reader import TableFallbackWarning
 
 __all__ = [
     "EVALUATION_ERRORS",
@@ -90,7 +91,8 @@ MAX_UNCONVERGED_EVALUATIONS = 10
 BUDGET_STATUS = -1
 #: the energy-stall rule's window, in iterations (``stall_rtol`` of :func:`minimize_lbfgsb`)
 STALL_WINDOW = 10
-#: the inner loops' warnings ignored during a search by default (only the result counts)
+#: the inner loops' warnings ignored during a search by default (only the result counts), except
+#: :class:`~qpinfer.tables.reader.TableFallbackWarning`
 QUIET = (ConvergenceWarning, RuntimeWarning)
 
 
@@ -346,6 +348,8 @@ def search_evidence(
     with warnings.catch_warnings():
         for category in quiet:
             warnings.simplefilter("ignore", category)
+        # a table's exact fallbacks are the user's to know (warned once per table, not quiet)
+        warnings.simplefilter("default", TableFallbackWarning)
         for i, x0 in enumerate(starts):
             if i > 0:
                 if trail is not None:

@@ -62,6 +62,7 @@ from qpinfer.tables.grid_table import SigmaTable as SigmaTable
 from qpinfer.tables.grid_table import _reopen as _reopen  # pickles of tables name it here
 from qpinfer.tables.open import open_table as open_table
 from qpinfer.tables.reader import SigmaTableReader as SigmaTableReader
+from qpinfer.tables.reader import TableFallbackWarning as TableFallbackWarning
 from qpinfer.tables.store import TableError as TableError
 from qpinfer.tables.store import installed_table_path as installed_table_path
 from qpinfer.tables.store import sha256_file as sha256_file
@@ -72,6 +73,7 @@ __all__ = [
     "SigmaTableReader",
     "TableChoiceWarning",
     "TableError",
+    "TableFallbackWarning",
     "download",
     "installed_table_path",
     "open_table",

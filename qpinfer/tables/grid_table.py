@@ -18,7 +18,7 @@ from qpinfer.likelihoods.base import Likelihood
 from qpinfer.sigma.exact import broadcast_query, sigma_qp
 from qpinfer.tables.grid_cubic import interp_cubic
 from qpinfer.tables.grid_store import GridAxis, check_grid_store
-from qpinfer.tables.reader import SigmaTableReader, flat_moment
+from qpinfer.tables.reader import SigmaTableReader, TableFallbackWarning, flat_moment
 from qpinfer.tables.store import TableError, read_json, sha256_file
 
 __all__ = ["SigmaTable", "open_grid_table"]
@@ -338,7 +338,7 @@ class SigmaTable(SigmaTableReader):
                 f"[{d['mu'][0]:g}, {d['mu'][1]:g}], sigma in [{d['sigma'][0]:.4g}, "
                 f"{d['sigma'][1]:.4g}], y in {self.y.tolist()}); computed exactly "
                 "(slower). table.fallback_count counts them. Warned once per table.",
-                RuntimeWarning,
+                TableFallbackWarning,
                 stacklevel=3,
             )
         return exact

@@ -22,7 +22,13 @@ import numpy as np
 
 from qpinfer.likelihoods.base import Likelihood
 
-__all__ = ["SigmaTableReader", "flat_moment"]
+__all__ = ["SigmaTableReader", "TableFallbackWarning", "flat_moment"]
+
+
+class TableFallbackWarning(RuntimeWarning):
+    """A table was asked for sigma* outside its domain and computed it exactly (slower; counted
+    in the table's ``fallback_count``). Warned once per table, and shown even inside a
+    hyperparameter search, which silences the inner loops' other ``RuntimeWarning``."""
 
 
 class SigmaTableReader(ABC):

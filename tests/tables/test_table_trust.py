@@ -122,6 +122,20 @@ def test_a_v1_paper_grid_store_installed_by_hand_never_replaces_the_shipped_tabl
     assert any("fell outside the table" in str(w.message) for w in caught)
 
 
+def test_the_fallback_warning_reaches_the_user_from_inside_a_search(paper_v1, cancer):
+    """The hyperparameter search silences its inner loops' RuntimeWarnings; a table's exact
+    fallbacks are not one of them (the warning was raised inside the search, swallowed, and its
+    once-per-table flag set)."""
+    X, y = cancer
+    kw = {**HYPER, "optimizer": "lbfgs", "optimizer_maxiter": 2}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = qpinfer.GPClassifier("qp", table=str(paper_v1), **kw).fit(X[:150], y[:150])
+    assert clf.table_.fallback_count > 0
+    fallbacks = [w for w in caught if issubclass(w.category, qpinfer.tables.TableFallbackWarning)]
+    assert len(fallbacks) == 1 and "fell outside the table" in str(fallbacks[0].message)
+
+
 def test_a_downloaded_v1_table_never_replaces_the_shipped_table(host, cache, cancer, capsys):
     X, y = cancer
     code = main(["download", NAME, "--url", host.as_uri(), "--quiet"])
