@@ -185,8 +185,9 @@ def laplace_mode(
     default is :func:`~qpinfer.inference.laplace.positive_branch_start`. Iterations stop when a full
     Newton step changes ``f`` by less than ``tol * (1 + max|f|)``, or by no more than the round-off
     bound of ``f = K a`` (``n eps max(|K| |a|)``, which a large ``K`` keeps above ``tol``) without
-    changing ``Psi`` beyond round-off (``1e-14`` relative), or when ``Psi`` cannot be increased
-    any more.
+    changing ``Psi`` beyond round-off (``1e-14`` relative), or when a small step (below ``1e-6 *
+    (1 + max|f|)``) is no smaller than the one before (Newton's steps shrink quadratically near
+    the mode: such a step is round-off), or when ``Psi`` cannot be increased any more.
     """
     K = np.asarray(K, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -205,6 +206,7 @@ def laplace_mode(
     history = [psi]
     converged = False
     it = 0
+    last_step = np.inf
     for it in range(1, int(max_iter) + 1):
         _, d1, d2, _ = likelihood.log_lik_derivatives(f, y)
         a_new = _newton_a(K, f, d1, -d2, _indefinite(likelihood))
@@ -237,10 +239,15 @@ def laplace_mode(
             and abs(psi_t - psi) <= 1e-14 * (1.0 + abs(psi))
             and step <= 2.0 * n * _EPS * np.max(np.abs(K) @ np.abs(a))
         )
+        # at the noise floor: Newton's steps shrink quadratically near the mode, so a small step
+        # that is no smaller than the one before is round-off (of d log p and W f with large
+        # counts: the log link at rates ~400 crabbed for max_iter with steps ~1e-10)
+        stalled = accepted and step <= 1e-6 * scale and step >= last_step
+        last_step = step
         if accepted:
             a, f, psi = a_t, f_t, psi_t
             history.append(psi)
-        if step <= tol * scale or flat or not accepted:
+        if step <= tol * scale or flat or stalled or not accepted:
             converged = accepted
             break
     return _result(K, y, likelihood, a, f, it, converged, history)
