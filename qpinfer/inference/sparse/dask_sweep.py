@@ -322,9 +322,13 @@ def _sweep_to_convergence(call, settings, n, compute_evidence) -> SparsePEPResul
     return control.result(SparsePEPResult, tau, nu, post, (log_z, cav_mean, cav_var))
 
 
-def fit_on_scheduler(est: Any, kernel: Any, X, y, Z, projection) -> tuple[SparsePEPResult, Any]:
-    """:meth:`qpinfer.SparseGPClassifier.fit` with ``scheduler`` set: the sites at the
-    estimator's fixed kernel and inducing inputs by :func:`run_sparse_pep_dask`."""
+def fit_on_scheduler(
+    est: Any, kernel: Any, X, y, Z, projection, init=None
+) -> tuple[SparsePEPResult, Any]:
+    """The ``fit`` of a sparse estimator (:class:`qpinfer.SparseGPClassifier`,
+    :class:`qpinfer.SparseGPPoissonRegressor`, :class:`qpinfer.SparseGPStudentTRegressor`) with
+    ``scheduler`` set: the sites at the estimator's fixed kernel and inducing inputs by
+    :func:`run_sparse_pep_dask` (from the sites ``init``, ``None``: zero)."""
     if est.optimizer is not None:
         raise ValueError(
             f"scheduler={est.scheduler!r} fits at fixed hyperparameters: optimizer must be None, "
@@ -343,6 +347,7 @@ def fit_on_scheduler(est: Any, kernel: Any, X, y, Z, projection) -> tuple[Sparse
         projection,
         scheduler=est.scheduler,
         jitter=est.jitter,
+        init=init,
         damping=est.damping,
         max_iter=int(est.max_iter),
         tol=float(est.tol),
