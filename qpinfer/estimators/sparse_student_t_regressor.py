@@ -17,11 +17,12 @@ from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
 from qpinfer.estimators.sparse_site_fit import SparseSiteEstimator
 from qpinfer.estimators.student_t_predictions import (
+    TRUST,
     StudentTPredictionsMixin,
+    check_scale_options,
     check_targets,
     robust_center_scale,
 )
-from qpinfer.estimators.student_t_regressor import TRUST, GPStudentTRegressor
 from qpinfer.estimators.student_t_scale import cavity_scale_gradient
 from qpinfer.inference.search_space import scalar_block
 from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT, check_nu_scale, check_nu_supported
@@ -93,8 +94,6 @@ class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, Sp
     scale_bounds: tuple[float, float] = (1e-4, 1e4)
     normalize_y: bool = True
 
-    _check_scale_options = GPStudentTRegressor._check_scale_options
-
     @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPStudentTRegressor:
         """Fit sites, kernel hyperparameters, the scale (``optimize_scale``) and inducing
@@ -104,7 +103,7 @@ class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, Sp
             raise ValueError(f"method must be 'qp' or 'ep', got {self.method!r}")
         nu, scale = check_nu_scale(self.nu, self.scale)
         check_nu_supported(nu)
-        self._check_scale_options(scale)
+        check_scale_options(self.optimize_scale, self.scale_bounds, scale)
         if not isinstance(self.normalize_y, bool | np.bool_):
             raise ValueError(f"normalize_y must be True or False, got {self.normalize_y!r}")
         name = type(self).__name__
