@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy.special import gammaln
 
 from qpinfer import (
     GPClassifier,
@@ -196,13 +197,12 @@ def _fit_served_by_tables(est, X, y):
 
 def test_poisson_fit_on_coal_beats_a_constant_rate_and_is_served_by_the_tables():
     """Coal-mining disasters (112 years): odd years train, even years test. Both links beat
-    the constant rate of the training mean on the held-out mean log pmf."""
+    the constant rate of the training mean on the held-out mean log pmf (measured: square QP
+    -1.566, log EP -1.551, constant -1.783)."""
     X, y = coal()
     Xtr, ytr, Xte, yte = X[1::2], y[1::2], X[::2], y[::2]
     rate = ytr.mean()
-    constant = np.mean(
-        yte * np.log(rate) - rate - np.array([np.sum(np.log(np.arange(1, k + 1))) for k in yte])
-    )
+    constant = np.mean(yte * np.log(rate) - rate - gammaln(yte + 1.0))
     for link, method in (("square", "qp"), ("log", "ep")):
         est = SparseGPPoissonRegressor(10, method=method, link=link, random_state=0)
         _fit_served_by_tables(est, Xtr, ytr)
@@ -213,7 +213,8 @@ def test_poisson_fit_on_coal_beats_a_constant_rate_and_is_served_by_the_tables()
 
 def test_student_t_fit_with_outliers_beats_the_gaussian_sparse_regressor():
     """sin(x) plus small noise, 10% of the targets shifted by +-5: the Student-t fit (scale
-    fitted too) has a lower test RMSE than SparseGPRegressor's Gaussian one."""
+    fitted too) has a lower test RMSE than SparseGPRegressor's Gaussian one (measured 0.022
+    against 0.52)."""
     rng = np.random.default_rng(5)
     n = 80
     X = rng.uniform(-3.0, 3.0, size=(n, 1))
@@ -231,13 +232,19 @@ def test_student_t_fit_with_outliers_beats_the_gaussian_sparse_regressor():
 
 
 def test_logit_classifier_fit_is_served_by_the_tables_and_classifies():
-    X, targets = _data(seed=6, n=60)
+    """Labels drawn from sigma(2 f) (the Bayes rule's accuracy on the 140 test rows: 0.77):
+    trained on 60 rows, the held-out mean log probability beats the class frequencies'
+    (measured -0.61 against -0.70) and the accuracy the majority class's (0.74 against 0.51)."""
+    X, targets = _data(seed=6, n=200)
     y = targets["labels"]
     est = SparseGPClassifier(8, method="qp", likelihood="logit", random_state=0)
-    _fit_served_by_tables(est, X[:40], y[:40])
-    assert est.score(X[40:], y[40:]) >= 0.7
-    proba = est.predict_proba(X[40:])
+    _fit_served_by_tables(est, X[:60], y[:60])
+    proba = est.predict_proba(X[60:])
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    freq = np.bincount(y[:60], minlength=2) / 60
+    held_out = np.mean(np.log(proba[np.arange(140), y[60:]]))
+    assert held_out > np.mean(np.log(freq[y[60:]])) + 0.05
+    assert est.score(X[60:], y[60:]) > max(np.mean(y[60:]), 1 - np.mean(y[60:])) + 0.15
 
 
 @pytest.mark.parametrize("likelihood", ["probit", "logit"])
