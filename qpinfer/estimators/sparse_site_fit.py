@@ -152,7 +152,7 @@ class SparseSiteEstimator(SchedulerCloneMixin, SparseEstimatorBase, SiteLoopPara
         check_inducing_kernel(kernel, Z)
         d, n_theta = X.shape[1], kernel.theta.size
         n_lik = self._likelihood_params(likelihood).size
-        n_evals, starts, Lu, result = 1, [], None, None
+        n_evals, starts, Lu, result, prior = 1, [], None, None, None
         tol = float(self.tol)
         loose = tol if self.search_tol is None else max(tol, float(self.search_tol))
 
@@ -186,19 +186,19 @@ class SparseSiteEstimator(SchedulerCloneMixin, SparseEstimatorBase, SiteLoopPara
                 proj = projection_at(lik)
                 res = self._run(prior, y, proj, self._warm(last and last[2], lik), loose)
                 budget.record(res)
+                g_lik = np.empty(0)
                 if own:  # QP's own objective (probit), its total gradient
                     args = (kern, X, Zp, prior, res, y, proj, self.qp_objective)
                     value, g_theta, g_Z = sparse_qp_objective_gradient(*args)
-                    g_lik = np.empty(0)
                 else:
                     value = res.log_marginal_likelihood
                     g_theta, g_Z = sparse_pep_gradient(kern, X, Zp, prior, res, y, proj)
-                    g_lik = self._likelihood_gradient(lik, res, prior, y) if n_lik else g_lik0
+                    if n_lik:
+                        g_lik = self._likelihood_gradient(lik, res, prior, y)
                 parts = [g_theta, g_lik] + ([g_Z.ravel()] if opt_Z else [])
                 # no prior kept: its two M x N arrays are recomputed once at the end
                 return -value, -np.concatenate(parts), (kern, Zp.copy(), res, lik)
 
-            g_lik0 = np.empty(0)
             blocks = [kernel_block(kernel), *self._likelihood_blocks(likelihood)]
             blocks += [free_block(Z, "Z")] if opt_Z else []
             search = search_evidence(
@@ -216,7 +216,9 @@ class SparseSiteEstimator(SchedulerCloneMixin, SparseEstimatorBase, SiteLoopPara
             kernel, Z, result, likelihood = search.best
             starts = search.start_values
             n_evals = search.n_evaluations
-            if loose > tol:  # the search's sites, converged to tol
+            same = type(self._final_projection(likelihood, table, alpha))
+            if loose > tol and same is type(projection_at(likelihood)):
+                # the search's sites, converged to tol (QP after EP: from the search's)
                 prior = pseudo_point_prior(kernel, X, Z, self.jitter)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)
@@ -230,9 +232,9 @@ class SparseSiteEstimator(SchedulerCloneMixin, SparseEstimatorBase, SiteLoopPara
                     stacklevel=3,
                 )
         final = self._final_projection(likelihood, table, alpha)
-        prior = None
         if self.scheduler is None:
-            prior = pseudo_point_prior(kernel, X, Z, self.jitter)
+            if prior is None:  # none kept by the search: its M x N arrays, once
+                prior = pseudo_point_prior(kernel, X, Z, self.jitter)
             if result is None or type(final) is not type(projection_at(likelihood)):
                 # QP at the fitted (or given) values, from the search's sites
                 result = self._run(prior, y, final, self._warm(result, likelihood))
