@@ -1,4 +1,4 @@
-"""What the two sparse (pseudo-point) estimators share: the number of pseudo-points, the kernel
+"""What the full-batch sparse (pseudo-point) estimators share: the number of pseudo-points, the kernel
 check and the initial inducing inputs (their parameters, shared with the dense estimators, are
 :class:`qpinfer.estimators.params.PseudoPointParams`)."""
 
