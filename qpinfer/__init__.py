@@ -24,7 +24,13 @@ from qpinfer.likelihoods.poisson_square import PoissonSquare
 from qpinfer.likelihoods.probit import Probit
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.sigma import sigma_qp, tilted_moments
-from qpinfer.sparse import MiniBatchSparseGPClassifier, SparseGPClassifier, SparseGPRegressor
+from qpinfer.sparse import (
+    MiniBatchSparseGPClassifier,
+    SparseGPClassifier,
+    SparseGPPoissonRegressor,
+    SparseGPRegressor,
+    SparseGPStudentTRegressor,
+)
 from qpinfer.tables import SigmaTable, TableError, open_table
 from qpinfer.version import __version__
 
@@ -45,7 +51,9 @@ __all__ = [
     "QuantileMatching",
     "SigmaTable",
     "SparseGPClassifier",
+    "SparseGPPoissonRegressor",
     "SparseGPRegressor",
+    "SparseGPStudentTRegressor",
     "TableError",
     "VBResult",
     "__version__",

@@ -10,10 +10,14 @@ public names of these modules, one idea each:
   (eq. (18));
 * :mod:`qpinfer.inference.sparse.sites` -- classification: iterative pseudo-point Power EP / QP
   (eqs. (20), (106)-(110)) on the shared site loop :func:`qpinfer.inference.site_loop.run_sites`;
-* :mod:`qpinfer.estimators.sparse_regressor`, :mod:`qpinfer.estimators.sparse_classifier` -- the
-  estimators :class:`~qpinfer.SparseGPRegressor` and :class:`~qpinfer.SparseGPClassifier` (following
-  :class:`qpinfer.GPClassifier`'s conventions; shared parameters in
-  :mod:`qpinfer.estimators.sparse_base`);
+* :mod:`qpinfer.estimators.sparse_regressor`, :mod:`qpinfer.estimators.sparse_classifier`,
+  :mod:`qpinfer.estimators.sparse_poisson_regressor`,
+  :mod:`qpinfer.estimators.sparse_student_t_regressor` -- the estimators
+  :class:`~qpinfer.SparseGPRegressor`, :class:`~qpinfer.SparseGPClassifier` (probit, logit),
+  :class:`~qpinfer.SparseGPPoissonRegressor` and :class:`~qpinfer.SparseGPStudentTRegressor`
+  (following the dense estimators' conventions; shared parameters in
+  :mod:`qpinfer.estimators.sparse_base`, the site-update fit the last three share in
+  :mod:`qpinfer.estimators.sparse_site_fit`);
 * :mod:`qpinfer.inference.sparse.stochastic`, :mod:`qpinfer.inference.sparse.minibatch` and
   :mod:`qpinfer.estimators.minibatch_sparse_classifier` -- minibatch EP / QP with one tied site
   (stochastic EP) for millions of rows or data larger than memory,
@@ -28,7 +32,9 @@ from __future__ import annotations
 from qpinfer.estimators.minibatch_sparse_classifier import MiniBatchSparseGPClassifier
 from qpinfer.estimators.sparse_base import DEFAULT_N_INDUCING  # noqa: F401 (re-exported)
 from qpinfer.estimators.sparse_classifier import SparseGPClassifier
+from qpinfer.estimators.sparse_poisson_regressor import SparseGPPoissonRegressor
 from qpinfer.estimators.sparse_regressor import SparseGPRegressor
+from qpinfer.estimators.sparse_student_t_regressor import SparseGPStudentTRegressor
 from qpinfer.inference.sparse.pseudo_points import (  # noqa: F401 (re-exported)
     LowRankPosterior,
     PseudoPointPrior,
@@ -49,7 +55,9 @@ __all__ = [
     "LowRankPosterior",
     "MiniBatchSparseGPClassifier",
     "SparseGPClassifier",
+    "SparseGPPoissonRegressor",
     "SparseGPRegressor",
+    "SparseGPStudentTRegressor",
     "SparsePEPResult",
     "kmeans_inducing_points",
     "low_rank_posterior",

@@ -1,9 +1,10 @@
-"""Sparse GP classification (probit) with M pseudo-points by Power EP or QP (Bui et al., 2017); more than
-two classes by one-vs-rest or one-vs-one (:mod:`qpinfer.estimators.multiclass`)."""
+"""Sparse GP classification (probit or logit) with M pseudo-points by Power EP, EP or QP (Bui et
+al., 2017); more than two classes by one-vs-rest or one-vs-one
+(:mod:`qpinfer.estimators.multiclass`). The fit is
+:class:`qpinfer.estimators.sparse_site_fit.SparseSiteEstimator`'s."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import KW_ONLY
 from typing import Any
 
@@ -12,37 +13,20 @@ import numpy as np
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X, _check_y, binary_labels
 from qpinfer.estimators.multiclass import MultiClassMixin, check_multi_class
-from qpinfer.estimators.params import SiteLoopParams, estimator
+from qpinfer.estimators.params import estimator
 from qpinfer.estimators.predictions import ProbitPredictionsMixin
 from qpinfer.estimators.protocol import log_marginal_likelihood_method
-from qpinfer.estimators.sparse_base import (
-    SchedulerCloneMixin,
-    SparseEstimatorBase,
-    check_inducing_kernel,
-)
-from qpinfer.estimators.tables import resolve_table
-from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail, search_evidence
-from qpinfer.inference.power_ep import PowerMomentMatching, check_power
-from qpinfer.inference.projections import MomentMatching, QuantileMatching
-from qpinfer.inference.search_space import free_block, kernel_block, search_space
-from qpinfer.inference.site_loop import ConvergenceWarning
-from qpinfer.inference.sparse.pseudo_points import predict_latent_low_rank, pseudo_point_prior
-from qpinfer.inference.sparse.sites import SparsePEPResult, run_sparse_pep, sparse_pep_gradient
-from qpinfer.inference.sparse.total_gradient import sparse_qp_objective_gradient
+from qpinfer.estimators.sparse_site_fit import SparseSiteEstimator
+from qpinfer.inference.power_ep import check_power
 from qpinfer.likelihoods.probit import Probit
 
 __all__ = ["SparseGPClassifier"]
 
 
 @estimator
-class SparseGPClassifier(
-    MultiClassMixin,
-    ProbitPredictionsMixin,
-    SchedulerCloneMixin,
-    SparseEstimatorBase,
-    SiteLoopParams,
-):
-    """Sparse GP classification (probit) with M pseudo-points by Power EP (Bui et al., 2017).
+class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEstimator):
+    """Sparse GP classification (probit or logit) with M pseudo-points by Power EP (Bui et al.,
+    2017).
 
     Iterative pseudo-point Power EP (:func:`~qpinfer.inference.sparse.sites.run_sparse_pep`, eqs.
     (20), (106)-(109)), energy eq. (110); L-BFGS-B maximises the energy over the kernel
@@ -50,7 +34,7 @@ class SparseGPClassifier(
     evaluation (warm-started) with the analytic gradient of
     :func:`~qpinfer.inference.sparse.sites.sparse_pep_gradient`. O(N M^2) per sweep.
 
-    The fast path (the defaults; issue 17: KEEL ``magic``, 17,020 points, M = 100, went from
+    The fast path (the defaults; KEEL ``magic``, 17,020 points, M = 100, went from
     528 s to under a minute at the same test error, ``benchmarks/bench_sparse_scale.py``):
 
     * during the search the sites are converged only to ``search_tol`` (default 1e-3, RMS
@@ -90,9 +74,16 @@ class SparseGPClassifier(
     alpha : float in (0, 1]
         Power EP power: 1 is EP (FITC-EP), smaller values move toward the variational solution.
         Ignored by ``method="qp"`` (which replaces the alpha = 1 projection).
-    method : {"pep", "qp"}
-        Power EP with ``alpha`` (moment projection of the fractional tilted distribution), or
-        QP (Wasserstein projection, alpha = 1).
+    method : {"pep", "ep", "qp"}
+        Power EP with ``alpha`` (moment projection of the fractional tilted distribution), EP
+        (Power EP at alpha = 1), or QP (Wasserstein projection, alpha = 1).
+    likelihood : {"probit", "logit"}
+        As :class:`qpinfer.GPClassifier`'s: ``Phi(y f)`` or ``1 / (1 + exp(-y f))``
+        (:mod:`qpinfer.likelihoods.logit`; EP's moments from its shipped table; probabilities
+        ``E[sigma(f*)]`` by quadrature). The logit has no fractional tilted moments: with it
+        ``method="pep"`` needs ``alpha=1``, and QP's ``qp_objective`` must be ``"ep"``. QP
+        projects the tilted marginal of ``f_n`` for the logit (the smoothed logit is no logit;
+        :class:`~qpinfer.inference.sparse.sites._ConditionalProjection`).
     table : None, "exact", path or table object
         Where QP gets sigma* from, as :class:`qpinfer.GPClassifier`'s ``table``.
     %(kernel)s
@@ -149,39 +140,50 @@ class SparseGPClassifier(
 
     alpha: float = 0.5
     _: KW_ONLY
-    qp_objective: str = "ep"  # the dense estimators': "evidence" (see the docstring)
-    optimizer_rtol: float | None = 3e-3
-    search_tol: float | None = 1e-3
     method: str = "pep"
-    table: Any = None
-    scheduler: Any = None
+    likelihood: str = "probit"
     multi_class: str = "one_vs_rest"
     n_jobs: int | None = None
 
+    _LIKELIHOODS = ("probit", "logit")
+    _OWN_QP_OBJECTIVES = True  # the probit's; checked with the likelihood in _validate
+
     def _validate(self) -> float:
-        """Check the parameters besides the shared ones; returns the Power EP power."""
-        for name in ("optimizer_rtol", "search_tol"):
-            v = getattr(self, name)
-            ok = v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v > 0)
-            if not (ok and (v is None or np.isfinite(v))):
-                raise ValueError(f"{name} must be None or a positive number, got {v!r}")
-        if self.method not in ("pep", "qp"):
-            raise ValueError(f"method must be 'pep' or 'qp', got {self.method!r}")
+        """Check the parameters; returns the Power EP power."""
+        self._check_sparse_params()
+        if self.method not in ("pep", "ep", "qp"):
+            raise ValueError(f"method must be 'pep', 'ep' or 'qp', got {self.method!r}")
+        if not (isinstance(self.likelihood, str) and self.likelihood in self._LIKELIHOODS):
+            raise ValueError(
+                f"likelihood must be one of {self._LIKELIHOODS}, got {self.likelihood!r}"
+            )
         alpha = check_power(self.alpha)
-        self._check_site_loop()
+        if self.likelihood == "logit":
+            if self.method == "pep" and alpha != 1.0:
+                raise ValueError(
+                    f"method='pep' with alpha={self.alpha!r} is not available for "
+                    "likelihood='logit' (it has no fractional tilted moments): use "
+                    "method='ep' (alpha = 1) or 'qp'"
+                )
+            if self.method == "qp" and self.qp_objective != "ep":
+                raise ValueError(
+                    f"qp_objective={self.qp_objective!r} is available for the probit "
+                    "likelihood only (its total gradient); with likelihood='logit' QP's "
+                    "hyperparameters are sparse EP's: use qp_objective='ep'"
+                )
         check_multi_class(self.multi_class, self.n_jobs)
         return alpha
 
-    def _run(self, prior, y, projection, init=None, tol=None) -> SparsePEPResult:
-        options = self._site_loop_options()
-        if tol is not None:
-            options["tol"] = tol
-        return run_sparse_pep(prior.A, prior.h, y, projection, init=init, **options)
+    def _make_likelihood(self) -> Any:
+        if self.likelihood == "logit":
+            from qpinfer.likelihoods.logit import Logit
+
+            return Logit()
+        return Probit()
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPClassifier:
         """Fit sites, kernel hyperparameters and inducing inputs (eq. (110))."""
-        self._check_pseudo_point_params()
         alpha = self._validate()
         X = _check_X(X, estimator=type(self).__name__)
         y = _check_y(y, X.shape[0], type(self).__name__)
@@ -189,100 +191,9 @@ class SparseGPClassifier(
             return self._fit_multiclass(X, y, np.unique(y))
         self._forget_multiclass()
         classes, y_pm = binary_labels(y, type(self).__name__)
-        if self.method == "qp":
-            lik = Probit()
-            table = resolve_table(self, lik)  # the same rules as GPClassifier's
-            final = QuantileMatching(lik, table)
-            # "ep": hyperparameters/inducing inputs are sparse EP's; else QP's own, one search
-            projection = MomentMatching(lik) if self.qp_objective == "ep" else final
-        else:
-            table = None
-            projection = final = PowerMomentMatching(Probit(), alpha)
-        kernel = self._initial_kernel(X.shape[1])
-        Z = self._initial_inducing(X)
-        check_inducing_kernel(kernel, Z)
-        d = X.shape[1]
-        n_theta = kernel.theta.size
-        n_evals, starts = 1, []
-        tol = float(self.tol)
-        loose = tol if self.search_tol is None else max(tol, float(self.search_tol))
-        if self.scheduler is not None:  # fixed hyperparameters, the sweeps on dask
-            from qpinfer.inference.sparse.dask_sweep import (
-                fit_on_scheduler,  # dask only when asked for
-            )
-
-            result, Lu = fit_on_scheduler(self, kernel, X, y_pm, Z, final)
-        elif self.optimizer is not None:
-            opt_Z = bool(self.optimize_inducing)
-            budget, trail = InnerLoopBudget(int(self.max_iter)), SearchTrail()
-
-            def objective(p):
-                kern = kernel.with_theta(p[:n_theta])
-                Zp = p[n_theta:].reshape(-1, d) if opt_Z else Z
-                prior = pseudo_point_prior(kern, X, Zp, self.jitter)
-                last = trail.latest  # (kernel, Z, result) of the latest success: warm start
-                init = None if last is None else (last[2].tau, last[2].nu)
-                res = self._run(prior, y_pm, projection, init, loose)
-                budget.record(res)
-                if isinstance(projection, QuantileMatching):  # QP's own objective, total grad
-                    args = (kern, X, Zp, prior, res, y_pm, projection, self.qp_objective)
-                    value, g_theta, g_Z = sparse_qp_objective_gradient(*args)
-                else:
-                    value = res.log_marginal_likelihood
-                    g_theta, g_Z = sparse_pep_gradient(kern, X, Zp, prior, res, y_pm, projection)
-                grad = np.concatenate([g_theta, g_Z.ravel()]) if opt_Z else g_theta
-                # no prior kept: its two M x N arrays are recomputed once at the end
-                return -value, -grad, (kern, Zp.copy(), res)
-
-            blocks = [kernel_block(kernel)] + ([free_block(Z, "Z")] if opt_Z else [])
-            search = search_evidence(
-                objective,
-                search_space(*blocks),
-                self._what(),
-                maxiter=int(self.optimizer_maxiter),
-                budget=budget,
-                trail=trail,
-                stall_rtol=self.optimizer_rtol,
-                **self._search_options(n_drawn=n_theta),
-            )
-            kernel, Z, result = search.best
-            starts = search.start_values
-            prior = pseudo_point_prior(kernel, X, Z, self.jitter)
-            n_evals = search.n_evaluations
-            if loose > tol and final is projection:  # the search's sites, converged to tol
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", ConvergenceWarning)
-                    result = self._run(prior, y_pm, projection, (result.tau, result.nu))
-            if not result.converged:
-                warnings.warn(
-                    f"sparse Power EP did not converge within max_iter={self.max_iter} sweeps at "
-                    f"the fitted hyperparameters (RMS change {result.rms_change:.3g})",
-                    ConvergenceWarning,
-                    stacklevel=2,
-                )
-        else:
-            prior = pseudo_point_prior(kernel, X, Z, self.jitter)
-            result = None if final is not projection else self._run(prior, y_pm, projection)
-        if final is not projection and self.scheduler is None:  # QP at the fitted/given values
-            init = None if result is None else (result.tau, result.nu)
-            result = self._run(prior, y_pm, final, init)
-        self.table_ = table
+        self._fit_sites(X, y_pm, self._make_likelihood(), alpha)
         self.classes_ = classes
         self.n_classes_ = 2
-        self.n_features_in_ = d
-        self.X_train_ = X
-        self.y_train_ = y_pm
-        self.kernel_ = kernel
-        self.inducing_points_ = Z
-        self.projection_ = final
-        self.pep_result_ = result
-        self._Lu = prior.Lu if self.scheduler is None else Lu
-        self.log_marginal_likelihood_ = result.log_marginal_likelihood
-        self.log_marginal_likelihood_value_ = result.log_marginal_likelihood  # scikit-learn's
-        values = starts or [-result.log_marginal_likelihood]
-        self.restart_evidence_ = -np.asarray(values, dtype=np.float64)
-        self.n_iter_ = result.n_iter
-        self.n_evaluations_ = n_evals
         return self
 
     @limits_blas
@@ -291,10 +202,7 @@ class SparseGPClassifier(
         ``estimators_[i]``'s)."""
         if self._is_multiclass():
             return super().predict_latent(X)  # MultiClassMixin's refusal
-        X = self._check_predict_X(X)
-        return predict_latent_low_rank(
-            self.kernel_, self.inducing_points_, self._Lu, self.pep_result_.posterior, X
-        )
+        return self._latent(X)
 
     log_marginal_likelihood = log_marginal_likelihood_method(
         """Eq. (110) at the kernel's log hyperparameters ``theta`` (default: the fitted ones),
@@ -313,15 +221,4 @@ class SparseGPClassifier(
     def _log_marginal_likelihood(self, theta: Any, eval_gradient: bool, clone_kernel: Any) -> Any:
         if self._is_multiclass():
             return super().log_marginal_likelihood(theta, eval_gradient, clone_kernel=clone_kernel)
-        theta = self._checked_theta(self.kernel_.theta if theta is None else theta, clone_kernel)
-        X, Z, y = self.X_train_, self.inducing_points_, self.y_train_
-        fitted = np.array_equal(theta, self.kernel_.theta)
-        kernel = self.kernel_ if fitted else self.kernel_.with_theta(theta)
-        result = self.pep_result_
-        prior = pseudo_point_prior(kernel, X, Z, self.jitter)
-        if not fitted:
-            result = self._run(prior, y, self.projection_, (result.tau, result.nu))
-        if not eval_gradient:
-            return result.log_marginal_likelihood
-        g_theta, _ = sparse_pep_gradient(kernel, X, Z, prior, result, y, self.projection_)
-        return result.log_marginal_likelihood, g_theta
+        return self._sparse_log_marginal_likelihood(theta, eval_gradient, clone_kernel)

@@ -1,6 +1,6 @@
 """What every Student-t regression estimator (dense, sparse, minibatch) shares: the target
-checks, the robust normalisation of ``normalize_y``, and the predictions of a Gaussian latent
-predictive under Student-t noise."""
+checks, the check of the scale options, the robust normalisation of ``normalize_y``, and the
+predictions of a Gaussian latent predictive under Student-t noise."""
 
 from __future__ import annotations
 
@@ -11,10 +11,37 @@ import numpy as np
 from qpinfer.checks import check_target_vector, check_X
 from qpinfer.checks import finite_array as _finite
 
-__all__ = ["MAD_TO_STD", "StudentTPredictionsMixin", "check_targets", "robust_center_scale"]
+__all__ = [
+    "MAD_TO_STD",
+    "TRUST",
+    "StudentTPredictionsMixin",
+    "check_scale_options",
+    "check_targets",
+    "robust_center_scale",
+]
 
 #: the median absolute deviation of a normal sample times this estimates its standard deviation
 MAD_TO_STD = 1.4826
+#: half-width (log units) of the box trust region of a search over the scale and the kernel
+TRUST = 2.0
+
+
+def check_scale_options(optimize_scale: Any, scale_bounds: Any, scale: float) -> None:
+    """``ValueError`` naming the parameter unless ``optimize_scale`` is a bool and
+    ``scale_bounds`` is ``(low, high)`` with ``0 < low <= high < inf`` holding ``scale`` (when
+    the scale is fitted)."""
+    if not isinstance(optimize_scale, bool | np.bool_):
+        raise ValueError(f"optimize_scale must be True or False, got {optimize_scale!r}")
+    try:
+        low, high = (float(b) for b in scale_bounds)
+    except (TypeError, ValueError):
+        low = high = np.nan
+    if not (0 < low <= high < np.inf):
+        raise ValueError(
+            f"scale_bounds must be (low, high) with 0 < low <= high < inf, got {scale_bounds!r}"
+        )
+    if optimize_scale and not low <= scale <= high:
+        raise ValueError(f"scale={scale!r} is outside scale_bounds={scale_bounds!r}")
 
 
 def robust_center_scale(y: np.ndarray) -> tuple[float, float]:

@@ -48,7 +48,9 @@ from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
 from qpinfer.estimators.student_t_predictions import (  # robust_center_scale: re-exported
+    TRUST,
     StudentTPredictionsMixin,
+    check_scale_options,
     check_targets,
     robust_center_scale,
 )
@@ -59,9 +61,6 @@ from qpinfer.inference.search_space import kernel_block, scalar_block, search_sp
 from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT, check_nu_scale, check_nu_supported
 
 __all__ = ["GPStudentTRegressor", "robust_center_scale"]
-
-#: half-width (log units) of the box trust region of the scale-and-kernel optimisation
-TRUST = 2.0
 
 
 @estimator
@@ -131,7 +130,7 @@ class GPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, GPEstima
         self._validate_params()
         nu, scale = check_nu_scale(self.nu, self.scale)
         check_nu_supported(nu)
-        self._check_scale_options(scale)
+        check_scale_options(self.optimize_scale, self.scale_bounds, scale)
         if not isinstance(self.normalize_y, bool | np.bool_):
             raise ValueError(f"normalize_y must be True or False, got {self.normalize_y!r}")
         X = check_X(X, estimator="GPStudentTRegressor")
@@ -167,21 +166,6 @@ class GPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, GPEstima
         self._fit_latent(X, (y - self.y_center_) / self.y_scale_, StudentT(nu, scale))
         self.scale_ = self.likelihood_.scale
         return self
-
-    def _check_scale_options(self, scale: float) -> None:
-        if not isinstance(self.optimize_scale, bool | np.bool_):
-            raise ValueError(f"optimize_scale must be True or False, got {self.optimize_scale!r}")
-        try:
-            low, high = (float(b) for b in self.scale_bounds)
-        except (TypeError, ValueError):
-            low = high = np.nan
-        if not (0 < low <= high < np.inf):
-            raise ValueError(
-                "scale_bounds must be (low, high) with 0 < low <= high < inf, got "
-                f"{self.scale_bounds!r}"
-            )
-        if self.optimize_scale and not low <= scale <= high:
-            raise ValueError(f"scale={scale!r} is outside scale_bounds={self.scale_bounds!r}")
 
     def _optimize(self, kernel, X, y):
         """As the base class; constant targets under ``normalize_y`` (all 0 once normalised:

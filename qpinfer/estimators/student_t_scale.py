@@ -49,7 +49,13 @@ from qpinfer.likelihoods.student_t.baselines import (
     scale_derivatives,
 )
 
-__all__ = ["ep_scale_gradient", "laplace_scale_gradient", "scale_gradient", "vb_scale_gradient"]
+__all__ = [
+    "cavity_scale_gradient",
+    "ep_scale_gradient",
+    "laplace_scale_gradient",
+    "scale_gradient",
+    "vb_scale_gradient",
+]
 
 
 def ep_scale_gradient(result: Any, y: np.ndarray, likelihood: Any) -> float:
@@ -58,6 +64,16 @@ def ep_scale_gradient(result: Any, y: np.ndarray, likelihood: Any) -> float:
     tau_c = 1.0 / post.var - result.tau
     cav_var = 1.0 / tau_c
     cav_mean = (post.mean / post.var - result.nu) * cav_var
+    return cavity_scale_gradient(cav_mean, cav_var, y, likelihood)
+
+
+def cavity_scale_gradient(
+    cav_mean: np.ndarray, cav_var: np.ndarray, y: np.ndarray, likelihood: Any
+) -> float:
+    """``sum_i d log Z_i / dlog(scale)`` at fixed cavities ``N(cav_mean, cav_var)`` of the
+    latent ``f_i`` (the formula above). With pseudo-points the cavities of ``f_n`` are
+    ``N(mu_c, s_c + h_n)`` (Bui, Yan and Turner, 2017, eq. (20)), where eq. (110) depends on
+    the scale (alpha = 1)."""
     m, sd = likelihood.tilted_moments(cav_mean, np.sqrt(cav_var), y)
     return float(-np.sum(((m - cav_mean) * (m - y) + sd * sd) / cav_var))
 

@@ -75,31 +75,45 @@ _WORKER_TABLES: dict[tuple, Any] = {}
 
 # -- the projection, shipped without its table ---------------------------------------------------
 class _ProjectionSpec:
-    """A projection to rebuild on a worker: QP's (:class:`QuantileMatching`) with a table is
-    copied without it, and the table (a :class:`~qpinfer.tables.reader.SigmaTableReader`) travels
-    as its path, pickled by its own ``__reduce__``, and is opened once per worker process into
+    """A projection to rebuild on a worker, its tables sent as paths: QP's sigma* table
+    (:class:`QuantileMatching`'s ``table``) and the table serving the likelihood's EP moments
+    (:meth:`qpinfer.Likelihood.with_moment_table`) are taken out of the copy that travels,
+    each pickled by its own ``__reduce__`` (its path), and opened once per worker process into
     ``_WORKER_TABLES``."""
 
     def __init__(self, projection: Any) -> None:
-        table = projection.table if isinstance(projection, QuantileMatching) else None
-        self.key = None
-        self.table_pickle = b""
-        self.projection = projection
-        if table is not None:
-            self.table_pickle = pickle.dumps(table)
-            self.key = (type(table).__name__, str(table.path), self.table_pickle)
-            self.projection = copy.copy(projection)
-            self.projection.table = None
+        self.projection = projection = copy.copy(projection)
+        self.table = self.moment_table = None
+        if isinstance(projection, QuantileMatching) and projection.table is not None:
+            self.table = _TableRef(projection.table)
+            projection.table = None
+        moments = projection.likelihood._moment_table
+        if moments is not None:
+            self.moment_table = _TableRef(moments)
+            projection.likelihood = projection.likelihood.with_moment_table(None)
 
     def build(self) -> Any:
-        if self.key is None:
-            return self.projection
+        proj = copy.copy(self.projection)
+        if self.moment_table is not None:
+            proj.likelihood = proj.likelihood.with_moment_table(self.moment_table.open())
+        if self.table is not None:
+            proj.table = self.table.open()
+        return proj
+
+
+class _TableRef:
+    """A table as its pickle (a path) and the key of its copy in ``_WORKER_TABLES``."""
+
+    def __init__(self, table: Any) -> None:
+        self.pickle = pickle.dumps(table)
+        self.key = (type(table).__name__, str(table.path), self.pickle)
+
+    def open(self) -> Any:
+        """The table, opened in this process at its first use."""
         table = _WORKER_TABLES.get(self.key)
         if table is None:
-            table = _WORKER_TABLES[self.key] = pickle.loads(self.table_pickle)  # noqa: S301
-        proj = copy.copy(self.projection)
-        proj.table = table
-        return proj
+            table = _WORKER_TABLES[self.key] = pickle.loads(self.pickle)  # noqa: S301
+        return table
 
 
 # -- what a worker holds and does ------------------------------------------------------------------
@@ -322,9 +336,13 @@ def _sweep_to_convergence(call, settings, n, compute_evidence) -> SparsePEPResul
     return control.result(SparsePEPResult, tau, nu, post, (log_z, cav_mean, cav_var))
 
 
-def fit_on_scheduler(est: Any, kernel: Any, X, y, Z, projection) -> tuple[SparsePEPResult, Any]:
-    """:meth:`qpinfer.SparseGPClassifier.fit` with ``scheduler`` set: the sites at the
-    estimator's fixed kernel and inducing inputs by :func:`run_sparse_pep_dask`."""
+def fit_on_scheduler(
+    est: Any, kernel: Any, X, y, Z, projection, init=None
+) -> tuple[SparsePEPResult, Any]:
+    """The ``fit`` of a sparse estimator (:class:`qpinfer.SparseGPClassifier`,
+    :class:`qpinfer.SparseGPPoissonRegressor`, :class:`qpinfer.SparseGPStudentTRegressor`) with
+    ``scheduler`` set: the sites at the estimator's fixed kernel and inducing inputs by
+    :func:`run_sparse_pep_dask` (from the sites ``init``, ``None``: zero)."""
     if est.optimizer is not None:
         raise ValueError(
             f"scheduler={est.scheduler!r} fits at fixed hyperparameters: optimizer must be None, "
@@ -343,6 +361,7 @@ def fit_on_scheduler(est: Any, kernel: Any, X, y, Z, projection) -> tuple[Sparse
         projection,
         scheduler=est.scheduler,
         jitter=est.jitter,
+        init=init,
         damping=est.damping,
         max_iter=int(est.max_iter),
         tol=float(est.tol),

@@ -45,6 +45,7 @@ from qpinfer.inference.sparse.pseudo_points import (
 __all__ = [
     "LowRankSiteRepresentation",
     "SparsePEPResult",
+    "positive_branch_sites",
     "run_sparse_pep",
     "sparse_pep_gradient",
 ]
@@ -253,6 +254,31 @@ class _PseudoPointSites:
 
     def log_evidence(self, post: LowRankPosterior, tau: np.ndarray, nu: np.ndarray):
         return power_ep_log_evidence(post, tau, nu, self.y, self.conditional)
+
+
+def positive_branch_sites(
+    A: np.ndarray, y: np.ndarray, likelihood: Any
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The sites ``(tau, nu)`` to start a likelihood with two branches (the square link) on its
+    positive one, ``None`` (zero sites) for every other likelihood.
+
+    The rule of the dense :func:`qpinfer.inference.laplace.positive_branch_start` on the site
+    variables ``a_n``: each term at its own positive mode ``sqrt(y)`` with precision 4 (``y >=
+    1``) or 2 (``y = 0``), shifted by the smallest ``c`` in ``0, 1/2, 1, 2, ...`` that makes the
+    low-rank posterior mean of ``a_n`` positive wherever ``y_n >= 1``. With ``M = N``, ``Z = X``
+    the dense start's sites exactly."""
+    if not likelihood.two_branches:
+        return None
+    tau = np.where(y > 0, 4.0, 2.0)
+    for c in [0.0] + [0.5 * 2.0**k for k in range(12)]:
+        nu = tau * (np.sqrt(y) + c)
+        mean = low_rank_posterior(A, tau, nu).mean
+        if np.all(np.isfinite(mean)) and np.all(mean[y > 0] > 0):
+            return tau, nu
+    raise ValueError(
+        "could not find a starting point with f > 0 at every site with y >= 1 (are the "
+        "inducing inputs far from the data?)"
+    )
 
 
 def run_sparse_pep(
