@@ -288,9 +288,12 @@ def test_parallel_fit_equals_sequential_and_keeps_the_warnings(wine):
         kw = {"method": "ep", "multi_class": multi_class}
         seq = _quiet_fit(GPClassifier(**kw), Xtr, ytr)
         par = _quiet_fit(GPClassifier(**kw, n_jobs=2), Xtr, ytr)
-        np.testing.assert_allclose(par.predict_proba(Xte), seq.predict_proba(Xte), rtol=1e-12)
+        # the worker processes' BLAS may run other kernels than this one's (their thread
+        # settings differ, e.g. once a dask cluster has started), so the arithmetic can differ
+        # in the last bits, which each L-BFGS-B search carries to its result (6e-11 seen)
+        np.testing.assert_allclose(par.predict_proba(Xte), seq.predict_proba(Xte), rtol=1e-8)
         for a, b in zip(par.kernel_, seq.kernel_):
-            np.testing.assert_allclose(a.theta, b.theta, rtol=1e-12)
+            np.testing.assert_allclose(a.theta, b.theta, rtol=1e-8)
     # a warning raised in a worker process reaches the caller, pointing at the call to fit
     with pytest.warns(ConvergenceWarning) as record:
         GPClassifier("ep", optimizer=None, max_iter=2, n_jobs=2).fit(Xtr, ytr)
