@@ -59,10 +59,9 @@ class _Model:
     def stationary(self):
         nu, s2, v, m = self.nu, self.s**2, self.sigma**2, self.mu - self.y
         roots = mpmath.polyroots(  # x^3 - m x^2 + (nu s^2 + (nu + 1) v) x - m nu s^2
-            [-m * nu * s2, nu * s2 + (nu + 1) * v, -m, 1],
+            [1, -m, nu * s2 + (nu + 1) * v, -m * nu * s2],  # descending (mpmath 1.3 has no asc)
             maxsteps=400,
             extraprec=4 * mp.prec,
-            asc=True,
         )
         tol = mpf(10) ** (-mp.dps // 2) * (1 + abs(m))
         return sorted(self.y + mpmath.re(r) for r in roots if abs(mpmath.im(r)) <= tol)
