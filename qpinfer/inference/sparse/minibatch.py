@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import log_ndtr
 
+from qpinfer.inference.site_update import resolve_floor
+from qpinfer.inference.sparse.minibatch_targets import LabelTarget, ValueTarget
 from qpinfer.inference.sparse.pseudo_points import inducing_factor, whitened_cross
 from qpinfer.inference.sparse.stochastic import (
     BatchStats,
@@ -48,6 +49,8 @@ __all__ = [
     "LocalRunner",
     "MinibatchResult",
     "MinibatchSettings",
+    "LabelTarget",
+    "ValueTarget",
     "classes_of",
     "fit_minibatch",
 ]
@@ -97,47 +100,38 @@ class MinibatchResult:
     skipped: int = 0
     held_out_rows: int = 0
     held_out_positives: int = 0
+    #: the learned noise scale (``ValueTarget.scale``), else ``None``
+    scale: float | None = None
 
 
 # -- where a batch's parts are computed -------------------------------------------------------------
-def _part_stats(X, y, classes, spec, kernel, Z, jitter, cavity, gradient, start) -> BatchStats:
-    """One part of a batch: rows checked, labels mapped to -1/+1, statistics."""
-    X, y = _checked_part(X, y, classes, start)
-    return batch_statistics(kernel, Z, jitter, cavity, spec.build(), X, y, gradient)
+def _part_stats(X, y, target, spec, kernel, Z, jitter, cavity, gradient, start) -> BatchStats:
+    """One part of a batch: rows checked, targets in the likelihood's form, statistics."""
+    X, y = _checked_part(X, y, target, start)
+    projection = spec.build()
+    return batch_statistics(
+        kernel, Z, jitter, cavity, projection, X, y, gradient, target.learns_scale
+    )
 
 
-def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, int, int]:
+def _part_ntll(X, y, target, kernel, Z, jitter, post, start) -> tuple[float, int, int]:
     """``(sum -log p(y_n | x_n), rows, rows holding classes[1])`` of held-out rows under the
-    posterior ``post``."""
-    X, y = _checked_part(X, y, classes, start)
+    posterior ``post`` (:meth:`LabelTarget.log_density`, :meth:`ValueTarget.log_density`)."""
+    X, y = _checked_part(X, y, target, start)
     _, Lu, _ = inducing_factor(kernel, Z, jitter)
     A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
     V = post.Linv.T @ (post.Linv @ A)  # S_q A
     var = h + np.einsum("mn,mn->n", A, V)
     mean = post.mean @ A
-    z = y * mean / np.sqrt(1.0 + var)
-    return float(-np.sum(log_ndtr(z))), int(y.size), int(np.count_nonzero(y > 0))
+    return float(-np.sum(target.log_density(mean, var, y))), int(y.size), target.positives(y)
 
 
-def _checked_part(X: Any, y: Any, classes: np.ndarray, start: int) -> tuple[np.ndarray, ...]:
-    """The rows of a part from ``start``: ``X`` finite float64, ``y`` as -1/+1; ``ValueError``
-    naming the first bad row otherwise."""
+def _checked_part(X: Any, y: Any, target: Any, start: int) -> tuple[np.ndarray, ...]:
+    """The rows of a part from ``start``: ``X`` finite float64, ``y`` in the likelihood's form;
+    ``ValueError`` naming the first bad row otherwise."""
     from qpinfer.inference.sparse.dask_partitions import check_partition
 
-    return check_partition(X, slice(start, None)), _labels(y, classes, start)
-
-
-def _labels(y: Any, classes: np.ndarray, start: int) -> np.ndarray:
-    """``y`` as -1/+1 (``classes[1]`` is +1); ``ValueError`` naming the first other label."""
-    y = np.asarray(y)
-    pos, neg = y == classes[1], y == classes[0]
-    if not np.all(pos | neg):
-        bad = int(np.flatnonzero(~(pos | neg))[0])
-        raise ValueError(
-            f"y must hold only the classes {classes.tolist()} seen when the fit started; row "
-            f"{start + bad} holds {y[bad]!r}"
-        )
-    return np.where(pos, 1.0, -1.0)
+    return check_partition(X, slice(start, None)), target.rows(y, start)
 
 
 def classes_of(y: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -254,22 +248,30 @@ def _progress(total: int, epoch: int, verbose: bool):
 def fit_minibatch(
     kernel: Any,
     Z: np.ndarray,
-    classes: np.ndarray,
+    target: Any,
     n_rows: int,
     projection: Any,
     runner: Any,
     s: MinibatchSettings,
 ) -> MinibatchResult:
-    """Minibatch pseudo-point EP/QP over the rows ``[0, n_rows)`` of ``runner``'s data."""
+    """Minibatch pseudo-point EP/QP over the rows ``[0, n_rows)`` of ``runner``'s data, whose
+    targets ``target`` reads (:class:`LabelTarget`, :class:`ValueTarget`, or the array of two
+    classes of a probit's labels; with ``target.learns_scale`` Adam also moves ``log(scale)``,
+    after the hyperparameters and the inducing inputs)."""
     from qpinfer.inference.sparse.dask_sweep import _ProjectionSpec
 
+    if isinstance(target, np.ndarray):
+        target = LabelTarget(target)
     rng = np.random.default_rng(s.seed)
     train, held = _batches(n_rows, s, rng)
     n = sum(b.stop - b.start for b in train)
     power = float(getattr(projection, "power", 1.0))
     spec = _ProjectionSpec(projection)
+    floored = resolve_floor("auto", projection) is not None  # Lam stays semi-definite
     n_theta = kernel.theta.size
-    adam = _Adam(np.concatenate([kernel.theta, Z.ravel()]), s.learning_rate)
+    learn_scale = bool(target.learns_scale) and s.optimize_kernel
+    x0 = [kernel.theta, Z.ravel()] + ([np.array([math.log(target.scale)])] if learn_scale else [])
+    adam = _Adam(np.concatenate(x0), s.learning_rate)
     site = TiedSite.zero(Z.shape[0])
     step, best, stall, held_rows, held_pos = 0, (math.inf, None), 0, 0, 0
     energies, ntlls, skipped, epoch = [], [], 0, 0
@@ -278,28 +280,35 @@ def fit_minibatch(
         adam.lr = s.learning_rate * s.final_lr_ratio ** (epoch / max(s.max_epochs - 1, 1))
         for k, i in enumerate(rng.permutation(len(train))):
             cav = cavity_of(site, n, power)
-            args = (classes, spec, kernel, Z, s.jitter, cav, s.optimize_kernel)
+            args = (target, spec, kernel, Z, s.jitter, cav, s.optimize_kernel)
             parts = runner.map(_part_stats, _parts(train[i], s.batch_parts), *args)
             stats = parts[0]
             for p in parts[1:]:  # in order: the same sum wherever the parts ran
                 stats = stats + p
             skipped += stats.skipped
             total += tied_energy(site, n, power, cav, stats) / n
-            site = average_site_step(site, stats, max(stats.rows / n, 1.0 / (step + 1)))
+            rho = max(stats.rows / n, 1.0 / (step + 1))
+            site = average_site_step(site, stats, rho) if floored else _pd_step(site, stats, rho, n)
             step += 1
             if s.optimize_kernel:
                 g_Z = stats.grad_Z.ravel() if s.optimize_inducing else np.zeros(Z.size)
-                x = adam.step(np.concatenate([stats.grad_theta, g_Z]) * (n / stats.rows))
+                g = [stats.grad_theta, g_Z] + ([[stats.grad_log_scale]] if learn_scale else [])
+                x = adam.step(np.concatenate(g) * (n / stats.rows))
                 kernel, Z = _stepped(kernel, x, n_theta, Z.shape, s, epoch, step)
+                if learn_scale:
+                    lo, hi = target.log_bounds
+                    adam.x[-1] = min(max(adam.x[-1], lo), hi)
+                    target, projection = target.at_scale(math.exp(adam.x[-1]))
+                    spec = _ProjectionSpec(projection)
             _check_site(site, s, epoch, step)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(energy=f"{total / (k + 1):.5g}")
         energies.append(total / len(train))
-        state = (kernel, Z.copy(), site, epoch)
+        state = (kernel, Z.copy(), site, epoch, target)
         if held:
             post = posterior_of(site, n)
-            out = runner.map(_part_ntll, held, classes, kernel, Z, s.jitter, post)
+            out = runner.map(_part_ntll, held, target, kernel, Z, s.jitter, post)
             held_rows, held_pos = sum(o[1] for o in out), sum(o[2] for o in out)
             ntll = sum(o[0] for o in out) / held_rows
             ntlls.append(ntll)
@@ -316,7 +325,7 @@ def fit_minibatch(
         if held and stall >= s.n_iter_no_change:
             break
     # no finite held-out NTLL at all (a diverged fit): the last state, as without a held-out part
-    kernel, Z, site, best_epoch = best[1] if best[1] is not None else state
+    kernel, Z, site, best_epoch, target = best[1] if best[1] is not None else state
     _, Lu, _ = inducing_factor(kernel, Z, s.jitter)
     return MinibatchResult(
         kernel=kernel,
@@ -332,6 +341,27 @@ def fit_minibatch(
         skipped=skipped,
         held_out_rows=held_rows,
         held_out_positives=held_pos,
+        scale=target.scale if learn_scale else None,
+    )
+
+
+def _pd_step(site: TiedSite, stats: BatchStats, rho: float, n: int) -> TiedSite:
+    """:func:`average_site_step`, its ``rho`` halved (up to 50 times) while the posterior
+    precision ``I + N Lam`` is not positive definite -- only possible when negative site
+    precisions are kept (a likelihood that is not log-concave), where the average site
+    precision ``Lam`` may be indefinite; ``ValueError`` if no step keeps it so."""
+    new = average_site_step(site, stats, rho)
+    for _ in range(50):
+        try:
+            posterior_of(new, n)
+            return new
+        except np.linalg.LinAlgError:
+            rho *= 0.5
+            new = average_site_step(site, stats, rho)
+    raise ValueError(
+        f"no step toward the batch's mean site (of {stats.rows} rows) keeps the posterior "
+        "precision I + N Lam positive definite (negative site precisions of a likelihood that "
+        "is not log-concave); try a larger batch_size"
     )
 
 
