@@ -24,7 +24,13 @@ from qpinfer.likelihoods.poisson_square import PoissonSquare
 from qpinfer.likelihoods.probit import Probit
 from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.sigma import sigma_qp, tilted_moments
-from qpinfer.sparse import MiniBatchSparseGPClassifier, SparseGPClassifier, SparseGPRegressor
+from qpinfer.sparse import (
+    MiniBatchSparseGPClassifier,
+    MiniBatchSparseGPPoissonRegressor,
+    MiniBatchSparseGPStudentTRegressor,
+    SparseGPClassifier,
+    SparseGPRegressor,
+)
 from qpinfer.tables import SigmaTable, TableError, open_table
 from qpinfer.version import __version__
 
@@ -38,6 +44,8 @@ __all__ = [
     "LaplaceResult",
     "Likelihood",
     "MiniBatchSparseGPClassifier",
+    "MiniBatchSparseGPPoissonRegressor",
+    "MiniBatchSparseGPStudentTRegressor",
     "MomentMatching",
     "PoissonSquare",
     "PowerMomentMatching",

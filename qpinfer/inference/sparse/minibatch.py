@@ -31,7 +31,12 @@ from typing import Any
 import numpy as np
 
 from qpinfer.inference.site_update import resolve_floor
-from qpinfer.inference.sparse.minibatch_targets import LabelTarget, ValueTarget
+from qpinfer.inference.sparse.minibatch_targets import (
+    LabelTarget,
+    ValueTarget,
+    mean_site,
+    positive_branch_part,
+)
 from qpinfer.inference.sparse.pseudo_points import inducing_factor, whitened_cross
 from qpinfer.inference.sparse.stochastic import (
     BatchStats,
@@ -41,6 +46,7 @@ from qpinfer.inference.sparse.stochastic import (
     batch_statistics,
     cavity_of,
     posterior_of,
+    proper_site_step,
     tied_energy,
 )
 
@@ -273,6 +279,9 @@ def fit_minibatch(
     x0 = [kernel.theta, Z.ravel()] + ([np.array([math.log(target.scale)])] if learn_scale else [])
     adam = _Adam(np.concatenate(x0), s.learning_rate)
     site = TiedSite.zero(Z.shape[0])
+    if getattr(getattr(target, "likelihood", None), "two_branches", False):
+        args = (target, kernel, Z, s.jitter)
+        site = mean_site(runner.map(positive_branch_part, _parts(train[0], s.batch_parts), *args))
     step, best, stall, held_rows, held_pos = 0, (math.inf, None), 0, 0, 0
     energies, ntlls, skipped, epoch = [], [], 0, 0
     for epoch in range(s.max_epochs):
@@ -288,7 +297,11 @@ def fit_minibatch(
             skipped += stats.skipped
             total += tied_energy(site, n, power, cav, stats) / n
             rho = max(stats.rows / n, 1.0 / (step + 1))
-            site = average_site_step(site, stats, rho) if floored else _pd_step(site, stats, rho, n)
+            site = (
+                average_site_step(site, stats, rho)
+                if floored
+                else proper_site_step(site, stats, rho, n)
+            )
             step += 1
             if s.optimize_kernel:
                 g_Z = stats.grad_Z.ravel() if s.optimize_inducing else np.zeros(Z.size)
@@ -345,26 +358,6 @@ def fit_minibatch(
     )
 
 
-def _pd_step(site: TiedSite, stats: BatchStats, rho: float, n: int) -> TiedSite:
-    """:func:`average_site_step`, its ``rho`` halved (up to 50 times) while the posterior
-    precision ``I + N Lam`` is not positive definite -- only possible when negative site
-    precisions are kept (a likelihood that is not log-concave), where the average site
-    precision ``Lam`` may be indefinite; ``ValueError`` if no step keeps it so."""
-    new = average_site_step(site, stats, rho)
-    for _ in range(50):
-        try:
-            posterior_of(new, n)
-            return new
-        except np.linalg.LinAlgError:
-            rho *= 0.5
-            new = average_site_step(site, stats, rho)
-    raise ValueError(
-        f"no step toward the batch's mean site (of {stats.rows} rows) keeps the posterior "
-        "precision I + N Lam positive definite (negative site precisions of a likelihood that "
-        "is not log-concave); try a larger batch_size"
-    )
-
-
 def _diverged(s: MinibatchSettings, epoch: int, step: int, what: str) -> ValueError:
     return ValueError(
         f"the fit diverged in epoch {epoch + 1}, step {step}: {what}; learning_rate="
@@ -377,7 +370,7 @@ def _diverged(s: MinibatchSettings, epoch: int, step: int, what: str) -> ValueEr
 def _stepped(kernel, x: np.ndarray, n_theta: int, z_shape, s, epoch: int, step: int):
     """The kernel and inducing inputs after an Adam step to ``x``; ``ValueError`` naming
     ``learning_rate`` when they are not finite."""
-    theta, Z = x[:n_theta], x[n_theta:].reshape(z_shape)
+    theta, Z = x[:n_theta], x[n_theta : n_theta + math.prod(z_shape)].reshape(z_shape)
     # exp(theta) of a log hyperparameter beyond +-700 is inf or 0 in float64
     if not (np.all(np.abs(theta) < 700.0) and np.all(np.isfinite(Z))):
         raise _diverged(s, epoch, step, "the hyperparameters or inducing inputs are not finite")

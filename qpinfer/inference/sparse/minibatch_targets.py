@@ -15,6 +15,9 @@ The held-out density of a row is the likelihood averaged over the latent predict
 units of the raw targets (``- log spread`` for normalised reals); the probit's is written
 ``log Phi(y mean / sqrt(1 + var))``.
 
+A likelihood with two branches (the square link) starts the tied site on the positive branch
+(:func:`positive_branch_part`, :func:`mean_site`, from the first training batch).
+
 A target travels to dask workers (pickled) with every part; it holds no data.
 """
 
@@ -28,7 +31,10 @@ from typing import Any
 import numpy as np
 from scipy.special import log_ndtr
 
-__all__ = ["LabelTarget", "ValueTarget"]
+from qpinfer.inference.sparse.pseudo_points import inducing_factor, site_sums, whitened_cross
+from qpinfer.inference.sparse.stochastic import BatchStats, TiedSite, average_site_step
+
+__all__ = ["LabelTarget", "ValueTarget", "mean_site", "positive_branch_part"]
 
 
 @dataclass
@@ -107,3 +113,26 @@ class ValueTarget:
 
     def positives(self, y: np.ndarray) -> int:
         return 0
+
+
+def positive_branch_part(X, y, target, kernel, Z, jitter, start) -> BatchStats:
+    """The positive-branch start of a likelihood with two branches (the square link, whose
+    posterior is symmetric under ``f -> -f`` with a saddle at mean 0 that EP never leaves): each
+    row's site at its own positive mode, ``f = sqrt(y)`` with precision 4 (``y >= 1``) or 2, as
+    :func:`qpinfer.inference.laplace.positive_branch_start` starts the full-batch fits."""
+    from qpinfer.inference.sparse.dask_partitions import check_partition
+
+    X, y = check_partition(X, slice(start, None)), target.rows(y, start)
+    _, Lu, _ = inducing_factor(kernel, Z, jitter)
+    A, _ = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
+    tau = np.where(y > 0, 4.0, 2.0)
+    prec, shift = site_sums(A, tau, tau * np.sqrt(y))
+    return BatchStats(int(y.size), prec, shift, 0.0, None, None, 0)
+
+
+def mean_site(parts: list) -> TiedSite:
+    """The mean site of a batch's parts (added in order)."""
+    stats = parts[0]
+    for p in parts[1:]:
+        stats = stats + p
+    return average_site_step(TiedSite.zero(stats.shift_sum.size), stats, 1.0)

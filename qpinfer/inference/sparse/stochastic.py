@@ -1,4 +1,4 @@
-"""Minibatch pseudo-point EP and QP: stochastic EP with one tied site (issue #32), O(B M^2) a step.
+"""Minibatch pseudo-point EP and QP: stochastic EP with one tied site, O(B M^2) a step.
 
 Stochastic EP (Li, Hernandez-Lobato and Turner, NeurIPS 2015) in the pseudo-point Power EP family
 of Bui et al. (2017): the N rank-one sites of :mod:`qpinfer.inference.sparse.sites` are tied into one
@@ -32,7 +32,7 @@ gradient is (``qpinfer.inference.sparse.pseudo_points._contract_prior_gradient``
 Every likelihood: the site precisions are floored at ``MIN_SITE_PRECISION`` for a log-concave
 likelihood and kept as they are (negative ones too) for one that is not (Student-t), as the
 full-batch sweeps do; then the average site precision ``Lam`` may be indefinite, and the caller
-keeps the posterior precision ``I + N Lam`` positive definite (``qpinfer.inference.sparse.minibatch``
+keeps the posterior precision ``I + N Lam`` positive definite (:func:`proper_site_step`
 halves the step where it would not be). A location-scale likelihood ``p(y | f) = p0((y - f)/s)/s``
 (Student-t) also gives the energy's derivative in ``log s`` (``scale_gradient``): at fixed
 cavities, ``d log Z~_n / d log s = -((m - mu)(m - y) + v) / sigma^2`` with ``(m, v)`` the tilted
@@ -71,6 +71,7 @@ __all__ = [
     "batch_statistics",
     "cavity_of",
     "posterior_of",
+    "proper_site_step",
     "tied_energy",
 ]
 
@@ -230,6 +231,26 @@ def average_site_step(site: TiedSite, stats: BatchStats, rho: float) -> TiedSite
     return TiedSite(
         (1.0 - rho) * site.prec + (rho / used) * stats.prec_sum,
         (1.0 - rho) * site.shift + (rho / used) * stats.shift_sum,
+    )
+
+
+def proper_site_step(site: TiedSite, stats: BatchStats, rho: float, n: int) -> TiedSite:
+    """:func:`average_site_step`, its ``rho`` halved (up to 50 times) while the posterior
+    precision ``I + N Lam`` is not positive definite -- only possible when negative site
+    precisions are kept (a likelihood that is not log-concave), where the average site
+    precision ``Lam`` may be indefinite; ``ValueError`` if no step keeps it so."""
+    new = average_site_step(site, stats, rho)
+    for _ in range(50):
+        try:
+            posterior_of(new, n)
+            return new
+        except np.linalg.LinAlgError:
+            rho *= 0.5
+            new = average_site_step(site, stats, rho)
+    raise ValueError(
+        f"no step toward the batch's mean site (of {stats.rows} rows) keeps the posterior "
+        "precision I + N Lam positive definite (negative site precisions of a likelihood that "
+        "is not log-concave); try a larger batch_size"
     )
 
 
