@@ -78,14 +78,13 @@ class _MiniBatchRegressor(RegressorTagsMixin, MiniBatchSparseBase):
 
     _METHODS = ("qp", "ep")
 
-    def predict(self, X: Any, return_std: bool = False) -> Any:
-        """The point prediction (and its standard deviation); lazy for a dask ``X``."""
-        if is_dask_array(X):
-            numpy_predict = super().predict
-            if return_std:
-                return self._lazy_pair(lambda b: numpy_predict(b, True), X)
-            return self._blockwise(numpy_predict, X, None)
-        return super().predict(X, return_std)
+    def _maybe_lazy(self, numpy_predict, X: Any, return_std: bool) -> Any:
+        """``numpy_predict(X, return_std)``, mapped over the row blocks of a dask ``X``."""
+        if not is_dask_array(X):
+            return numpy_predict(X, return_std)
+        if return_std:
+            return self._lazy_pair(lambda b: numpy_predict(b, True), X)
+        return self._blockwise(numpy_predict, X, None)
 
     def _fit_values(self, X, y, s, likelihood, table, check, **target) -> Any:
         """Fit with settings ``s``, the likelihood (its moment table added) and QP's
@@ -168,6 +167,11 @@ class MiniBatchSparseGPPoissonRegressor(
         check_part = partial(_checked_part, check, "y")
         self._fit_values(X, y, s, likelihood, resolve_table(self, likelihood), check_part)
         return self
+
+    def predict(self, X: Any, return_std: bool = False) -> Any:
+        """The predictive mode of the count (and its standard deviation), as
+        :class:`qpinfer.GPPoissonRegressor`'s; lazy for a dask ``X``."""
+        return self._maybe_lazy(super().predict, X, return_std)
 
     def predict_mean(self, X: Any) -> Any:
         """The predictive mean of the count; lazy for a dask ``X``."""
@@ -276,6 +280,11 @@ class MiniBatchSparseGPStudentTRegressor(
             self.table_ = for_likelihood(base_table, res_lik)
         self.scale_ = self.likelihood_.scale
         return self
+
+    def predict(self, X: Any, return_std: bool = False) -> Any:
+        """The predictive mean (and the standard deviation of a new observation), as
+        :class:`qpinfer.GPStudentTRegressor`'s; lazy for a dask ``X``."""
+        return self._maybe_lazy(super().predict, X, return_std)
 
 
 def _normalize_sample(y: Any, seed: int) -> np.ndarray:

@@ -16,7 +16,6 @@ from qpinfer import (
 )
 from qpinfer.inference.power_ep import PowerMomentMatching
 from qpinfer.inference.projections import QuantileMatching
-from qpinfer.inference.sparse import dask_sweep
 from qpinfer.inference.sparse.stochastic import (
     BatchStats,
     TiedSite,
@@ -78,7 +77,7 @@ def test_minibatch_gradient_matches_central_differences(name):
         kernel, Z, 1e-6, cav, PowerMomentMatching(lik, 1.0), X, y, True, scale_grad
     )
 
-    def f(theta, Zp, log_scale=np.log(0.3)):
+    def f(theta, Zp, log_scale=-1.2039728043259361):  # log 0.3
         k = kernel.with_theta(theta)
         like = StudentT(4.0, np.exp(log_scale)) if scale_grad else lik
         return batch_statistics(
@@ -167,3 +166,102 @@ def test_one_full_batch_reaches_full_batch_sparse_ep_on_identical_rows(name, met
     tol = 1e-8 * (abs(full.tau[0]) * (a @ a) + abs(full.nu[0]) * np.abs(a).max())
     np.testing.assert_allclose(tied.prec, full.tau[0] * np.outer(a, a), rtol=0, atol=tol)
     np.testing.assert_allclose(tied.shift, full.nu[0] * a, rtol=0, atol=tol)
+
+
+def test_a_step_that_would_make_the_posterior_improper_is_halved():
+    """Negative site precisions (Student-t) may make the batch's mean site indefinite: the step
+    toward it is halved until ``I + N Lam`` is positive definite (here the full step would give
+    ``1 - N rho 4`` < 0 along ``e_0``: rho halves from 1 to 2^-7 < 1/(4N)); with a starting site
+    already improper no step helps, and the error says what to change."""
+    n, m = 40, 3
+    e = np.eye(m)[0]
+    stats = BatchStats(1, -4.0 * np.outer(e, e), np.zeros(m), 0.0, None, None, 0)
+    site = proper_site_step(TiedSite.zero(m), stats, 1.0, n)
+    assert site.prec[0, 0] == -4.0 * 2.0**-8  # the first rho with 1 - 4 N rho > 0
+    posterior_of(site, n)  # positive definite
+    improper = TiedSite(-np.eye(m), np.zeros(m))
+    with pytest.raises(ValueError, match="positive definite.*batch_size"):
+        proper_site_step(improper, stats, 1.0, n)
+
+
+def test_logit_with_a_power_other_than_one_is_refused_naming_alpha():
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    with pytest.raises(ValueError, match="alpha=0.5.*likelihood='logit'"):
+        MiniBatchSparseGPClassifier(3, 0.5, likelihood="logit").fit(X, X[:, 0] > 0)
+    with pytest.raises(ValueError, match="likelihood must be one of"):
+        MiniBatchSparseGPClassifier(3, likelihood="probitt").fit(X, X[:, 0] > 0)
+
+
+def _tables(est) -> list:
+    """QP's sigma* table of a fit, with a scaled table's base (which counts every lookup of
+    every scale's table)."""
+    tables = [] if est.table_ is None else [est.table_]
+    return tables + [t.base for t in tables if hasattr(t, "base")]
+
+
+def _regression_data(n: int, seed: int, kind: str):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    f = np.sin(1.5 * X[:, 0]) + 0.5 * X[:, 1]
+    if kind == "poisson":
+        return X, f, rng.poisson(np.exp(f)).astype(float)
+    y = f + 0.1 * rng.normal(size=n)
+    out = rng.random(n) < 0.05  # gross outliers
+    y[out] += rng.choice([-1, 1], out.sum()) * rng.uniform(3, 6, out.sum())
+    return X, f, y
+
+
+ESTIMATORS = [
+    ("logit-ep", lambda **k: MiniBatchSparseGPClassifier(likelihood="logit", **k)),
+    ("logit-qp", lambda **k: MiniBatchSparseGPClassifier(likelihood="logit", method="qp", **k)),
+    ("square-qp", lambda **k: MiniBatchSparseGPPoissonRegressor(**k)),
+    ("square-ep", lambda **k: MiniBatchSparseGPPoissonRegressor(method="ep", **k)),
+    ("log-qp", lambda **k: MiniBatchSparseGPPoissonRegressor(link="log", **k)),
+    ("log-ep", lambda **k: MiniBatchSparseGPPoissonRegressor(link="log", method="ep", **k)),
+    ("t-qp", lambda **k: MiniBatchSparseGPStudentTRegressor(optimize_scale=True, **k)),
+    ("t-ep", lambda **k: MiniBatchSparseGPStudentTRegressor(method="ep", optimize_scale=True, **k)),
+]
+
+
+@pytest.mark.parametrize("name,make", ESTIMATORS, ids=[e[0] for e in ESTIMATORS])
+def test_the_fits_are_served_by_the_tables(name, make):
+    """No exact fallback of QP's sigma* table or of the moment table in a fit (1000 rows, 2
+    epochs): every cavity the fit meets is inside the tables."""
+    X, f, y = _regression_data(1000, 4, "poisson" if "t-" not in name else "t")
+    if name.startswith("logit"):
+        y = np.where(f > 0, 1, 0)
+    est = make(n_inducing=8, batch_size=250, max_epochs=2, random_state=0).fit(X, y)
+    assert bool(_tables(est)) == ("qp" in name)
+    assert all(t.fallback_count == 0 for t in _tables(est))
+    moments = est.likelihood_._moment_table
+    assert moments is not None and moments.moment_fallback_count == 0
+
+
+DASK_CASES = [
+    ("logit", lambda **k: MiniBatchSparseGPClassifier(likelihood="logit", **k), "class"),
+    ("poisson-log", lambda **k: MiniBatchSparseGPPoissonRegressor(link="log", **k), "poisson"),
+    ("poisson-square", lambda **k: MiniBatchSparseGPPoissonRegressor(**k), "poisson"),
+    ("student-t", lambda **k: MiniBatchSparseGPStudentTRegressor(optimize_scale=True, **k), "t"),
+]
+
+
+@pytest.mark.parametrize("name,make,kind", DASK_CASES, ids=[c[0] for c in DASK_CASES])
+def test_dask_arrays_on_a_cluster_give_the_in_process_fit(name, make, kind, dask_client):
+    """The same seed, the same fit, bit for bit: numpy in this process and dask arrays whose
+    batch parts run on the two worker processes of a real LocalCluster (every part runs the same
+    code on the same rows, one BLAS thread, and the parts are added in the same order);
+    predictions on a dask ``X`` are lazy and equal the numpy ones."""
+    X, f, y = _regression_data(1200, 5, "t" if kind == "t" else "poisson")
+    if kind == "class":
+        y = np.where(f > 0, 1, 0)
+    kw = dict(n_inducing=6, batch_size=300, max_epochs=2, random_state=0, blas_threads=1)
+    ref = make(**kw).fit(X, y)
+    Xd, yd = da.from_array(X, chunks=(400, 2)), da.from_array(y, chunks=400)
+    other = make(**kw, scheduler=dask_client).fit(Xd, yd)
+    assert np.array_equal(other.kernel_.theta, ref.kernel_.theta)
+    assert np.array_equal(other.inducing_points_, ref.inducing_points_)
+    assert other.validation_ntll_ == ref.validation_ntll_
+    assert getattr(other, "scale_", None) == getattr(ref, "scale_", None)
+    lazy = other.predict(Xd)
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_array_equal(lazy.compute(), ref.predict(X))

@@ -38,6 +38,7 @@ from qpinfer.inference.sparse.minibatch_targets import (
     positive_branch_part,
 )
 from qpinfer.inference.sparse.pseudo_points import inducing_factor, whitened_cross
+from qpinfer.inference.sparse.shipping import Shipped
 from qpinfer.inference.sparse.stochastic import (
     BatchStats,
     Cavity,
@@ -112,9 +113,11 @@ class MinibatchResult:
 
 # -- where a batch's parts are computed -------------------------------------------------------------
 def _part_stats(X, y, target, spec, kernel, Z, jitter, cavity, gradient, start) -> BatchStats:
-    """One part of a batch: rows checked, targets in the likelihood's form, statistics."""
+    """One part of a batch: rows checked, targets in the likelihood's form, statistics
+    (``target``, ``spec``: :class:`~qpinfer.inference.sparse.shipping.Shipped`)."""
+    target = target.get()
     X, y = _checked_part(X, y, target, start)
-    projection = spec.build()
+    projection = spec.get()
     return batch_statistics(
         kernel, Z, jitter, cavity, projection, X, y, gradient, target.learns_scale
     )
@@ -123,6 +126,7 @@ def _part_stats(X, y, target, spec, kernel, Z, jitter, cavity, gradient, start) 
 def _part_ntll(X, y, target, kernel, Z, jitter, post, start) -> tuple[float, int, int]:
     """``(sum -log p(y_n | x_n), rows, rows holding classes[1])`` of held-out rows under the
     posterior ``post`` (:meth:`LabelTarget.log_density`, :meth:`ValueTarget.log_density`)."""
+    target = target.get()
     X, y = _checked_part(X, y, target, start)
     _, Lu, _ = inducing_factor(kernel, Z, jitter)
     A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
@@ -264,15 +268,13 @@ def fit_minibatch(
     targets ``target`` reads (:class:`LabelTarget`, :class:`ValueTarget`, or the array of two
     classes of a probit's labels; with ``target.learns_scale`` Adam also moves ``log(scale)``,
     after the hyperparameters and the inducing inputs)."""
-    from qpinfer.inference.sparse.dask_sweep import _ProjectionSpec
-
     if isinstance(target, np.ndarray):
         target = LabelTarget(target)
     rng = np.random.default_rng(s.seed)
     train, held = _batches(n_rows, s, rng)
     n = sum(b.stop - b.start for b in train)
     power = float(getattr(projection, "power", 1.0))
-    spec = _ProjectionSpec(projection)
+    spec, shipped = Shipped(projection), Shipped(target)
     floored = resolve_floor("auto", projection) is not None  # Lam stays semi-definite
     n_theta = kernel.theta.size
     learn_scale = bool(target.learns_scale) and s.optimize_kernel
@@ -280,7 +282,7 @@ def fit_minibatch(
     adam = _Adam(np.concatenate(x0), s.learning_rate)
     site = TiedSite.zero(Z.shape[0])
     if getattr(getattr(target, "likelihood", None), "two_branches", False):
-        args = (target, kernel, Z, s.jitter)
+        args = (Shipped(target), kernel, Z, s.jitter)
         site = mean_site(runner.map(positive_branch_part, _parts(train[0], s.batch_parts), *args))
     step, best, stall, held_rows, held_pos = 0, (math.inf, None), 0, 0, 0
     energies, ntlls, skipped, epoch = [], [], 0, 0
@@ -289,7 +291,7 @@ def fit_minibatch(
         adam.lr = s.learning_rate * s.final_lr_ratio ** (epoch / max(s.max_epochs - 1, 1))
         for k, i in enumerate(rng.permutation(len(train))):
             cav = cavity_of(site, n, power)
-            args = (target, spec, kernel, Z, s.jitter, cav, s.optimize_kernel)
+            args = (shipped, spec, kernel, Z, s.jitter, cav, s.optimize_kernel)
             parts = runner.map(_part_stats, _parts(train[i], s.batch_parts), *args)
             stats = parts[0]
             for p in parts[1:]:  # in order: the same sum wherever the parts ran
@@ -312,7 +314,7 @@ def fit_minibatch(
                     lo, hi = target.log_bounds
                     adam.x[-1] = min(max(adam.x[-1], lo), hi)
                     target, projection = target.at_scale(math.exp(adam.x[-1]))
-                    spec = _ProjectionSpec(projection)
+                    spec, shipped = Shipped(projection), Shipped(target)
             _check_site(site, s, epoch, step)
             if bar is not None:
                 bar.update(1)
@@ -321,7 +323,7 @@ def fit_minibatch(
         state = (kernel, Z.copy(), site, epoch, target)
         if held:
             post = posterior_of(site, n)
-            out = runner.map(_part_ntll, held, target, kernel, Z, s.jitter, post)
+            out = runner.map(_part_ntll, held, shipped, kernel, Z, s.jitter, post)
             held_rows, held_pos = sum(o[1] for o in out), sum(o[2] for o in out)
             ntll = sum(o[0] for o in out) / held_rows
             ntlls.append(ntll)

@@ -122,6 +122,7 @@ def positive_branch_part(X, y, target, kernel, Z, jitter, start) -> BatchStats:
     :func:`qpinfer.inference.laplace.positive_branch_start` starts the full-batch fits."""
     from qpinfer.inference.sparse.dask_partitions import check_partition
 
+    target = target.get()  # Shipped
     X, y = check_partition(X, slice(start, None)), target.rows(y, start)
     _, Lu, _ = inducing_factor(kernel, Z, jitter)
     A, _ = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
