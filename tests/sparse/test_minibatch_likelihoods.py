@@ -6,6 +6,8 @@ baselines."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -265,3 +267,73 @@ def test_dask_arrays_on_a_cluster_give_the_in_process_fit(name, make, kind, dask
     lazy = other.predict(Xd)
     assert isinstance(lazy, da.Array)
     np.testing.assert_array_equal(lazy.compute(), ref.predict(X))
+
+
+@pytest.mark.parametrize("multi_class", ["one_vs_rest", "one_vs_one"])
+def test_multi_class_minibatch_on_iris_with_numpy_and_dask_arrays(multi_class, dask_client):
+    """Iris (3 classes, 150 rows, shuffled; 100 to fit, 50 to test): the binary minibatch fits
+    of ``multi_class`` predict well above chance (1/3; measured 0.98 OvR, 0.92 OvO: 0.8 leaves room for
+    another BLAS), ``predict_proba`` rows sum to 1, and dask arrays -- ``y`` as a dask array,
+    the problems built lazily from it, a pair's rows selected by an index -- give the numpy fit
+    on the cluster."""
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    order = np.random.default_rng(0).permutation(150)
+    X, y = (X - X.mean(0)) / X.std(0), y
+    tr, te = order[:100], order[100:]
+    kw = dict(n_inducing=8, batch_size=50, max_epochs=8, learning_rate=0.1, random_state=0)
+    kw.update(validation_fraction=0.0, multi_class=multi_class, blas_threads=1)
+    est = MiniBatchSparseGPClassifier(**kw).fit(X[tr], y[tr])
+    assert len(est.estimators_) == 3 and est.classes_.tolist() == [0, 1, 2]
+    assert est.score(X[te], y[te]) >= 0.8
+    P = est.predict_proba(X[te])
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=1e-12)
+    Xd, yd = da.from_array(X[tr], chunks=(40, 4)), da.from_array(y[tr], chunks=40)
+    on_dask = MiniBatchSparseGPClassifier(**kw, scheduler=dask_client).fit(Xd, yd)
+    lazy = on_dask.predict_proba(da.from_array(X[te], chunks=(20, 4)))
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_array_equal(lazy.compute(), P)
+
+
+def test_a_poisson_fit_of_ten_thousand_rows_beats_a_constant_rate():
+    """1e4 seeded rows of rate exp(f), 2 epochs of 2500-row batches (log link, QP): the
+    held-out log predictive probability per row beats the best constant rate's (the
+    training mean) by more than 0.3 nats (measured: -1.341 against -1.944; the true rate's is
+    -1.340)."""
+    from scipy.stats import poisson
+
+    X, f, y = _regression_data(12_000, 6, "poisson")
+    est = MiniBatchSparseGPPoissonRegressor(
+        20, link="log", batch_size=2500, max_epochs=2, learning_rate=0.1, random_state=0
+    ).fit(X[:10_000], y[:10_000])
+    model = float(np.mean(est.log_pmf(X[10_000:], y[10_000:])))
+    constant = float(np.mean(poisson.logpmf(y[10_000:], y[:10_000].mean())))
+    assert model > constant + 0.3
+
+
+def test_a_student_t_fit_with_outliers_beats_gaussian_noise():
+    """1e4 seeded rows, 5% gross outliers (3-6 units on a signal of range ~3, noise 0.1):
+    Student-t noise (QP, 3 epochs, the scale learned) against SparseGPRegressor's Gaussian noise
+    at the same M on the same rows. The held-out log predictive density per row is higher by
+    more than 0.5 nats (measured: -0.20 against -1.37: the Gaussian widens its noise for the
+    outliers), and the mean stays as close to the clean f (RMSE within 1.5x the Gaussian's:
+    measured 0.052 and 0.045 -- with 1e4 rows the symmetric outliers average out of the
+    Gaussian's mean too)."""
+    from scipy.stats import norm
+
+    from qpinfer import SparseGPRegressor
+
+    X, f, y = _regression_data(12_000, 7, "t")
+    tr, te = slice(0, 10_000), slice(10_000, None)
+    est = MiniBatchSparseGPStudentTRegressor(
+        20, batch_size=2500, max_epochs=3, optimize_scale=True, scale=0.3, random_state=0
+    ).fit(X[tr], y[tr])
+    with warnings.catch_warnings():  # L-BFGS-B's iteration cap: the baseline need not converge
+        warnings.simplefilter("ignore")
+        gauss = SparseGPRegressor(20, optimizer_maxiter=50, random_state=0).fit(X[tr], y[tr])
+    mean, std = gauss.predict(X[te], return_std=True)
+    lpd_t = np.mean(est.log_predictive_density(X[te], y[te]))
+    assert lpd_t > np.mean(norm.logpdf(y[te], mean, std)) + 0.5
+    rmse_t = np.sqrt(np.mean((est.predict(X[te]) - f[te]) ** 2))
+    assert rmse_t < 1.5 * np.sqrt(np.mean((mean - f[te]) ** 2))
