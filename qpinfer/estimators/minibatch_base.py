@@ -78,6 +78,14 @@ class MiniBatchSparseBase(SchedulerCloneMixin):
     #: the values ``method`` takes
     _METHODS: tuple[str, ...] = ("pep", "qp")
 
+    def __getstate__(self) -> dict:
+        """Pickled (e.g. into the tasks of lazy predictions on a dask ``X``) without a live
+        ``distributed.Client`` as ``scheduler``, which cannot be pickled: ``None`` instead."""
+        state = self.__dict__.copy()
+        if not (state.get("scheduler") is None or isinstance(state["scheduler"], str)):
+            state["scheduler"] = None
+        return state
+
     def _settings(self) -> MinibatchSettings:
         """The parameters checked, as the loop's settings."""
         for name in ("n_inducing", "batch_size", "batch_parts", "max_epochs", "n_iter_no_change"):
