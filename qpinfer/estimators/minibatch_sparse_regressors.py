@@ -24,6 +24,7 @@ of all of a numpy ``y``, and of a seeded sample of :data:`NORMALIZE_SAMPLE_ROWS`
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import KW_ONLY
 from functools import partial
 from typing import Any
@@ -66,11 +67,25 @@ def _projection(method: str, likelihood: Any, table: Any) -> Any:
 
 
 def _checked_part(check, name: str, values: np.ndarray, start: int) -> np.ndarray:
-    """``check(values)``, its ``ValueError`` saying where the part starts."""
+    """``check(values)``; its ``ValueError`` names the row of ``name`` (counted from the first
+    row of the data, the part starting at row ``start``)."""
     try:
         return check(values)
     except ValueError as e:
-        raise ValueError(f"{e} (index within the rows from row {start} of {name})") from None
+        bad = _first_refused(check, values)
+        where = f"row {start + bad}" if bad is not None else f"the rows from row {start}"
+        message = re.sub(r" \(?(first )?at index \d+\)?", "", str(e))
+        raise ValueError(f"{message} (in {where} of {name})") from None
+
+
+def _first_refused(check, values: np.ndarray) -> int | None:
+    """The first row ``check`` refuses alone (on the error path only: O(rows) checks)."""
+    for i in range(values.shape[0]):
+        try:
+            check(values[i : i + 1])
+        except ValueError:
+            return i
+    return None
 
 
 class _MiniBatchRegressor(RegressorTagsMixin, MiniBatchSparseBase):
@@ -262,7 +277,7 @@ class MiniBatchSparseGPStudentTRegressor(
         check = partial(_checked_part, partial(check_targets, n_samples=None, estimator=name), "y")
         center, spread = 0.0, 1.0
         if self.normalize_y:
-            center, spread = robust_center_scale(check(_normalize_sample(y, s.seed), 0))
+            center, spread = robust_center_scale(_normalize_sample(y, s.seed, check))
         likelihood = StudentT(nu, scale)
         base_table = resolve_table(self, likelihood)
         target = {"center": center, "spread": spread}
@@ -287,11 +302,15 @@ class MiniBatchSparseGPStudentTRegressor(
         return self._maybe_lazy(super().predict, X, return_std)
 
 
-def _normalize_sample(y: Any, seed: int) -> np.ndarray:
-    """All of a numpy ``y``; a sample of :data:`NORMALIZE_SAMPLE_ROWS` rows of a dask ``y``,
-    drawn with ``seed``."""
+def _normalize_sample(y: Any, seed: int, check) -> np.ndarray:
+    """All of a numpy ``y``, checked (``check``); a sample of :data:`NORMALIZE_SAMPLE_ROWS`
+    rows of a dask ``y``, drawn with ``seed``."""
     if not is_dask_array(y) or y.shape[0] <= NORMALIZE_SAMPLE_ROWS:
-        return np.asarray(y)
+        return check(np.asarray(y), 0)
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(y.shape[0], NORMALIZE_SAMPLE_ROWS, replace=False))
-    return np.asarray(y[rows].compute())
+    sample = np.asarray(y[rows].compute())
+    try:
+        return check(sample, 0)
+    except ValueError as e:
+        raise ValueError(f"{e}; the row counts in the sample of y that normalize_y reads") from None

@@ -350,3 +350,30 @@ def test_a_student_t_fit_with_outliers_beats_gaussian_noise():
     assert lpd_t > np.mean(norm.logpdf(y[te], mean, std)) + 0.5
     rmse_t = np.sqrt(np.mean((est.predict(X[te]) - f[te]) ** 2))
     assert rmse_t < 1.5 * np.sqrt(np.mean((mean - f[te]) ** 2))
+
+
+@pytest.mark.parametrize(
+    "make,bad,match",
+    [
+        (
+            MiniBatchSparseGPPoissonRegressor,
+            -1.0,
+            r"non-negative; got .*-1.0\)? \(in row 777 of y\)",
+        ),
+        (MiniBatchSparseGPPoissonRegressor, 2.5, r"integers \(counts\); got .*2.5\)? \(in row 777"),
+        (MiniBatchSparseGPStudentTRegressor, np.nan, r"y .*\(in row 777 of y\)"),
+    ],
+)
+def test_a_bad_target_in_a_dask_array_is_refused_naming_its_row(make, bad, match):
+    """Targets are checked part by part as the batches are read: a bad one is named by its row
+    of the whole data (here in the third of four chunks)."""
+    X, _, y = _regression_data(1000, 9, "poisson")
+    y[777] = bad
+    Xd, yd = da.from_array(X, chunks=(250, 2)), da.from_array(y, chunks=250)
+    est = (
+        make(5, batch_size=250, max_epochs=1, normalize_y=False)
+        if make is MiniBatchSparseGPStudentTRegressor
+        else make(5, batch_size=250, max_epochs=1)
+    )
+    with pytest.raises(ValueError, match=match):
+        est.set_params(random_state=0, inducing_points=X[:5]).fit(Xd, yd)
