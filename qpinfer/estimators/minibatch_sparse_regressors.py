@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import KW_ONLY
 from functools import partial
 from typing import Any
@@ -281,6 +282,13 @@ class MiniBatchSparseGPStudentTRegressor(
         likelihood = StudentT(nu, scale)
         base_table = resolve_table(self, likelihood)
         target = {"center": center, "spread": spread}
+        if self.optimize_scale and self.optimizer is None:
+            warnings.warn(
+                "optimize_scale=True has no effect with optimizer=None: the scale stays at "
+                f"scale={scale!r}",
+                UserWarning,
+                stacklevel=3,
+            )
         if self.optimize_scale and self.optimizer is not None:
             low, high = (math.log(float(b)) for b in self.scale_bounds)
             at = _StudentTAt(nu, self.method, base_table)

@@ -377,3 +377,13 @@ def test_a_bad_target_in_a_dask_array_is_refused_naming_its_row(make, bad, match
     )
     with pytest.raises(ValueError, match=match):
         est.set_params(random_state=0, inducing_points=X[:5]).fit(Xd, yd)
+
+
+def test_optimize_scale_without_an_optimizer_warns_and_keeps_the_scale():
+    X, _, y = _regression_data(200, 10, "t")
+    est = MiniBatchSparseGPStudentTRegressor(5, optimizer=None, optimize_scale=True, scale=0.5)
+    with pytest.warns(UserWarning, match="optimize_scale=True has no effect with optimizer=None"):
+        est.set_params(batch_size=100, max_epochs=1, random_state=0).fit(X, y)
+    assert est.scale_ == 0.5
+    with pytest.raises(ValueError, match="method must be 'qp' or 'ep'"):
+        MiniBatchSparseGPPoissonRegressor(5, method="pep").fit(X, np.abs(np.round(y)))
