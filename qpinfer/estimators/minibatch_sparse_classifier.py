@@ -51,7 +51,8 @@ class MiniBatchSparseGPClassifier(
     More than two classes: the binary problems of ``multi_class``
     (:mod:`qpinfer.estimators.multiclass`), each a minibatch fit with these parameters, with
     numpy or dask ``X``/``y``. The classes are found once, by one pass of dask's ``unique``
-    over ``y`` (never over ``X``). One-vs-rest gives each problem the lazy labels ``y == c``
+    over ``y`` (never over ``X``; each binary fit then counts its own two labels, one more pass
+    over ``y`` alone). One-vs-rest gives each problem the lazy labels ``y == c``
     (no copy of ``X``); one-vs-one gathers ``y`` once (N labels in memory) to find each pair's
     rows and gives its problem ``X[rows]`` -- for a dask ``X`` a lazy selection by an integer
     index, whose chunk sizes dask knows without reading ``X``, so each pair's fit reads only
