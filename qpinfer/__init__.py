@@ -26,6 +26,8 @@ from qpinfer.likelihoods.registry import get_likelihood
 from qpinfer.sigma import sigma_qp, tilted_moments
 from qpinfer.sparse import (
     MiniBatchSparseGPClassifier,
+    MiniBatchSparseGPPoissonRegressor,
+    MiniBatchSparseGPStudentTRegressor,
     SparseGPClassifier,
     SparseGPPoissonRegressor,
     SparseGPRegressor,
@@ -44,6 +46,8 @@ __all__ = [
     "LaplaceResult",
     "Likelihood",
     "MiniBatchSparseGPClassifier",
+    "MiniBatchSparseGPPoissonRegressor",
+    "MiniBatchSparseGPStudentTRegressor",
     "MomentMatching",
     "PoissonSquare",
     "PowerMomentMatching",

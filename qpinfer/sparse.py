@@ -21,7 +21,8 @@ public names of these modules, one idea each:
 * :mod:`qpinfer.inference.sparse.stochastic`, :mod:`qpinfer.inference.sparse.minibatch` and
   :mod:`qpinfer.estimators.minibatch_sparse_classifier` -- minibatch EP / QP with one tied site
   (stochastic EP) for millions of rows or data larger than memory,
-  :class:`~qpinfer.MiniBatchSparseGPClassifier`.
+  :class:`~qpinfer.MiniBatchSparseGPClassifier` (and :mod:`qpinfer.estimators.minibatch_sparse_regressors`:
+  :class:`~qpinfer.MiniBatchSparseGPPoissonRegressor`, :class:`~qpinfer.MiniBatchSparseGPStudentTRegressor`).
 
 With ``M = N`` and ``Z = X`` (``h = 0``) both reduce to the full GP (EP / Power EP / exact
 regression).
@@ -30,6 +31,10 @@ regression).
 from __future__ import annotations
 
 from qpinfer.estimators.minibatch_sparse_classifier import MiniBatchSparseGPClassifier
+from qpinfer.estimators.minibatch_sparse_regressors import (
+    MiniBatchSparseGPPoissonRegressor,
+    MiniBatchSparseGPStudentTRegressor,
+)
 from qpinfer.estimators.sparse_base import DEFAULT_N_INDUCING  # noqa: F401 (re-exported)
 from qpinfer.estimators.sparse_classifier import SparseGPClassifier
 from qpinfer.estimators.sparse_poisson_regressor import SparseGPPoissonRegressor
@@ -54,6 +59,8 @@ from qpinfer.inference.sparse.sites import (
 __all__ = [
     "LowRankPosterior",
     "MiniBatchSparseGPClassifier",
+    "MiniBatchSparseGPPoissonRegressor",
+    "MiniBatchSparseGPStudentTRegressor",
     "SparseGPClassifier",
     "SparseGPPoissonRegressor",
     "SparseGPRegressor",

@@ -1,8 +1,10 @@
-"""MiniBatchSparseGPClassifier: sparse GP classification (probit) by minibatch EP / QP, for data
-of millions of rows or more than memory."""
+"""MiniBatchSparseGPClassifier: sparse GP classification (probit or logit; binary or, by
+one-vs-rest or one-vs-one, multi-class) by minibatch EP / QP, for data of millions of rows or more
+than memory."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import KW_ONLY
@@ -10,46 +12,32 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.checks import check_positive_int, check_X
-from qpinfer.estimators.blas import check_blas_threads, limits_blas
-from qpinfer.estimators.params import estimator, initial_kernel
-from qpinfer.estimators.predictions import ProbitPredictionsMixin
-from qpinfer.estimators.protocol import ParamsMixin
-from qpinfer.estimators.sparse_base import (
-    SchedulerCloneMixin,
-    check_inducing_kernel,
-    checked_inducing_points,
+from qpinfer.estimators.blas import limits_blas
+from qpinfer.estimators.minibatch_base import MiniBatchParams, MiniBatchSparseBase
+from qpinfer.estimators.multiclass import (
+    MultiClassMixin,
+    binary_problems,
+    check_multi_class,
+    fit_binary_problems,
 )
-from qpinfer.estimators.tables import resolve_table
+from qpinfer.estimators.params import estimator
+from qpinfer.estimators.predictions import ProbitPredictionsMixin
+from qpinfer.estimators.tables import resolve_table, with_moment_table
 from qpinfer.inference.power_ep import PowerMomentMatching, check_power
 from qpinfer.inference.projections import QuantileMatching
-from qpinfer.inference.restarts import check_random_state
 from qpinfer.inference.site_loop import ConvergenceWarning
 from qpinfer.inference.sparse.dask_partitions import is_dask_array
-from qpinfer.inference.sparse.minibatch import (
-    DaskRunner,
-    LocalRunner,
-    MinibatchSettings,
-    classes_of,
-    fit_minibatch,
-)
-from qpinfer.inference.sparse.pseudo_points import (
-    LowRankPosterior,
-    _check_kernel,
-    kmeans_inducing_points,
-    predict_latent_low_rank,
-)
+from qpinfer.inference.sparse.minibatch import LabelTarget, classes_of
 from qpinfer.likelihoods.probit import Probit
 
 __all__ = ["MiniBatchSparseGPClassifier"]
 
-#: rows of the sample that k-means places the initial inducing inputs on (read batch by batch)
-KMEANS_SAMPLE_ROWS = 20_000
-
 
 @estimator
-class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, ParamsMixin):
-    """Sparse GP classification (probit) with M pseudo-points by minibatch EP or QP.
+class MiniBatchSparseGPClassifier(
+    MultiClassMixin, ProbitPredictionsMixin, MiniBatchSparseBase, MiniBatchParams
+):
+    """Sparse GP classification (probit or logit) with M pseudo-points by minibatch EP or QP.
 
     Stochastic EP with one tied site (:mod:`qpinfer.inference.sparse.stochastic`): the
     posterior of the pseudo-points is updated from one batch of rows at a time, the kernel's
@@ -58,7 +46,18 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
     ``X`` may be a dask array (e.g. ``dask.array.from_zarr``) read batch by batch, in this
     process or, with ``scheduler``, on a dask cluster's workers
     (:mod:`qpinfer.inference.sparse.minibatch`). For the same ``random_state`` the fit is the
-    same either way. Predictions on a dask ``X`` are lazy dask arrays. Binary labels only.
+    same either way. Predictions on a dask ``X`` are lazy dask arrays.
+
+    More than two classes: the binary problems of ``multi_class``
+    (:mod:`qpinfer.estimators.multiclass`), each a minibatch fit with these parameters, with
+    numpy or dask ``X``/``y``. The classes are found once, by one pass of dask's ``unique``
+    over ``y`` (never over ``X``; each binary fit then counts its own two labels, one more pass
+    over ``y`` alone). One-vs-rest gives each problem the lazy labels ``y == c``
+    (no copy of ``X``); one-vs-one gathers ``y`` once (N labels in memory) to find each pair's
+    rows and gives its problem ``X[rows]`` -- for a dask ``X`` a lazy selection by an integer
+    index, whose chunk sizes dask knows without reading ``X``, so each pair's fit reads only
+    its own rows (at the cost of its index, 8 bytes a row, and of batches that gather rows
+    across ``X``'s chunks).
 
     A dask ``X`` or ``y`` must know its chunk sizes (batches are row slices): one of unknown
     sizes (``nan``, e.g. a dask DataFrame's ``.values`` or a boolean mask) is refused with a
@@ -78,10 +77,17 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
     n_inducing : int, default 100
         M, the number of pseudo-points (k-means on a sample of at most 20,000 rows).
     alpha : float in (0, 1], default 1.0
-        Power EP power (``method="pep"``): 1 is EP.
+        Power EP power (``method="pep"``): 1 is EP (the only value for ``likelihood="logit"``).
     method : {"pep", "qp"}, default "pep"
-        Power EP's moment projection, or QP's (the Wasserstein variance of the site variable,
-        sigma* from ``table``; alpha = 1).
+        Power EP's moment projection, or QP's (the Wasserstein variance of the site variable
+        -- for the logit, of ``f_n``'s tilted marginal -- sigma* from ``table``; alpha = 1).
+    likelihood : {"probit", "logit"}, default "probit"
+        ``p(y | f) = Phi(y f)`` or ``1 / (1 + exp(-y f))`` (EP's moments of the logit from its
+        shipped moment table); probabilities as :class:`qpinfer.GPClassifier`'s.
+    multi_class : {"one_vs_rest", "one_vs_one"}, default "one_vs_rest"
+    n_jobs : int or None
+        More than two classes: the binary problems and the joblib workers they are fitted
+        with, as :class:`qpinfer.GPClassifier`'s (the class docstring for dask arrays).
     table : None, "exact", path or table object
         Where QP gets sigma* from, as :class:`qpinfer.GPClassifier`'s ``table``.
     kernel, variance, length_scale, ard :
@@ -138,153 +144,84 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
         Rows the sites were fitted on (the held-out rows excluded).
     """
 
-    n_inducing: int = 100
-    alpha: float = 1.0
+    alpha: float = dataclasses.field(default=1.0, kw_only=False)
     _: KW_ONLY
     method: str = "pep"
     table: Any = None
-    kernel: Any = None
-    variance: float = 1.0
-    length_scale: Any = 1.0
-    ard: bool = False
-    optimizer: Any = "adam"
-    optimize_inducing: bool = True
-    inducing_points: Any = None
-    batch_size: int = 4096
-    batch_parts: int = 2
-    max_epochs: int = 20
-    learning_rate: float = 0.1
-    validation_fraction: float = 0.05
-    n_iter_no_change: int = 10
-    tol: float = 1e-4
-    jitter: float = 1e-6
-    random_state: Any = None
-    scheduler: Any = None
-    verbose: bool = False
-    blas_threads: int | None = None
+    likelihood: str = "probit"
+    multi_class: str = "one_vs_rest"
+    n_jobs: int | None = None
 
-    _FITTED_ATTR = "inducing_points_"
+    _LIKELIHOODS = ("probit", "logit")
 
-    def _settings(self) -> MinibatchSettings:
-        """The parameters checked, as the loop's settings."""
-        for name in ("n_inducing", "batch_size", "batch_parts", "max_epochs", "n_iter_no_change"):
-            check_positive_int(getattr(self, name), name)
-        for name in ("tol", "jitter"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not (isinstance(v, int | float) and np.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a positive finite number, got {v!r}")
-        lr = self.learning_rate
-        if isinstance(lr, bool) or not (isinstance(lr, int | float) and 0 < lr <= 1):
+    def _make_likelihood(self) -> Any:
+        """The likelihood of ``likelihood`` (``ValueError`` naming it, or ``alpha``)."""
+        if not (isinstance(self.likelihood, str) and self.likelihood in self._LIKELIHOODS):
             raise ValueError(
-                f"learning_rate must be a number in (0, 1], got {lr!r}: Adam moves each log "
-                "hyperparameter by up to about learning_rate a step, and above 1 the kernel "
-                "collapses to predicting 0.5 everywhere"
+                f"likelihood must be one of {self._LIKELIHOODS}, got {self.likelihood!r}"
             )
-        vf = self.validation_fraction
-        if isinstance(vf, bool) or not (isinstance(vf, int | float) and 0 <= vf < 0.5):
-            raise ValueError(f"validation_fraction must be a number in [0, 0.5), got {vf!r}")
-        if self.method not in ("pep", "qp"):
-            raise ValueError(f"method must be 'pep' or 'qp', got {self.method!r}")
-        if self.optimizer not in ("adam", None):
-            raise ValueError(f"optimizer must be 'adam' or None, got {self.optimizer!r}")
-        rng = check_random_state(self.random_state)  # ValueError naming random_state
-        check_blas_threads(self.blas_threads)
-        return MinibatchSettings(
-            batch_size=int(self.batch_size),
-            batch_parts=int(self.batch_parts),
-            max_epochs=int(self.max_epochs),
-            learning_rate=float(lr),
-            validation_fraction=float(vf),
-            n_iter_no_change=int(self.n_iter_no_change),
-            tol=float(self.tol),
-            optimize_kernel=self.optimizer is not None,
-            optimize_inducing=bool(self.optimize_inducing) and self.optimizer is not None,
-            jitter=float(self.jitter),
-            seed=self._seed(rng),
-            verbose=bool(self.verbose),
-        )
+        if self.likelihood == "probit":
+            return Probit()
+        if self.method == "pep" and check_power(self.alpha) != 1.0:
+            raise ValueError(
+                f"alpha={self.alpha!r} is not available for likelihood='logit': its moments "
+                "are tabulated for EP (alpha = 1) only; use alpha=1.0 or likelihood='probit'"
+            )
+        from qpinfer.likelihoods.logit import Logit
 
-    def _seed(self, rng: Any) -> int:
-        """The integer seed of the fit: ``random_state`` itself if an integer, else one draw
-        of ``rng`` (fresh entropy for ``None``; a user's generator advances)."""
-        rs = self.random_state
-        if rs is not None and not isinstance(rs, np.random.Generator | np.random.RandomState):
-            return int(rs)
-        if isinstance(rng, np.random.RandomState):
-            return int(rng.randint(2**32, dtype=np.int64))
-        return int(rng.integers(2**32))
+        return Logit()
 
-    def _projection(self) -> tuple[Any, Any]:
-        lik = Probit()
+    def _projection(self, likelihood: Any) -> tuple[Any, Any, Any]:
+        """``(projection, QP's table, the likelihood with its moment table)``."""
+        table = resolve_table(self, likelihood) if self.method == "qp" else None
+        likelihood = with_moment_table(self, likelihood, table)
         if self.method == "qp":
-            table = resolve_table(self, lik)
-            return QuantileMatching(lik, table), table
-        return PowerMomentMatching(lik, check_power(self.alpha)), None
-
-    def _initial_inducing(self, X: Any, m: int, seed: int) -> np.ndarray:
-        if self.inducing_points is not None:
-            return checked_inducing_points(self.inducing_points, X.shape[1])
-        n = X.shape[0]
-        rng = np.random.default_rng(seed)
-        if n <= KMEANS_SAMPLE_ROWS:
-            sample = check_X(np.asarray(X), "X", type(self).__name__)
-        else:  # a few random batches: a dask X is read only there
-            bs = self.batch_size
-            n_batches = -(-n // bs)
-            take = min(n_batches, -(-KMEANS_SAMPLE_ROWS // bs))
-            picked = np.sort(rng.choice(n_batches, size=take, replace=False))
-            sample = np.concatenate([np.asarray(X[i * bs : (i + 1) * bs]) for i in picked])
-            sample = check_X(sample, "X", type(self).__name__)
-        if m > sample.shape[0]:
-            raise ValueError(f"n_inducing={m} exceeds the {sample.shape[0]} rows to place them on")
-        return kmeans_inducing_points(sample, m, seed)
+            return QuantileMatching(likelihood, table), table, likelihood
+        return PowerMomentMatching(likelihood, check_power(self.alpha)), None, likelihood
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> MiniBatchSparseGPClassifier:
-        """Fit by minibatch EP/QP; ``X``, ``y`` numpy arrays or dask arrays (read by batches)."""
+        """Fit by minibatch EP/QP; ``X``, ``y`` numpy arrays or dask arrays (read by batches);
+        more than two classes: the binary problems of ``multi_class``."""
         s = self._settings()
-        projection, table = self._projection()
-        if not is_dask_array(X):
-            X = check_X(X, "X", type(self).__name__)
-        _check_known_chunks(X, "X")
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
-        y = y if is_dask_array(y) else np.asarray(y)
-        _check_known_chunks(y, "y")
-        if y.shape != (X.shape[0],):
-            raise ValueError(f"y must have shape ({X.shape[0]},), one label per row, got {y.shape}")
+        check_multi_class(self.multi_class, self.n_jobs)
+        likelihood = self._make_likelihood()
+        X, y = self._checked_data(X, y)
         classes, counts = classes_of(y)
+        if classes.size > 2:
+            return self._fit_multiclass(X, y, classes)
         if classes.size != 2:
             raise ValueError(
-                f"{type(self).__name__} needs exactly 2 classes in y, got {classes.size}: "
+                f"{type(self).__name__} needs at least 2 classes in y, got {classes.size}: "
                 f"{classes[:10].tolist()}"
             )
-        kernel = initial_kernel(self, X.shape[1], _check_kernel)
-        Z = self._initial_inducing(X, int(self.n_inducing), s.seed)
-        check_inducing_kernel(kernel, Z)
-        if self.scheduler is None:
-            res = fit_minibatch(kernel, Z, classes, X.shape[0], projection, LocalRunner(X, y), s)
-        else:
-            from qpinfer.inference.sparse.dask_partitions import client_for
-
-            with client_for(self.scheduler) as client:
-                part = -(-s.batch_size // s.batch_parts)
-                runner = DaskRunner(client, X, y, part)
-                res = fit_minibatch(kernel, Z, classes, X.shape[0], projection, runner, s)
+        self._forget_multiclass()
+        projection, table, likelihood = self._projection(likelihood)
+        target = LabelTarget(classes, None if self.likelihood == "probit" else likelihood)
+        res = self._fit_minibatch(X, y, target, projection, s)
         self.classes_ = classes
         self.n_classes_ = 2
-        self.n_features_in_ = X.shape[1]
-        self.kernel_ = res.kernel
-        self.inducing_points_ = res.Z
+        self.likelihood_ = likelihood
         self.table_ = table
-        self.projection_ = projection
-        self.result_ = res
-        self.n_epochs_ = res.epochs
-        self.best_epoch_ = res.best_epoch
-        self.energy_ = res.energy
-        self.validation_ntll_ = res.validation_ntll
-        self.n_train_ = res.n_train
         self._warn_if_null(res, int(counts[1]))
+        return self
+
+    def _fit_multiclass(self, X: Any, y: Any, classes: np.ndarray) -> MiniBatchSparseGPClassifier:
+        """The binary problems of ``multi_class`` on numpy or dask ``X``/``y`` (the class
+        docstring), fitted through joblib (:func:`~qpinfer.estimators.multiclass.fit_binary_problems`)."""
+        if self.multi_class == "one_vs_rest":
+            problems = [(None, (y == c).astype(np.int8)) for c in classes]
+        else:
+            labels = np.asarray(y.compute() if is_dask_array(y) else y)
+            problems = binary_problems(labels, classes, "one_vs_one")
+        estimators = fit_binary_problems(self, X, None, classes, problems)
+        for name in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
+            delattr(self, name)  # a previous fit's state
+        self.classes_ = classes
+        self.n_classes_ = int(classes.size)
+        self.estimators_ = estimators
+        self.n_features_in_ = X.shape[1]
+        self.kernel_ = tuple(e.kernel_ for e in estimators)
         return self
 
     def _warn_if_null(self, res: Any, n_positive: int) -> None:
@@ -321,61 +258,22 @@ class MiniBatchSparseGPClassifier(ProbitPredictionsMixin, SchedulerCloneMixin, P
             stacklevel=4,
         )
 
-    def predict_latent(self, X: Any) -> tuple[Any, Any]:
-        """Mean and variance of the latent ``f*`` (eq. (18)) under the fitted posterior; for a
-        dask ``X``, two lazy dask arrays computed block by block."""
-        if is_dask_array(X):
-            both = self._blockwise(lambda b: np.column_stack(self.predict_latent(b)), X, 2)
-            return both[:, 0], both[:, 1]
-        return self._predict_latent(X)
-
     def predict_proba(self, X: Any) -> Any:
         """Class probabilities (columns follow ``classes_``); lazy for a dask ``X``."""
         if is_dask_array(X):
-            return self._blockwise(super().predict_proba, X, 2)
+            return self._blockwise(self.predict_proba, X, self.n_classes_)
         return super().predict_proba(X)
 
     def predict(self, X: Any) -> Any:
-        """The more probable class; lazy for a dask ``X``."""
+        """The predicted class; lazy for a dask ``X``."""
         if is_dask_array(X):
-            return self._blockwise(super().predict, X, None, self.classes_.dtype)
+            return self._blockwise(self.predict, X, None, self.classes_.dtype)
         return super().predict(X)
 
     def decision_function(self, X: Any) -> Any:
-        """Positive for ``classes_[1]``; lazy for a dask ``X``."""
+        """Binary: positive for ``classes_[1]``; multi-class: ``(n, k)``
+        (:class:`~qpinfer.estimators.multiclass.MultiClassMixin`); lazy for a dask ``X``."""
         if is_dask_array(X):
-            return self._blockwise(super().decision_function, X, None)
+            k = None if self.n_classes_ == 2 else self.n_classes_
+            return self._blockwise(self.decision_function, X, k)
         return super().decision_function(X)
-
-    def _blockwise(self, method, X: Any, n_columns: int | None, dtype: Any = np.float64) -> Any:
-        """``method`` on each row block of a dask ``X`` (its columns in one chunk): a dask array
-        of one (``n_columns=None``) or ``n_columns`` columns, computed where dask runs it."""
-        self._check_is_fitted()
-        Xc = X.rechunk({1: -1})
-        if n_columns is None:
-            return Xc.map_blocks(method, drop_axis=1, dtype=dtype)
-        return Xc.map_blocks(method, chunks=(Xc.chunks[0], (n_columns,)), dtype=dtype)
-
-    @limits_blas
-    def _predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        self._check_is_fitted()
-        X = check_X(X, "X", type(self).__name__)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, expected {self.n_features_in_}")
-        post = self.result_.posterior
-        low_rank = LowRankPosterior(L=post.L, mean_v=post.mean, mean=np.empty(0), var=np.empty(0))
-        return predict_latent_low_rank(
-            self.kernel_, self.inducing_points_, self.result_.Lu, low_rank, X
-        )
-
-
-def _check_known_chunks(a: Any, name: str) -> None:
-    """``ValueError`` for a dask array whose row chunks have unknown (``nan``) sizes."""
-    if not is_dask_array(a) or not any(math.isnan(c) for c in a.chunks[0]):
-        return
-    raise ValueError(
-        f"{name} is a dask array whose chunk sizes are unknown ({name}.chunks[0] holds nan, "
-        "e.g. a dask DataFrame's .values or a boolean mask); the batches are row slices and "
-        "need them: build it with df.to_dask_array(lengths=True) or call "
-        f"{name}.compute_chunk_sizes() (each reads the data once) before fit"
-    )

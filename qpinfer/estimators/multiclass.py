@@ -106,13 +106,17 @@ def _rewarn(category: type, text: str) -> None:
     warnings.warn(warning, stacklevel=6)
 
 
-def fit_binary_problems(est: Any, X: np.ndarray, y: np.ndarray, classes: np.ndarray) -> list:
+def fit_binary_problems(
+    est: Any, X: Any, y: Any, classes: np.ndarray, problems: list | None = None
+) -> list:
     """The fitted binary clones of ``est`` (its class and parameters, ``n_jobs=None``), one per
-    problem of :func:`binary_problems`, fitted through joblib with ``est.n_jobs``."""
+    problem of :func:`binary_problems` (or of ``problems``, the same form: an estimator taking
+    dask arrays builds them lazily), fitted through joblib with ``est.n_jobs``."""
     from joblib import Parallel, delayed
 
     params = {**est.get_params(deep=False), "n_jobs": None}
-    problems = binary_problems(y, classes, est.multi_class)
+    if problems is None:
+        problems = binary_problems(y, classes, est.multi_class)
     parent = _process()
     out = Parallel(n_jobs=est.n_jobs)(
         delayed(_fit_one)(type(est), params, X if rows is None else X[rows], y01, parent)

@@ -29,9 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import log_ndtr
 
+from qpinfer.inference.site_update import resolve_floor
+from qpinfer.inference.sparse.minibatch_targets import (
+    LabelTarget,
+    ValueTarget,
+    mean_site,
+    positive_branch_part,
+)
 from qpinfer.inference.sparse.pseudo_points import inducing_factor, whitened_cross
+from qpinfer.inference.sparse.shipping import Shipped
 from qpinfer.inference.sparse.stochastic import (
     BatchStats,
     Cavity,
@@ -40,6 +47,7 @@ from qpinfer.inference.sparse.stochastic import (
     batch_statistics,
     cavity_of,
     posterior_of,
+    proper_site_step,
     tied_energy,
 )
 
@@ -48,6 +56,8 @@ __all__ = [
     "LocalRunner",
     "MinibatchResult",
     "MinibatchSettings",
+    "LabelTarget",
+    "ValueTarget",
     "classes_of",
     "fit_minibatch",
 ]
@@ -97,47 +107,41 @@ class MinibatchResult:
     skipped: int = 0
     held_out_rows: int = 0
     held_out_positives: int = 0
+    #: the learned noise scale (``ValueTarget.scale``), else ``None``
+    scale: float | None = None
 
 
 # -- where a batch's parts are computed -------------------------------------------------------------
-def _part_stats(X, y, classes, spec, kernel, Z, jitter, cavity, gradient, start) -> BatchStats:
-    """One part of a batch: rows checked, labels mapped to -1/+1, statistics."""
-    X, y = _checked_part(X, y, classes, start)
-    return batch_statistics(kernel, Z, jitter, cavity, spec.build(), X, y, gradient)
+def _part_stats(X, y, target, spec, kernel, Z, jitter, cavity, gradient, start) -> BatchStats:
+    """One part of a batch: rows checked, targets in the likelihood's form, statistics
+    (``target``, ``spec``: :class:`~qpinfer.inference.sparse.shipping.Shipped`)."""
+    target = target.get()
+    X, y = _checked_part(X, y, target, start)
+    projection = spec.get()
+    return batch_statistics(
+        kernel, Z, jitter, cavity, projection, X, y, gradient, target.learns_scale
+    )
 
 
-def _part_ntll(X, y, classes, kernel, Z, jitter, post, start) -> tuple[float, int, int]:
+def _part_ntll(X, y, target, kernel, Z, jitter, post, start) -> tuple[float, int, int]:
     """``(sum -log p(y_n | x_n), rows, rows holding classes[1])`` of held-out rows under the
-    posterior ``post``."""
-    X, y = _checked_part(X, y, classes, start)
+    posterior ``post`` (:meth:`LabelTarget.log_density`, :meth:`ValueTarget.log_density`)."""
+    target = target.get()
+    X, y = _checked_part(X, y, target, start)
     _, Lu, _ = inducing_factor(kernel, Z, jitter)
     A, h = whitened_cross(Lu, kernel(Z, X), kernel.diag(X))
     V = post.Linv.T @ (post.Linv @ A)  # S_q A
     var = h + np.einsum("mn,mn->n", A, V)
     mean = post.mean @ A
-    z = y * mean / np.sqrt(1.0 + var)
-    return float(-np.sum(log_ndtr(z))), int(y.size), int(np.count_nonzero(y > 0))
+    return float(-np.sum(target.log_density(mean, var, y))), int(y.size), target.positives(y)
 
 
-def _checked_part(X: Any, y: Any, classes: np.ndarray, start: int) -> tuple[np.ndarray, ...]:
-    """The rows of a part from ``start``: ``X`` finite float64, ``y`` as -1/+1; ``ValueError``
-    naming the first bad row otherwise."""
+def _checked_part(X: Any, y: Any, target: Any, start: int) -> tuple[np.ndarray, ...]:
+    """The rows of a part from ``start``: ``X`` finite float64, ``y`` in the likelihood's form;
+    ``ValueError`` naming the first bad row otherwise."""
     from qpinfer.inference.sparse.dask_partitions import check_partition
 
-    return check_partition(X, slice(start, None)), _labels(y, classes, start)
-
-
-def _labels(y: Any, classes: np.ndarray, start: int) -> np.ndarray:
-    """``y`` as -1/+1 (``classes[1]`` is +1); ``ValueError`` naming the first other label."""
-    y = np.asarray(y)
-    pos, neg = y == classes[1], y == classes[0]
-    if not np.all(pos | neg):
-        bad = int(np.flatnonzero(~(pos | neg))[0])
-        raise ValueError(
-            f"y must hold only the classes {classes.tolist()} seen when the fit started; row "
-            f"{start + bad} holds {y[bad]!r}"
-        )
-    return np.where(pos, 1.0, -1.0)
+    return check_partition(X, slice(start, None)), target.rows(y, start)
 
 
 def classes_of(y: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -254,23 +258,32 @@ def _progress(total: int, epoch: int, verbose: bool):
 def fit_minibatch(
     kernel: Any,
     Z: np.ndarray,
-    classes: np.ndarray,
+    target: Any,
     n_rows: int,
     projection: Any,
     runner: Any,
     s: MinibatchSettings,
 ) -> MinibatchResult:
-    """Minibatch pseudo-point EP/QP over the rows ``[0, n_rows)`` of ``runner``'s data."""
-    from qpinfer.inference.sparse.dask_sweep import _ProjectionSpec
-
+    """Minibatch pseudo-point EP/QP over the rows ``[0, n_rows)`` of ``runner``'s data, whose
+    targets ``target`` reads (:class:`LabelTarget`, :class:`ValueTarget`, or the array of two
+    classes of a probit's labels; with ``target.learns_scale`` Adam also moves ``log(scale)``,
+    after the hyperparameters and the inducing inputs)."""
+    if isinstance(target, np.ndarray):
+        target = LabelTarget(target)
     rng = np.random.default_rng(s.seed)
     train, held = _batches(n_rows, s, rng)
     n = sum(b.stop - b.start for b in train)
     power = float(getattr(projection, "power", 1.0))
-    spec = _ProjectionSpec(projection)
+    spec, shipped = Shipped(projection), Shipped(target)
+    floored = resolve_floor("auto", projection) is not None  # Lam stays semi-definite
     n_theta = kernel.theta.size
-    adam = _Adam(np.concatenate([kernel.theta, Z.ravel()]), s.learning_rate)
+    learn_scale = bool(target.learns_scale) and s.optimize_kernel
+    x0 = [kernel.theta, Z.ravel()] + ([np.array([math.log(target.scale)])] if learn_scale else [])
+    adam = _Adam(np.concatenate(x0), s.learning_rate)
     site = TiedSite.zero(Z.shape[0])
+    if getattr(getattr(target, "likelihood", None), "two_branches", False):
+        args = (Shipped(target), kernel, Z, s.jitter)
+        site = mean_site(runner.map(positive_branch_part, _parts(train[0], s.batch_parts), *args))
     step, best, stall, held_rows, held_pos = 0, (math.inf, None), 0, 0, 0
     energies, ntlls, skipped, epoch = [], [], 0, 0
     for epoch in range(s.max_epochs):
@@ -278,28 +291,39 @@ def fit_minibatch(
         adam.lr = s.learning_rate * s.final_lr_ratio ** (epoch / max(s.max_epochs - 1, 1))
         for k, i in enumerate(rng.permutation(len(train))):
             cav = cavity_of(site, n, power)
-            args = (classes, spec, kernel, Z, s.jitter, cav, s.optimize_kernel)
+            args = (shipped, spec, kernel, Z, s.jitter, cav, s.optimize_kernel)
             parts = runner.map(_part_stats, _parts(train[i], s.batch_parts), *args)
             stats = parts[0]
             for p in parts[1:]:  # in order: the same sum wherever the parts ran
                 stats = stats + p
             skipped += stats.skipped
             total += tied_energy(site, n, power, cav, stats) / n
-            site = average_site_step(site, stats, max(stats.rows / n, 1.0 / (step + 1)))
+            rho = max(stats.rows / n, 1.0 / (step + 1))
+            site = (
+                average_site_step(site, stats, rho)
+                if floored
+                else proper_site_step(site, stats, rho, n)
+            )
             step += 1
             if s.optimize_kernel:
                 g_Z = stats.grad_Z.ravel() if s.optimize_inducing else np.zeros(Z.size)
-                x = adam.step(np.concatenate([stats.grad_theta, g_Z]) * (n / stats.rows))
+                g = [stats.grad_theta, g_Z] + ([[stats.grad_log_scale]] if learn_scale else [])
+                x = adam.step(np.concatenate(g) * (n / stats.rows))
                 kernel, Z = _stepped(kernel, x, n_theta, Z.shape, s, epoch, step)
+                if learn_scale:
+                    lo, hi = target.log_bounds
+                    adam.x[-1] = min(max(adam.x[-1], lo), hi)
+                    target, projection = target.at_scale(math.exp(adam.x[-1]))
+                    spec, shipped = Shipped(projection), Shipped(target)
             _check_site(site, s, epoch, step)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(energy=f"{total / (k + 1):.5g}")
         energies.append(total / len(train))
-        state = (kernel, Z.copy(), site, epoch)
+        state = (kernel, Z.copy(), site, epoch, target)
         if held:
             post = posterior_of(site, n)
-            out = runner.map(_part_ntll, held, classes, kernel, Z, s.jitter, post)
+            out = runner.map(_part_ntll, held, shipped, kernel, Z, s.jitter, post)
             held_rows, held_pos = sum(o[1] for o in out), sum(o[2] for o in out)
             ntll = sum(o[0] for o in out) / held_rows
             ntlls.append(ntll)
@@ -316,7 +340,7 @@ def fit_minibatch(
         if held and stall >= s.n_iter_no_change:
             break
     # no finite held-out NTLL at all (a diverged fit): the last state, as without a held-out part
-    kernel, Z, site, best_epoch = best[1] if best[1] is not None else state
+    kernel, Z, site, best_epoch, target = best[1] if best[1] is not None else state
     _, Lu, _ = inducing_factor(kernel, Z, s.jitter)
     return MinibatchResult(
         kernel=kernel,
@@ -332,6 +356,7 @@ def fit_minibatch(
         skipped=skipped,
         held_out_rows=held_rows,
         held_out_positives=held_pos,
+        scale=target.scale if learn_scale else None,
     )
 
 
@@ -347,7 +372,7 @@ def _diverged(s: MinibatchSettings, epoch: int, step: int, what: str) -> ValueEr
 def _stepped(kernel, x: np.ndarray, n_theta: int, z_shape, s, epoch: int, step: int):
     """The kernel and inducing inputs after an Adam step to ``x``; ``ValueError`` naming
     ``learning_rate`` when they are not finite."""
-    theta, Z = x[:n_theta], x[n_theta:].reshape(z_shape)
+    theta, Z = x[:n_theta], x[n_theta : n_theta + math.prod(z_shape)].reshape(z_shape)
     # exp(theta) of a log hyperparameter beyond +-700 is inf or 0 in float64
     if not (np.all(np.abs(theta) < 700.0) and np.all(np.isfinite(Z))):
         raise _diverged(s, epoch, step, "the hyperparameters or inducing inputs are not finite")

@@ -1,4 +1,4 @@
-"""Minibatch pseudo-point EP and QP: stochastic EP with one tied site (issue #32), O(B M^2) a step.
+"""Minibatch pseudo-point EP and QP: stochastic EP with one tied site, O(B M^2) a step.
 
 Stochastic EP (Li, Hernandez-Lobato and Turner, NeurIPS 2015) in the pseudo-point Power EP family
 of Bui et al. (2017): the N rank-one sites of :mod:`qpinfer.inference.sparse.sites` are tied into one
@@ -29,6 +29,16 @@ at QP's sites, as ``qp_objective="evidence"``) and ``e_n = d2 + d1^2``,
 diagonal, the derivative of the Cholesky factor), contracted by the kernel as the full-batch
 gradient is (``qpinfer.inference.sparse.pseudo_points._contract_prior_gradient``).
 
+Every likelihood: the site precisions are floored at ``MIN_SITE_PRECISION`` for a log-concave
+likelihood and kept as they are (negative ones too) for one that is not (Student-t), as the
+full-batch sweeps do; then the average site precision ``Lam`` may be indefinite, and the caller
+keeps the posterior precision ``I + N Lam`` positive definite (:func:`proper_site_step`
+halves the step where it would not be). A location-scale likelihood ``p(y | f) = p0((y - f)/s)/s``
+(Student-t) also gives the energy's derivative in ``log s`` (``scale_gradient``): at fixed
+cavities, ``d log Z~_n / d log s = -((m - mu)(m - y) + v) / sigma^2`` with ``(m, v)`` the tilted
+mean and variance of ``f_n`` at its cavity ``N(mu, sigma^2)``
+(:mod:`qpinfer.estimators.student_t_scale`), alpha = 1.
+
 A batch's statistics are sums over its rows, so a batch may be cut into parts computed anywhere
 (another process, a dask worker) and added in a fixed order: the same numbers whichever way.
 """
@@ -41,7 +51,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_solve
 
-from qpinfer.inference.site_update import MIN_SITE_PRECISION
+from qpinfer.inference.site_update import resolve_floor
 from qpinfer.inference.sparse.pseudo_points import (
     PseudoPointPrior,
     _chol,
@@ -61,6 +71,7 @@ __all__ = [
     "batch_statistics",
     "cavity_of",
     "posterior_of",
+    "proper_site_step",
     "tied_energy",
 ]
 
@@ -122,6 +133,7 @@ class BatchStats:
     grad_theta: np.ndarray | None
     grad_Z: np.ndarray | None
     skipped: int  # rows whose site update failed (no finite, proper site): left out of the sums
+    grad_log_scale: float | None = None  # a location-scale likelihood's d/dlog(scale)
 
     def __add__(self, other: BatchStats) -> BatchStats:
         def add(a, b):
@@ -135,6 +147,7 @@ class BatchStats:
             add(self.grad_theta, other.grad_theta),
             add(self.grad_Z, other.grad_Z),
             self.skipped + other.skipped,
+            add(self.grad_log_scale, other.grad_log_scale),
         )
 
 
@@ -147,6 +160,7 @@ def batch_statistics(
     X: np.ndarray,
     y: np.ndarray,
     gradient: bool = True,
+    scale_gradient: bool = False,
 ) -> BatchStats:
     """The new sites of the rows ``(X, y)`` at ``cavity`` and the energy's gradient there.
 
@@ -154,7 +168,9 @@ def batch_statistics(
     :func:`~qpinfer.inference.sparse.sites.run_sparse_pep`'s); the gradient is in the kernel's
     log hyperparameters and ``Z``, summed over the rows (unscaled; the module docstring). A row
     whose site update fails (no finite, proper site) is left out of the site sums and of the
-    gradient, and counted in ``skipped``. O(B M^2 + B M D)."""
+    gradient, and counted in ``skipped``. ``scale_gradient``: also the derivative in the log
+    noise scale of a location-scale likelihood (alpha = 1; the module docstring). O(B M^2 + B M
+    D)."""
     Kuu, Lu, jit = inducing_factor(kernel, Z, jitter)
     Kuf = kernel(Z, X)
     kdiag = kernel.diag(X)
@@ -171,11 +187,17 @@ def batch_statistics(
         tau = -d2 / denom / power
         nu = (d1 - mu_c * d2) / denom / power
     ok = np.isfinite(tau) & np.isfinite(nu) & (denom > 0)
-    tau = np.where(ok, np.maximum(tau, MIN_SITE_PRECISION), 0.0)
+    floor = resolve_floor("auto", projection)  # None: not log-concave, negative sites kept
+    tau = np.where(ok, tau if floor is None else np.maximum(tau, floor), 0.0)
     nu = np.where(ok, nu, 0.0)
     prec_sum, shift_sum = site_sums(A, tau, nu)
     log_z = proj.log_normalizer(mu_c, np.sqrt(s_c), y) / power
-    grad_theta = grad_Z = None
+    grad_theta = grad_Z = grad_log_scale = None
+    if scale_gradient:  # tilted moments of f_n: m = mu + var_f e1, v = var_f + var_f^2 e2
+        var_f = s_c + h
+        m = mu_c + var_f * e1
+        d_log_s = -((m - mu_c) * (m - y) + var_f + var_f * var_f * e2) / var_f
+        grad_log_scale = float(np.sum(d_log_s[ok]))
     if gradient:
         e = np.where(ok, (e2 + e1 * e1) / power, 0.0)
         e1 = np.where(ok, e1, 0.0)
@@ -197,6 +219,7 @@ def batch_statistics(
         grad_theta=grad_theta,
         grad_Z=grad_Z,
         skipped=int(np.count_nonzero(~ok)),
+        grad_log_scale=grad_log_scale,
     )
 
 
@@ -208,6 +231,26 @@ def average_site_step(site: TiedSite, stats: BatchStats, rho: float) -> TiedSite
     return TiedSite(
         (1.0 - rho) * site.prec + (rho / used) * stats.prec_sum,
         (1.0 - rho) * site.shift + (rho / used) * stats.shift_sum,
+    )
+
+
+def proper_site_step(site: TiedSite, stats: BatchStats, rho: float, n: int) -> TiedSite:
+    """:func:`average_site_step`, its ``rho`` halved (up to 50 times) while the posterior
+    precision ``I + N Lam`` is not positive definite -- only possible when negative site
+    precisions are kept (a likelihood that is not log-concave), where the average site
+    precision ``Lam`` may be indefinite; ``ValueError`` if no step keeps it so."""
+    new = average_site_step(site, stats, rho)
+    for _ in range(50):
+        try:
+            posterior_of(new, n)
+            return new
+        except np.linalg.LinAlgError:
+            rho *= 0.5
+            new = average_site_step(site, stats, rho)
+    raise ValueError(
+        f"no step toward the batch's mean site (of {stats.rows} rows) keeps the posterior "
+        "precision I + N Lam positive definite (negative site precisions of a likelihood that "
+        "is not log-concave); try a larger batch_size"
     )
 
 
