@@ -44,6 +44,7 @@ from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
 from qpinfer.estimators.student_t_predictions import (
     StudentTPredictionsMixin,
+    check_scale_options,
     check_targets,
     robust_center_scale,
 )
@@ -263,13 +264,12 @@ class MiniBatchSparseGPStudentTRegressor(
     @limits_blas
     def fit(self, X: Any, y: Any) -> MiniBatchSparseGPStudentTRegressor:
         """Fit by minibatch EP/QP to inputs ``X`` and real targets ``y`` (numpy or dask)."""
-        from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
         from qpinfer.likelihoods.student_t import StudentT, check_nu_scale, check_nu_supported
         from qpinfer.tables.scaled import for_likelihood
 
         nu, scale = check_nu_scale(self.nu, self.scale)
         check_nu_supported(nu)
-        GPStudentTRegressor._check_scale_options(self, scale)  # names scale, scale_bounds
+        check_scale_options(self.optimize_scale, self.scale_bounds, scale)
         if not isinstance(self.normalize_y, bool | np.bool_):
             raise ValueError(f"normalize_y must be True or False, got {self.normalize_y!r}")
         s = self._settings()
