@@ -85,7 +85,9 @@ def test_dask_sweep_equals_in_process_sweep(client, problem, method, partitions)
     if method == "qp-shipped":  # the table: opened in each worker process, once
         opened = client.run(lambda: [key[:2] for key in dask_sweep._WORKER_TABLES])
         assert len(opened) == 2
-        assert all(keys == [("ReducedTable", str(proj.table.path))] for keys in opened.values())
+        # (the session's workers may also hold tables other tests sent them)
+        this = ("ReducedTable", str(proj.table.path))
+        assert all(keys.count(this) == 1 for keys in opened.values())
 
 
 def test_best_state_and_warning_when_not_converged(client, problem):
