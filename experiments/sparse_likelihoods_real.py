@@ -140,7 +140,9 @@ def run(names, m: int, max_rows: int | None, seed: int) -> list[dict]:
 
 
 def _fmt(x, f):
-    return format(x, f) if isinstance(x, int | float) else format("-", ">" + f.split(".")[0])
+    if isinstance(x, int | float):
+        return format(x, f)
+    return format("-", ">" + f.split(".")[0].rstrip("dfg"))
 
 
 def _line(r):
