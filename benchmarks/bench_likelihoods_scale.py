@@ -231,7 +231,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=None, help="ours: max_epochs (default theirs)")
-    ap.add_argument("--svgp-steps", type=int, default=None, help="GPyTorch: Adam steps (6000)")
+    ap.add_argument("--svgp-steps", type=int, default=None, help="GPyTorch: Adam steps (10000)")
     ap.add_argument("--svgp-batch", type=int, default=None, help="GPyTorch: batch rows (1024)")
     ap.add_argument("--svgp-lr", type=float, default=None, help="GPyTorch: Adam's rate (0.01)")
     ap.add_argument("--json", default=None)
