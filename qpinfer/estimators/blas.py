@@ -140,13 +140,16 @@ def _rows(X: Any) -> int:
 def limits_blas(method: Callable) -> Callable:
     """Decorate an estimator's ``fit(X, ...)`` or prediction ``(X, ...)``: run it within
     :func:`blas_limits` of the estimator's ``blas_threads`` for ``max(rows of X, training
-    rows)`` (a prediction's; ``X_train_``'s rows, if the estimator keeps them)."""
+    rows)`` (a prediction's; ``X_train_``'s rows, if the estimator keeps them), or for the rows
+    its products actually take at once where it says so (``_blas_block_rows(n)``: a minibatch
+    fit works on one batch at a time, whatever N)."""
     predicts = method.__name__ != "fit"
 
     @functools.wraps(method)
     def wrapper(self: Any, X: Any, *args: Any, **kwargs: Any) -> Any:
         train = getattr(self, "X_train_", None) if predicts else None
         n = max(_rows(X), _rows(train) if train is not None else 0)
+        n = self._blas_block_rows(n) if hasattr(self, "_blas_block_rows") else n
         with blas_limits(getattr(self, "blas_threads", None), n):
             return method(self, X, *args, **kwargs)
 
