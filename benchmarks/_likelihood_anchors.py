@@ -45,6 +45,18 @@ def initial_inducing(Xtr, m, seed):
     return kmeans_inducing_points(rows, m, seed)
 
 
+def table_fallbacks(model):
+    """The lookups of a fitted model's tables that fell back to exact computation: QP's sigma*
+    (``table_.fallback_count``; ``None`` for EP) and EP's moments (the likelihood's moment
+    table, ``moment_fallback_count``). 0 and 0: every lookup was served by the tables."""
+    table = getattr(model, "table_", None)
+    moments = getattr(getattr(model, "likelihood_", None), "_moment_table", None)
+    return {
+        "sigma_fallbacks": None if table is None else int(table.fallback_count),
+        "moment_fallbacks": None if moments is None else int(moments.moment_fallback_count),
+    }
+
+
 def fit_ours(task, method, Xtr, ytr, Xte, yte, m, seed, epochs=None):
     """Our minibatch estimator (public API only); ``method`` is ``"ep"`` or ``"qp"``."""
     import qpinfer
@@ -77,6 +89,7 @@ def fit_ours(task, method, Xtr, ytr, Xte, yte, m, seed, epochs=None):
         for name in ("n_epochs_", "best_epoch_", "scale_")
         if isinstance(getattr(model, name, None), int | float)
     }
+    info.update(table_fallbacks(model))
     info["warnings"] = sorted({f"{type(w.message).__name__}: {w.message}"[:160] for w in caught})
     return seconds, np.asarray(log_density, float), np.asarray(mean, float), info
 

@@ -195,6 +195,15 @@ def _with_ratios(rows):
     return rows
 
 
+def _fallback_text(info):
+    """Ours: the exact fallbacks of QP's sigma* table and of EP's moment table ("-": none
+    used)."""
+    if "moment_fallbacks" not in info:
+        return ""
+    sigma, moments = info.get("sigma_fallbacks"), info["moment_fallbacks"]
+    return f", exact fallbacks: sigma* {'-' if sigma is None else sigma}, moments {moments}"
+
+
 def print_table(rows, oracle):
     print("\nratio = ours / gpytorch-svgp's; RMSE y: against the held-out targets (Student-t: the "
           "non-outlier rows), truth: against exp(f) / g")  # fmt: skip
@@ -215,6 +224,7 @@ def print_table(rows, oracle):
                 if "within_limits" in r
                 else ""
             )
+            + _fallback_text(r.get("info", {}))
         )
     for task, o in oracle.items():
         print(f"{task:9s} {'':>8s} {'oracle':14s} {'':>7s} {'':>6s} {'':>8s} {'':>6s} "

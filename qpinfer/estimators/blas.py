@@ -19,7 +19,7 @@ SparseGPClassifier, M = 50, L-BFGS-B (15 iterations)  2000     0.34 s    4.4 s
 SparseGPClassifier, M = 50, L-BFGS-B (15 iterations)  10000    1.2 s     2.8 s
 ====================================================  =======  ========  ==========
 
-(idle, EP on breast cancer's 398 rows: 1.24 s against 1.66 s, issue #28). Threads won nowhere
+(idle, EP on breast cancer's 398 rows: 1.24 s against 1.66 s). Threads won nowhere
 beyond the noise; their loss shrinks with N. So by default (``blas_threads=None``) BLAS runs on one thread inside
 ``fit`` and the predictions of a problem of at most :data:`AUTO_MAX_ROWS` rows (training rows,
 or prediction rows if more; dense fits above 5000 rows warn anyway,

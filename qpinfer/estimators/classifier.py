@@ -240,7 +240,7 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
                     "log-concave, sites may have negative precisions and the evidence gradient "
                     f"does not apply; fix the kernel (e.g. by cross-validation). Got {self.optimizer!r}"
                 )
-        elif self.likelihood == "logit" and self.method in ("pep", "rep"):  # issue #15
+        elif self.likelihood == "logit" and self.method in ("pep", "rep"):
             raise ValueError(
                 f"method {self.method!r} is not available for likelihood='logit' "
                 "(use 'qp', 'ep', 'vb' or 'laplace')"
@@ -252,7 +252,7 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
             )
 
     def _make_likelihood(self) -> Any:
-        if self.likelihood == "logit":  # issue #15
+        if self.likelihood == "logit":
             from qpinfer.likelihoods.logit import Logit
 
             return Logit()

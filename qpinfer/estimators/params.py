@@ -81,7 +81,7 @@ ard : bool, default False
     features (isotropic), is scikit-learn's ``RBF()``: ARD fits D + 1 hyperparameters, is
     slower and on small data sets over-fits (breast cancer, 398 training rows, 30
     standardised features, EP: with ARD 12 of the 30 length scales end at their bound and
-    the test NTLL is 0.088, isotropic 0.078; issue #28 timed 36 s against 2.9 s).""",
+    the test NTLL is 0.088, isotropic 0.078; 36 s against 2.9 s).""",
     "optimizer_callable": """\
 ``"fmin_l_bfgs_b"`` is scikit-learn's name for ``"lbfgs"``. A callable is used as in
 scikit-learn's Gaussian process estimators: ``optimizer(obj_func, initial_theta, bounds) ->
@@ -127,7 +127,7 @@ max_iter, tol, damping :
     fixed-point steps.""",
     "qp_objective": """\
 qp_objective : {"evidence", "loo", "ep"}, default "evidence"
-    What QP's hyperparameters maximise (``method="qp"`` only; issue #30): ``"evidence"``,
+    What QP's hyperparameters maximise (``method="qp"`` only): ``"evidence"``,
     eq. (4) at QP's sites, and ``"loo"``, QP's leave-one-out predictive
     ``sum_i log p(y_i | cavity_i)``, each in one search with its total gradient
     (:mod:`qpinfer.inference.total_gradient`; the site loop warm-started by chord steps,

@@ -1,4 +1,4 @@
-"""GP regression with Student-t noise (issue #15): a robust regressor by EP, QP, Laplace or VB.
+"""GP regression with Student-t noise: a robust regressor by EP, QP, Laplace or VB.
 
 ``y_i = f(x_i) + e_i``, ``e_i ~ t_nu(0, scale)`` (:class:`qpinfer.likelihoods.student_t.StudentT`),
 a GP prior on f. The likelihood is not log-concave: sites may have negative precisions, which

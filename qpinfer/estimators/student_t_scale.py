@@ -1,4 +1,4 @@
-"""The derivative of each method's evidence in ``log(scale)`` of Student-t noise (issue #15), for
+"""The derivative of each method's evidence in ``log(scale)`` of Student-t noise, for
 learning the noise scale of :class:`qpinfer.estimators.student_t_regressor.GPStudentTRegressor` by
 evidence.
 

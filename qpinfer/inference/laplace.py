@@ -33,7 +33,7 @@ mode for every mode). On each half-line, however, log p is strictly concave
   exists and the evidence and its gradient are the standard ones. (For probit and the square
   link only round-off can produce ``W < 0``, and ``W`` is clipped at 0.)
 
-Likelihoods that are not log-concave (``log_concave = False``: Student-t noise, issue #15) have
+Likelihoods that are not log-concave (``log_concave = False``: Student-t noise) have
 genuinely negative ``W`` where a residual exceeds the curvature scale. Newton then takes the exact
 step ``(K^-1 + W)^-1 (W f + grad log p)`` wherever ``K^-1 + W`` is positive definite (checked by
 the inertia of the indefinite ``M = diag(sign W) + |W|^1/2 K |W|^1/2``, as for EP's negative

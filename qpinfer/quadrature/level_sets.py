@@ -137,7 +137,7 @@ def _replace_strays(
     relative error in sigma* and sigma_EP at mu = 207.564, sigma = 49), or a Poisson lobe near
     its hard bound f = 0 (log-singular: an edge 36 nats down for the 12.5-nat level leaves one
     16-node panel across 33 nats, 2.6e-12 at y = 3, mu = 14.7187, sigma = 2). Both now start
-    on the level set (issue #27: ``Logit._level_guess`` by Newton on the drop itself,
+    on the level set (``Logit._level_guess`` by Newton on the drop itself,
     ``PoissonSquare._level_guess`` in log(mode / f)), so for them this is a guard that no scanned
     cavity triggers any more (``tests/sigma/test_level_set_panel_edges.py``). Re-placed are the
     edges that did not hit the bound and (a) are outermost and less than TAIL - 10 nats down (for

@@ -1,4 +1,4 @@
-"""Which sigma* table ``table=None`` uses when several exist for a likelihood (issue #28).
+"""Which sigma* table ``table=None`` uses when several exist for a likelihood.
 
 The candidates are the table shipped inside qpinfer (:mod:`qpinfer.tables.shipped`) and the
 installed default ``tables_dir()/<likelihood>.zarr`` (:func:`qpinfer.tables.installed_table_path`):

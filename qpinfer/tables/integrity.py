@@ -29,7 +29,7 @@ root ``zarr.json``, which qpinfer never reads.
 
 Stores written before this record existed have no ``integrity`` attribute
 (:func:`metadata_changes` returns ``None`` for them). The reader refuses them, as it refuses a
-v2 store without its record (issue #26): without it nothing ties the likelihood to the numbers,
+v2 store without its record: without it nothing ties the likelihood to the numbers,
 so a store whose likelihood was edited would be served as the new likelihood. Rebuild such a
 store (``qptables build``) or re-download it to get the digest; every build writes it, and the
 tables shipped inside qpinfer are v2 stores that all carry theirs. ``qptables verify`` and

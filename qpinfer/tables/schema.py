@@ -22,7 +22,7 @@ One zarr v3 directory store per likelihood, openable with ``xarray.open_zarr``:
   both ends inclusive, exactly symmetric when the grid is);
 * root attributes listed in :data:`REQUIRED_ATTRS`; stores published by ``qptables`` also record
   ``integrity``, one digest over the metadata that gives the numbers their meaning and the chunk
-  checksums (:mod:`qpinfer.tables.integrity`); the reader refuses a store without it (issue #26).
+  checksums (:mod:`qpinfer.tables.integrity`); the reader refuses a store without it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Independent mpmath reference for the ``logit`` and ``poisson_log`` likelihoods (issue #15).
+"""Independent mpmath reference for the ``logit`` and ``poisson_log`` likelihoods.
 
 The tilted densities (Zhang et al. (2020): ``q(f) ~ p(y|f) N(f | mu, sigma^2)``, eq. (7) for sigma*)::
 

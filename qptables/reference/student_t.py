@@ -1,4 +1,4 @@
-"""Independent mpmath reference for Student-t regression noise (issue #15).
+"""Independent mpmath reference for Student-t regression noise.
 
 ``p(y|f) = t_nu((y - f)/s) / s``; the tilted density ``q(f) ~ p(y|f) N(f | mu, sigma^2)`` of
 Zhang et al. (2020) eq. (5) has no closed-form CDF, so everything is integrated numerically in mpmath, in

@@ -1,5 +1,5 @@
 """Pseudo-point Power EP / QP (:func:`qpinfer.inference.sparse.sites.run_sparse_pep`, parallel
-schedule) as a map-reduce over data partitions on a dask cluster (issue #17).
+schedule) as a map-reduce over data partitions on a dask cluster.
 
 In the parallel schedule every site update needs only its own marginal, and the posterior of the
 whitened pseudo-points (:mod:`qpinfer.inference.sparse.pseudo_points`) needs only two sums over the
