@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import _rss_mb, run_fit  # noqa: E402  (the same child-process harness)
 
 TASKS = ("poisson", "student_t")
-METHODS = ("ours-ep", "ours-qp", "gpytorch-svgp")
+METHODS = ("ours-ep", "ours-qp", "gpytorch-svgp", "gpytorch-svgp-learned-nu")
 OURS_CLASS = {"poisson": "MiniBatchSparseGPPoissonRegressor",
               "student_t": "MiniBatchSparseGPStudentTRegressor"}  # fmt: skip
 D, N_TEST, LOG_RATE_OFFSET = 6, 20_000, 1.5
@@ -131,7 +131,7 @@ def _child(spec, conn):
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
         import _likelihood_anchors as anchors
 
-        if spec["method"] == "gpytorch-svgp":
+        if spec["method"].startswith("gpytorch-svgp"):
             import gpytorch  # noqa: F401  (imports are not part of the fit's time)
             import torch
 
@@ -142,9 +142,13 @@ def _child(spec, conn):
         Xtr, ytr, Xte, yte, f_te, out_te = make_task(task, spec["n"], spec["seed"])
         out["rss_before_fit_mb"] = _rss_mb()
         args = (task, Xtr, ytr, Xte, yte, spec["m"], spec["seed"])
-        if spec["method"] == "gpytorch-svgp":
+        if spec["method"].startswith("gpytorch-svgp"):
             seconds, logd, mean, info = anchors.fit_svgp(
-                *args, spec["svgp_steps"], spec["svgp_batch"], spec["svgp_lr"]
+                *args,
+                spec["svgp_steps"],
+                spec["svgp_batch"],
+                spec["svgp_lr"],
+                learn_nu=spec["method"] == "gpytorch-svgp-learned-nu",
             )
         else:
             method = spec["method"].removeprefix("ours-")
@@ -164,7 +168,7 @@ def _unavailable(method, task):
     """Why ``method`` cannot run here (its class or package is missing), else ``None``."""
     import importlib.util
 
-    if method == "gpytorch-svgp":
+    if method.startswith("gpytorch-svgp"):
         missing = [p for p in ("torch", "gpytorch") if importlib.util.find_spec(p) is None]
         return (
             f"not installed: {', '.join(missing)} (pip install -e '.[anchors]')"

@@ -220,7 +220,7 @@ class CountPredictionsMixin:
         with ``link="log"`` the mode of the exact Poisson-lognormal predictive.
 
         With ``return_std``, also the count's predictive standard deviation (about its mean,
-        :meth:`predict_mean`), :func:`~qpinfer.estimators.poisson_regressor.predictive_count_std`: the exact one of the Poisson
+        :meth:`predict_mean`), :func:`~qpinfer.estimators.count_predictions.predictive_count_std`: the exact one of the Poisson
         mixture over the Gaussian latent predictive (the square link's negative binomial has the
         same, its gamma matching the rate's first two moments). The latent's:
         ``predict_latent``."""

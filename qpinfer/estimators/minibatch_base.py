@@ -1,8 +1,8 @@
 """What every minibatch sparse estimator shares (:class:`qpinfer.MiniBatchSparseGPClassifier`,
 :class:`qpinfer.MiniBatchSparseGPPoissonRegressor`, :class:`qpinfer.MiniBatchSparseGPStudentTRegressor`):
-the minibatch parameters (:class:`MiniBatchParams`), their checks, the initial inducing inputs,
+the minibatch parameters (:class:`~qpinfer.estimators.minibatch_base.MiniBatchParams`), their checks, the initial inducing inputs,
 the fit by :func:`qpinfer.inference.sparse.minibatch.fit_minibatch` in this process or on a dask
-cluster, and the latent predictions -- lazy on a dask ``X`` (:meth:`MiniBatchSparseBase._blockwise`:
+cluster, and the latent predictions -- lazy on a dask ``X`` (``MiniBatchSparseBase._blockwise``:
 the numpy predictions mapped over its row blocks)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ than memory.
 
 The same fit as :class:`qpinfer.MiniBatchSparseGPClassifier` (stochastic EP with one tied site,
 Li, Hernandez-Lobato and Turner, 2015, in the pseudo-point family of Bui, Yan and Turner, 2017;
-:mod:`qpinfer.inference.sparse.minibatch`) with a :class:`ValueTarget` for the targets: QP projects
+:mod:`qpinfer.inference.sparse.minibatch`) with a :class:`~qpinfer.inference.sparse.minibatch_targets.ValueTarget` for the targets: QP projects
 each ``f_n``'s tilted marginal (sigma* from the likelihood's table), EP takes its moments (from
 the moment table shipped for the likelihood). Early stopping watches the held-out rows' negative
 log predictive density, ``-mean log int p(y | f) N(f | m*, v*) df`` (the tilted normaliser at the
@@ -55,7 +55,11 @@ from qpinfer.inference.sparse.dask_partitions import is_dask_array
 from qpinfer.inference.sparse.minibatch import ValueTarget
 from qpinfer.likelihoods.student_t import DEFAULT_NU
 
-__all__ = ["MiniBatchSparseGPPoissonRegressor", "MiniBatchSparseGPStudentTRegressor"]
+__all__ = [
+    "MiniBatchRegressorBase",
+    "MiniBatchSparseGPPoissonRegressor",
+    "MiniBatchSparseGPStudentTRegressor",
+]
 
 #: rows of a dask ``y`` whose median and MAD ``normalize_y`` takes
 NORMALIZE_SAMPLE_ROWS = 100_000
@@ -90,7 +94,7 @@ def _first_refused(check, values: np.ndarray) -> int | None:
     return None
 
 
-class _MiniBatchRegressor(RegressorTagsMixin, MiniBatchSparseBase):
+class MiniBatchRegressorBase(RegressorTagsMixin, MiniBatchSparseBase):
     """Lazy predictions on a dask ``X`` (the mixins' numpy code mapped over its row blocks)."""
 
     _METHODS = ("qp", "ep")
@@ -119,7 +123,7 @@ class _MiniBatchRegressor(RegressorTagsMixin, MiniBatchSparseBase):
 
 @estimator
 class MiniBatchSparseGPPoissonRegressor(
-    CountPredictionsMixin, _MiniBatchRegressor, MiniBatchParams
+    CountPredictionsMixin, MiniBatchRegressorBase, MiniBatchParams
 ):
     """Sparse GP Poisson regression (counts) with M pseudo-points by minibatch EP or QP.
 
@@ -217,13 +221,13 @@ class _StudentTAt:
 
 @estimator
 class MiniBatchSparseGPStudentTRegressor(
-    StudentTPredictionsMixin, _MiniBatchRegressor, MiniBatchParams
+    StudentTPredictionsMixin, MiniBatchRegressorBase, MiniBatchParams
 ):
     """Sparse GP regression with Student-t noise ``t_nu(0, scale)`` and M pseudo-points by
     minibatch EP or QP (the module docstring: negative sites, ``optimize_scale``,
     ``normalize_y`` on a dask ``y``).
 
-    Predictions as :class:`qpinfer.GPStudentTRegressor`'s
+    Predictions as :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s
     (:class:`~qpinfer.estimators.student_t_predictions.StudentTPredictionsMixin`); ``predict``
     and ``predict_latent`` lazy on a dask ``X``.
 
@@ -236,10 +240,10 @@ class MiniBatchSparseGPStudentTRegressor(
         held-out negative log predictive density per row, in the units of ``y``).
     method : {"qp", "ep"}, default "qp"
     table : None, "exact", path or table object
-        As :class:`qpinfer.GPStudentTRegressor`'s (a scale-1 table of ``nu`` serves every
+        As :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s (a scale-1 table of ``nu`` serves every
         scale).
     nu, scale, optimize_scale, scale_bounds, normalize_y :
-        As :class:`qpinfer.GPStudentTRegressor`'s; ``optimize_scale`` needs
+        As :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s; ``optimize_scale`` needs
         ``optimizer="adam"`` (Adam moves ``log(scale)`` with the kernel, clipped to
         ``scale_bounds``).
 
@@ -306,7 +310,7 @@ class MiniBatchSparseGPStudentTRegressor(
 
     def predict(self, X: Any, return_std: bool = False) -> Any:
         """The predictive mean (and the standard deviation of a new observation), as
-        :class:`qpinfer.GPStudentTRegressor`'s; lazy for a dask ``X``."""
+        :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s; lazy for a dask ``X``."""
         return self._maybe_lazy(super().predict, X, return_std)
 
 

@@ -83,7 +83,7 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
         ``E[sigma(f*)]`` by quadrature). The logit has no fractional tilted moments: with it
         ``method="pep"`` needs ``alpha=1``, and QP's ``qp_objective`` must be ``"ep"``. QP
         projects the tilted marginal of ``f_n`` for the logit (the smoothed logit is no logit;
-        :class:`~qpinfer.inference.sparse.sites._ConditionalProjection`).
+        ``_ConditionalProjection`` of :mod:`qpinfer.inference.sparse.sites`).
     table : None, "exact", path or table object
         Where QP gets sigma* from, as :class:`qpinfer.GPClassifier`'s ``table``.
     %(kernel)s

@@ -26,7 +26,7 @@ class SparseGPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, Sparse
     :class:`qpinfer.GPPoissonRegressor` (EP's moments and QP's sigma* from the shipped tables).
     QP projects the tilted marginal of ``f_n`` at its cavity ``N(mu_c, s_c + h_n)`` (the smoothed
     likelihood is no Poisson likelihood;
-    :class:`~qpinfer.inference.sparse.sites._ConditionalProjection`). The kernel
+    ``_ConditionalProjection`` of :mod:`qpinfer.inference.sparse.sites`). The kernel
     hyperparameters and (optionally) the inducing inputs maximise sparse EP's energy eq. (110)
     (L-BFGS-B with its analytic gradient, the sites converged at every evaluation); QP then runs
     at them. With ``M = N``, ``Z = X`` and no jitter this is :class:`qpinfer.GPPoissonRegressor`

@@ -5,12 +5,12 @@ attributes, the latent predictions and ``log_marginal_likelihood``.
 
 :class:`SparseSiteEstimator` is the base of :class:`qpinfer.SparseGPClassifier`,
 :class:`qpinfer.SparseGPPoissonRegressor` and :class:`qpinfer.SparseGPStudentTRegressor`; a
-subclass validates its targets and calls :meth:`SparseSiteEstimator._fit_sites` with its
+subclass validates its targets and calls ``SparseSiteEstimator._fit_sites`` with its
 likelihood and the targets in the likelihood's form. The site updates are
 :func:`~qpinfer.inference.sparse.sites.run_sparse_pep` for every likelihood: EP's moments (and
 QP's sigma*) from the tables (:mod:`qpinfer.estimators.tables`); QP on the tilted marginal of
 ``f_n`` where the likelihood's Gaussian smoothing is no rescaling of itself
-(:class:`~qpinfer.inference.sparse.sites._ConditionalProjection`).
+(``_ConditionalProjection`` of :mod:`qpinfer.inference.sparse.sites`).
 
 A likelihood parameter fitted with the kernel (the Student-t ``scale``) enters through three
 hooks: ``_likelihood_params`` (its log values, ``()`` by default), ``_likelihood_at`` and

@@ -1,5 +1,5 @@
 """Sparse GP regression with Student-t noise and M pseudo-points by EP or QP (Bui, Yan and
-Turner, 2017; Zhang et al., 2020): :class:`qpinfer.GPStudentTRegressor`'s model, target
+Turner, 2017; Zhang et al., 2020): :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s model, target
 normalisation and predictions, O(N M^2) per sweep. The fit is
 :class:`qpinfer.estimators.sparse_site_fit.SparseSiteEstimator`'s."""
 
@@ -36,17 +36,17 @@ class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, Sp
 
     Pseudo-point EP (Bui, Yan and Turner, 2017, eqs. (20), (106)-(110), alpha = 1) or QP: the
     site updates of :class:`qpinfer.SparseGPClassifier` with the Student-t likelihood of
-    :class:`qpinfer.GPStudentTRegressor` (EP's moments and QP's sigma* from the table shipped
+    :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor` (EP's moments and QP's sigma* from the table shipped
     for ``nu``, which serves every scale). The likelihood is not log-concave: sites may have
     negative precisions, which the sweeps keep (a sequential update that would make the
     posterior improper is refused). QP projects the tilted marginal of ``f_n`` at its cavity
-    ``N(mu_c, s_c + h_n)`` (:class:`~qpinfer.inference.sparse.sites._ConditionalProjection`).
+    ``N(mu_c, s_c + h_n)`` (``_ConditionalProjection`` of :mod:`qpinfer.inference.sparse.sites`).
     The kernel hyperparameters, ``log(scale)`` (``optimize_scale``) and the inducing inputs
     (``optimize_inducing``) maximise sparse EP's energy eq. (110), in that order, with the
     analytic gradient; QP then runs at them. The derivative in ``log(scale)`` at an EP fixed
     point is the explicit one at fixed cavities of ``f_n``
     (:func:`~qpinfer.estimators.student_t_scale.cavity_scale_gradient`). With ``M = N``,
-    ``Z = X`` and no jitter this is :class:`qpinfer.GPStudentTRegressor` (EP, or QP with
+    ``Z = X`` and no jitter this is :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor` (EP, or QP with
     ``qp_objective="ep"``) exactly.
 
     Parameters
@@ -55,7 +55,7 @@ class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, Sp
     method : {"qp", "ep"}
         QP (Zhang et al., 2020, eq. (7)) or EP.
     nu, scale, optimize_scale, scale_bounds, normalize_y, table :
-        As :class:`qpinfer.GPStudentTRegressor`'s (``optimize_scale`` fits ``log(scale)`` by
+        As :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s (``optimize_scale`` fits ``log(scale)`` by
         eq. (110) within ``scale_bounds``; ``normalize_y`` fits the robustly normalised
         targets).
     %(kernel)s
@@ -79,7 +79,7 @@ class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, Sp
     ----------
     n_features_in_, X_train_, y_train_ (normalised), kernel_, inducing_points_ :
     likelihood_, scale_, y_center_, y_scale_, table_, projection_ :
-        As :class:`qpinfer.GPStudentTRegressor`'s, and the site update.
+        As :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s, and the site update.
     log_marginal_likelihood_, log_marginal_likelihood_value_ : float
         Eq. (110) at the fitted values (of the normalised targets).
     restart_evidence_, pep_result_, n_iter_, n_evaluations_ :
@@ -157,7 +157,7 @@ class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, Sp
     log_marginal_likelihood = log_marginal_likelihood_method(
         """Eq. (110) at log hyperparameters ``theta``, inducing inputs fixed at the fitted
         ones; with ``optimize_scale`` ``theta`` ends with ``log(scale)`` (and so does the
-        gradient), as :meth:`qpinfer.GPStudentTRegressor.log_marginal_likelihood`."""
+        gradient), as :meth:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor.log_marginal_likelihood`."""
     )
 
     def _log_marginal_likelihood(self, theta: Any, eval_gradient: bool, clone_kernel: Any) -> Any:

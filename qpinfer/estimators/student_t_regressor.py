@@ -30,7 +30,7 @@ lies more than three robust spreads from 0 warns.
 
 Predictions: the latent predictive ``N(m*, v*)`` (R&W eqs. (3.60)-(3.61)); the predictive
 density of a new ``y*`` is the tilted normaliser ``StudentT.log_z(m*, sqrt(v*), y*)`` (exact,
-by quadrature); :meth:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor.score` is
+by quadrature); :meth:`~qpinfer.estimators.student_t_predictions.StudentTPredictionsMixin.score` is
 scikit-learn's R^2 of the predictive mean.
 """
 
@@ -87,7 +87,7 @@ class GPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, GPEstima
         ``0 < low <= scale <= high``, the same units as ``scale``).
     normalize_y : bool
         Fit to ``(y - median(y)) / s`` (``s``: 1.4826 times the median absolute deviation, see
-        :func:`robust_center_scale`) and undo it in predictions, as scikit-learn's
+        :func:`~qpinfer.estimators.student_t_predictions.robust_center_scale`) and undo it in predictions, as scikit-learn's
         ``normalize_y`` with a centre and spread the outliers do not move. The kernel's
         hyperparameters, ``scale``, ``scale_`` and the evidence are then those of the normalised
         targets (``y_center_``, ``y_scale_``: the centre and spread). Default ``True``: the GP

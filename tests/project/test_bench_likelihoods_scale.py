@@ -74,7 +74,7 @@ def test_metrics_formulas(bench):
         bench.main(["--methods", "ours-ep,svgp"])
 
 
-def test_smallest_configuration_runs_end_to_end(tmp_path):
+def test_smallest_configuration_runs_end_to_end(bench, tmp_path):
     pytest.importorskip("gpytorch")
     out = tmp_path / "out.json"
     proc = run_benchmark("bench_likelihoods_scale", "--n", "2000", "--m", "10",
@@ -83,8 +83,7 @@ def test_smallest_configuration_runs_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
     rows = {(r["task"], r["method"]): r for r in data["rows"]}
-    assert set(rows) == {(t, m) for t in ("poisson", "student_t")
-                         for m in ("ours-ep", "ours-qp", "gpytorch-svgp")}  # fmt: skip
+    assert set(rows) == {(t, m) for t in bench.TASKS for m in bench.METHODS}
     for (task, method), r in rows.items():
         ours_here = hasattr(qpinfer, "MiniBatchSparseGPPoissonRegressor" if task == "poisson"
                             else "MiniBatchSparseGPStudentTRegressor")  # fmt: skip

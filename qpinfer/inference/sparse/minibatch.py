@@ -265,7 +265,7 @@ def fit_minibatch(
     s: MinibatchSettings,
 ) -> MinibatchResult:
     """Minibatch pseudo-point EP/QP over the rows ``[0, n_rows)`` of ``runner``'s data, whose
-    targets ``target`` reads (:class:`LabelTarget`, :class:`ValueTarget`, or the array of two
+    targets ``target`` reads (:class:`~qpinfer.inference.sparse.minibatch_targets.LabelTarget`, :class:`~qpinfer.inference.sparse.minibatch_targets.ValueTarget`, or the array of two
     classes of a probit's labels; with ``target.learns_scale`` Adam also moves ``log(scale)``,
     after the hyperparameters and the inducing inputs)."""
     if isinstance(target, np.ndarray):

@@ -2,9 +2,9 @@
 of a likelihood: how a part's rows of ``y`` are checked and put in the likelihood's form, and the
 held-out rows' log predictive density.
 
-* :class:`LabelTarget` (binary classifiers: probit, logit): the labels ``classes[0]`` /
+* :class:`~qpinfer.inference.sparse.minibatch_targets.LabelTarget` (binary classifiers: probit, logit): the labels ``classes[0]`` /
   ``classes[1]`` as -1/+1, a row of another label refused by its number.
-* :class:`ValueTarget` (regressors: Poisson counts, Student-t reals): a check of the raw values
+* :class:`~qpinfer.inference.sparse.minibatch_targets.ValueTarget` (regressors: Poisson counts, Student-t reals): a check of the raw values
   (e.g. non-negative integer counts) and an affine normalisation ``(y - center) / spread``
   (``normalize_y``); with ``scale`` the Student-t noise scale is learned (its log by Adam with
   the hyperparameters, within ``log_bounds``) and ``projection_at(scale)`` gives the site

@@ -23,7 +23,7 @@ _TABLES: dict[bytes, Any] = {}
 
 
 class Shipped:
-    """``obj`` for a dask task: :meth:`get` on the worker gives it back, tables shared."""
+    """``obj`` for a dask task: ``get`` on the worker gives it back, tables shared."""
 
     def __init__(self, obj: Any) -> None:
         self.obj = obj
