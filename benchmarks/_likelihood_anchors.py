@@ -23,7 +23,7 @@ seconds, the held-out per-point log predictive density, the predictive mean and 
   reshuffled each epoch), float64. Tuned at N = 1e5 by held-out learning curves (at a
   constant rate 0.01 the held-out NLL still fell between 2,000 and 4,000 steps; 0.03 was ahead
   at 500 steps and behind, noisier, from 2,000): see the docs page
-  ``docs/likelihoods_at_scale.md``.
+  ``docs/development/likelihoods_at_scale.md``.
 """
 
 from __future__ import annotations

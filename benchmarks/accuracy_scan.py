@@ -1,5 +1,5 @@
 """Accuracy of the exact sigma* kernel against mpmath, and of the shipped tables against the
-kernel, over cavity standard deviations from 1e-4 to 1e6 (docs/accuracy.md's figure).
+kernel, over cavity standard deviations from 1e-4 to 1e6 (docs/development/accuracy.md's figure).
 
 For each likelihood with a shipped table (:data:`qpinfer.tables.shipped.SHIPPED`): seeded points
 ``(mu, sigma, y)`` with ``log10 sigma`` stratified over bands of ``[-4, 6]`` (one uniform draw
@@ -22,8 +22,8 @@ wide cavities), so the wide bands hold fewer points: the default scan takes ~3 m
 core. Prints a per-likelihood summary; writes every point to ``--json`` and the figure to
 ``--png``. ::
 
-    python benchmarks/accuracy_scan.py --json docs/accuracy_kernel.json \\
-        --png docs/img/accuracy_kernel.png [--seed 0]
+    python benchmarks/accuracy_scan.py --json docs/development/accuracy_kernel.json \\
+        --png docs/development/img/accuracy_kernel.png [--seed 0]
 """
 
 from __future__ import annotations

@@ -2,21 +2,21 @@
 
 Reads only JSON that other benchmark scripts wrote (no timing is run here, a run takes seconds):
 
-* ``docs/bench_tables_v2.json`` (``benchmarks/bench_tables_v2.py``) ->
+* ``docs/development/bench_tables_v2.json`` (``benchmarks/bench_tables_v2.py``) ->
   ``bench_lookup.png``: lookup throughput (M lookups/s, batched ``sigma_qp``) and max relative
   error against the exact kernel of the shipped v2 table, the paper's v1 linear grid and the
   kernel itself; and ``bench_fit.png``: the QP / EP fit-time ratio per data set at fixed
   hyperparameters, with the 1.1 goal;
-* ``docs/bench_scale/full_ours_gpytorch.json`` and ``full_gpy.json``
+* ``docs/development/bench_scale/full_ours_gpytorch.json`` and ``full_gpy.json``
   (``benchmarks/bench_scale.py`` at full settings, the runs of the table "After the speed-ups"
-  in ``docs/guide/sparse.md``) -> ``bench_scale.png``: fit time against N (log-log) and test
+  in ``docs/guide/large_data.md``) -> ``bench_scale.png``: fit time against N (log-log) and test
   NTLL of our sparse EP / QP, GPy's EPDTC and GPyTorch's SVGP, synthetic data as lines, magic
   as single points. A (dataset, N, method) found in both files is taken from the first, as the
   page's table does (GPy's run repeats our EP as its own baseline).
 
 Each figure's numbers are printed as a table. ::
 
-    python benchmarks/plot_docs.py [--tables-json docs/bench_tables_v2.json]
+    python benchmarks/plot_docs.py [--tables-json docs/development/bench_tables_v2.json]
         [--scale-dir docs/bench_scale] [--out-dir docs/img]
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: the full-settings runs of docs/guide/sparse.md's table, in order of precedence
+#: the full-settings runs of docs/guide/large_data.md's table, in order of precedence
 SCALE_FILES = ("full_ours_gpytorch.json", "full_gpy.json")
 #: bench_scale.py's method keys -> legend labels and styles
 SCALE_METHODS = {
@@ -246,12 +246,12 @@ def plot_scale(scale_dir: Path, path: Path) -> list[dict]:
 def print_tables(lookups: list[dict], fits: list[dict], scale: list[dict], out=sys.stdout) -> None:
     """The numbers behind the three figures, as plain-text tables."""
     p = lambda *a: print(*a, file=out)  # noqa: E731
-    p("bench_lookup.png (docs/bench_tables_v2.json 'lookups')")
+    p("bench_lookup.png (docs/development/bench_tables_v2.json 'lookups')")
     p(f"  {'table':32s} {'domain':6s} {'M lookups/s':>11s} {'max rel err':>12s}")
     for r in lookups:
         err = "reference" if r["max_rel_err"] is None else f"{r['max_rel_err']:.2e}"
         p(f"  {r['table']:32s} {r['domain']:6s} {r['M_lookups_per_s']:11.3f} {err:>12s}")
-    p("bench_fit.png (docs/bench_tables_v2.json 'fits', fixed hyperparameters)")
+    p("bench_fit.png (docs/development/bench_tables_v2.json 'fits', fixed hyperparameters)")
     p(
         f"  {'data':12s} {'n':>5s} {'EP s':>8s} {'QP s':>8s} {'QP/EP':>6s} {'sweeps':>7s} {'fallbacks':>9s}"
     )
@@ -260,7 +260,7 @@ def print_tables(lookups: list[dict], fits: list[dict], scale: list[dict], out=s
         p(
             f"  {f['data']:12s} {f['n']:5d} {f['ep_s']:8.4f} {f['qp_s']:8.4f} {f['qp_over_ep']:6.3f} {sw:>7s} {f['fallbacks']!s:>9s}"
         )
-    p(f"bench_scale.png (docs/bench_scale/{{{','.join(SCALE_FILES)}}}, full settings)")
+    p(f"bench_scale.png (docs/development/bench_scale/{{{','.join(SCALE_FILES)}}}, full settings)")
     p(
         f"  {'dataset':10s} {'N':>7s} {'method':14s} {'fit s':>7s} {'peak MB':>8s} {'err %':>6s} {'NTLL':>7s}  source / status"
     )
@@ -277,9 +277,11 @@ def print_tables(lookups: list[dict], fits: list[dict], scale: list[dict], out=s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tables-json", type=Path, default=ROOT / "docs" / "bench_tables_v2.json")
-    ap.add_argument("--scale-dir", type=Path, default=ROOT / "docs" / "bench_scale")
-    ap.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "img")
+    ap.add_argument(
+        "--tables-json", type=Path, default=ROOT / "docs" / "development" / "bench_tables_v2.json"
+    )
+    ap.add_argument("--scale-dir", type=Path, default=ROOT / "docs" / "development" / "bench_scale")
+    ap.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "development" / "img")
     args = ap.parse_args(argv)
     tables = _read_json(args.tables_json, ("lookups", "fits"))
     args.out_dir.mkdir(parents=True, exist_ok=True)

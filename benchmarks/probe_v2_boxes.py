@@ -13,7 +13,7 @@ it then also measures the EP std's own variation with sigma at fixed r).
 cavities with ``log10 s`` uniform on [3, 10] and z uniform on [0, 25], each looked up in the first
 box that holds it (the reader's order), against the kernel.
 
-Examples (the configurations of docs/tables-v2.md)::
+Examples (the configurations of docs/development/tables-v2.md)::
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/probe_v2_boxes.py poisson_square
     OPENBLAS_NUM_THREADS=1 python benchmarks/probe_v2_boxes.py step_noise --eps 0.2

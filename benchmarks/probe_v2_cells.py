@@ -1,13 +1,13 @@
 """Accuracy and size of piecewise-Chebyshev probit tables in reduced coordinates (issue #13).
 
 Builds the probit ratio sigma*/sigma_EP at the Chebyshev-Gauss nodes of equal cells over one of
-the two reduced-coordinate boxes of ``docs/tables-v2.md`` with the exact kernel, then compares
+the two reduced-coordinate boxes of ``docs/development/tables-v2.md`` with the exact kernel, then compares
 the interpolant (:mod:`qpinfer.tables.chebyshev`) with the kernel at random points of the box:
 
 * ``core``: tau = mu / sqrt(1 + sigma^2) in [-8, 12.5], log10 sigma in [-2.75, 9];
 * ``tail``: u = -8 / tau in (0, 1], log10 kappa in [-8, 2.75], kappa = |tau| / sigma.
 
-Example (the configurations of docs/tables-v2.md)::
+Example (the configurations of docs/development/tables-v2.md)::
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/probe_v2_cells.py core --nodes 12 --widths 0.5 0.25
     OPENBLAS_NUM_THREADS=1 python benchmarks/probe_v2_cells.py tail --nodes 12 --widths 0.25 0.25

@@ -14,8 +14,8 @@ every alpha). Metrics (Rasmussen & Williams 2006, Sec. 2.5, lower is better):
 * SMSE = mean squared error / variance of the test targets;
 * SMLL = mean over test points of -log p(y* | D) + log N(y* | mean_train, var_train).
 
-Writes ``docs/pep_regression.json`` (all runs), ``docs/pep_regression.md`` (tables) and
-``docs/pep_regression.png`` (plot). Resumable: runs already in the JSON are not repeated.
+Writes ``docs/development/pep_regression.json`` (all runs), ``docs/development/pep_regression.md`` (tables) and
+``docs/development/pep_regression.png`` (plot). Resumable: runs already in the JSON are not repeated.
 
     python experiments/pep_regression.py [--splits 5] [--m 10,50,100] [--max-iter 1000]
 """
@@ -33,7 +33,7 @@ import numpy as np
 from qpinfer import SparseGPRegressor
 
 ALPHAS = (("VFE", "vfe"), ("PEP 0.5", 0.5), ("FITC", 1.0))
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "development"
 
 
 def load_concrete() -> tuple[np.ndarray, np.ndarray]:

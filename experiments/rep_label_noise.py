@@ -11,14 +11,14 @@ What the paper describes, and what this script does:
   EP's test error on the (noisy) training labels over ``LENGTHSCALES`` (the paper
   cross-validates the width too; it does not say over what), shared by all methods;
 * Power EP with power 0.8 and REP with c = 10 (the values of the paper's Fig. 2); REP also with
-  smaller c (the relaxation is active at more sites; see docs/rep.md);
+  smaller c (the relaxation is active at more sites; see docs/development/rep.md);
 * sequential, undamped site updates from zero sites (paper Sec. 4 / Minka's thesis 5.4);
   negative site precisions are kept (the likelihood is not log-concave; see qpinfer.inference.ep);
 * convergence as in the paper: ``R = ||alpha_it - alpha_{it-1}||_2 < 1e-3`` with ``alpha`` the
   GP weights (posterior mean = K alpha), checked after every sweep; a run "diverges" if that does
   not happen within ``MAX_ITER`` sweeps or the sites become non-finite / improper.
 
-    OPENBLAS_NUM_THREADS=1 python -m experiments.rep_label_noise   # writes docs/rep_label_noise.*
+    OPENBLAS_NUM_THREADS=1 python -m experiments.rep_label_noise   # writes docs/development/rep_label_noise.*
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ REP_CS = (10.0, 0.1)
 PEP_ALPHA = 0.8
 MAX_ITER = 100
 R_TOL = 1e-3
-OUT = Path(__file__).resolve().parent.parent / "docs"
+OUT = Path(__file__).resolve().parent.parent / "docs" / "development"
 
 
 def sample(n_per_class, rng):

@@ -6,7 +6,7 @@ by multi-class fits; never dask, distributed or mpmath). The public API is ``qpi
 
 The rooms, lowest first (each subpackage's docstring says what it holds and may import; the
 arrows are checked by import-linter in CI, contracts in ``.importlinter``, and drawn in
-``docs/architecture.md``): :mod:`qpinfer.quadrature`, :mod:`qpinfer.likelihoods`,
+``docs/development/architecture.md``): :mod:`qpinfer.quadrature`, :mod:`qpinfer.likelihoods`,
 :mod:`qpinfer.sigma`, :mod:`qpinfer.tables`, :mod:`qpinfer.inference`,
 :mod:`qpinfer.estimators`; the front modules :mod:`qpinfer.sparse` and :mod:`qpinfer.cli`.
 """

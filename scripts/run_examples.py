@@ -1,6 +1,6 @@
 """Run every code example of Markdown pages, in order, as a reader would.
 
-    python scripts/run_examples.py README.md docs/guide/inference.md ...
+    python scripts/run_examples.py README.md docs/guide/classification.md ...
 
 Each page's fenced ``python`` and ``bash`` blocks run in the order they appear, in a fresh
 temporary working folder per page: the ``python`` blocks share one namespace (as cells of a

@@ -1,5 +1,5 @@
 """A likelihood's table layout: the boxes of reduced coordinates, each cut into equal cells,
-over which a cell table stores sigma* (design and measurements: ``docs/tables-v2.md``).
+over which a cell table stores sigma* (design and measurements: ``docs/development/tables-v2.md``).
 
 A cell table stores ``rho = sigma* / sigma_EP`` (in (0, 1], Theorem 2 of Zhang et al., 2020) at
 the Chebyshev-Gauss nodes of equal cells (:class:`CellAxis`; the polynomials:

@@ -1,5 +1,5 @@
 """The v2 reader's evaluator for EP's sweeps: a few hundred cavities per call, every one inside
-one box's cells (probit's core), in the fewest numpy calls (``docs/tables-v2.md``, "EP's
+one box's cells (probit's core), in the fewest numpy calls (``docs/development/tables-v2.md``, "EP's
 sweeps"). The same sums as :func:`qpinfer.tables.chebyshev.evaluate`, whose helpers it uses.
 """
 

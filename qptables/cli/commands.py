@@ -114,7 +114,7 @@ def _layout_from_args(args: argparse.Namespace) -> Any:
             name = "--" + flag.replace("_", "-")
             raise _Refused(
                 f"{name}: a flag of the grid layout; --grid cells has fixed boxes "
-                f"(docs/tables-v2.md)"
+                f"(docs/development/tables-v2.md)"
             )
     return "cells"
 

@@ -147,7 +147,7 @@ def parser() -> argparse.ArgumentParser:
         "-10..10, log10 sigma -1..1, steps 0.001; y = -1,+1 for probit and step_noise, 0..--y-max "
         "for poisson_square, --y for the others), which --mu, --log10-sigma, --y, --y-max and "
         "--tile-mu modify; cells: the reduced-coordinate Chebyshev-cell table of "
-        "docs/tables-v2.md, as shipped in qpinfer (fixed boxes: the grid flags are refused)",
+        "docs/development/tables-v2.md, as shipped in qpinfer (fixed boxes: the grid flags are refused)",
     )
     b.add_argument(
         "--mu",

@@ -14,7 +14,7 @@
   Poisson and Student-t regressors: a ``ValueError`` naming ``kernel`` for every method (the
   classifier's every method: ``tests/estimators/test_classifier.py``).
 
-``docs/robustness_inputs.md`` lists these cases.
+``docs/development/robustness_inputs.md`` lists these cases.
 """
 
 from __future__ import annotations

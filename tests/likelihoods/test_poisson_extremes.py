@@ -4,7 +4,7 @@
 mu, every sigma > 0 and every count 0..1e8 within 1e-12 of the mpmath reference, or raise a
 ``ValueError`` naming the cavity (sigma* under- or overflowing float64). Before: mu = 1e12 was
 ~1.5e-5 off (absolute node positions), sigma <= ~1e-154 raised numpy's "need at least one array
-to concatenate" (sigma^2 underflowed). ``docs/robustness_inputs.md`` lists the cases.
+to concatenate" (sigma^2 underflowed). ``docs/development/robustness_inputs.md`` lists the cases.
 """
 
 from __future__ import annotations

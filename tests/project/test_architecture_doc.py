@@ -1,4 +1,4 @@
-"""``docs/architecture.md`` shows the tree as it is: its module list and the packages' modules are
+"""``docs/development/architecture.md`` shows the tree as it is: its module list and the packages' modules are
 the same set, and every subpackage it names has a docstring saying what it holds and may import."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "architecture.md"
+DOC = ROOT / "docs" / "development" / "architecture.md"
 
 
 def _tree_in_doc() -> set[str]:
@@ -38,9 +38,11 @@ def _tree_on_disk() -> set[str]:
 
 def test_the_doc_lists_exactly_the_modules_on_disk():
     doc, disk = _tree_in_doc(), _tree_on_disk()
-    assert not disk - doc, f"modules missing from docs/architecture.md: {sorted(disk - doc)}"
+    assert not disk - doc, (
+        f"modules missing from docs/development/architecture.md: {sorted(disk - doc)}"
+    )
     assert not doc - disk, (
-        f"docs/architecture.md lists modules that do not exist: {sorted(doc - disk)}"
+        f"docs/development/architecture.md lists modules that do not exist: {sorted(doc - disk)}"
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TOL = 1e-12  # the kernel's accuracy target (docs/accuracy.md); the reference has 30 digits
+TOL = 1e-12  # the kernel's accuracy target (docs/development/accuracy.md); the reference has 30 digits
 
 
 def _import(name):
@@ -35,10 +35,10 @@ def test_plot_docs_draws_the_committed_records(tmp_path, capsys):
     for name in ("bench_lookup.png", "bench_fit.png", "bench_scale.png"):
         assert _is_png(tmp_path / "img" / name), name
     out = capsys.readouterr().out
-    # the numbers of the committed records, as docs/guide/sparse.md's table quotes them
+    # the numbers of the committed records, as docs/guide/large_data.md's table quotes them
     assert "v1 linear, step 0.001" in out and "5.69e-08" in out
     assert "crabs" in out and "1.094" in out
-    rows = plot_docs.scale_rows(ROOT / "docs" / "bench_scale")
+    rows = plot_docs.scale_rows(ROOT / "docs" / "development" / "bench_scale")
     by_key = {(r["dataset"], r["n"], r["method"]): r for r in rows}
     assert round(by_key["synthetic", 10000, "sparse-ep"]["fit_seconds"], 1) == 11.3
     assert by_key["synthetic", 10000, "sparse-ep"]["source"] == "full_ours_gpytorch.json"
@@ -86,7 +86,7 @@ def test_accuracy_scan_points_are_seeded_and_checked():
 
 
 def test_committed_accuracy_record_is_complete():
-    doc = json.loads((ROOT / "docs" / "accuracy_kernel.json").read_text())
+    doc = json.loads((ROOT / "docs" / "development" / "accuracy_kernel.json").read_text())
     assert doc["command"].startswith("python benchmarks/accuracy_scan.py --json")
     assert doc["dps"] >= 30
     names = {p["likelihood"] for p in doc["points"]}

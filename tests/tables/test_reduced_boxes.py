@@ -161,7 +161,7 @@ def test_step_noise_interpolation_accuracy():
 @pytest.mark.slow
 def test_full_random_check():
     """The probe's check: 2e5 random points per box, counts log-uniform on 1..1000. The bounds
-    are the kernel's own noise (see docs/tables-v2.md): its EP std for counts 13..64 (moment
+    are the kernel's own noise (see docs/development/tables-v2.md): its EP std for counts 13..64 (moment
     formulas, ~1e-13) and a misplaced panel edge at y = 3, w ~ 12.02 (1.8e-12 against mpmath)."""
     import importlib.util
     from pathlib import Path

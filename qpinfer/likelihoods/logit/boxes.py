@@ -31,7 +31,7 @@ side of the fold would be the far mirror image, badly resolved by the cells). In
   it), was tried and dropped: near the fold line it compresses (L ~ 1e-23 there at s = 20),
   1.4e-10 with cells of 1 x 0.1 in (L, log10 s) for L >= 0.5.
 
-Measured (``benchmarks/probe_issue15_boxes.py``, ``docs/tables-v2.md``): ``mid`` 7.1e-14 on
+Measured (``benchmarks/probe_issue15_boxes.py``, ``docs/development/tables-v2.md``): ``mid`` 7.1e-14 on
 20,000 random points; the whole table, built by ``qptables build logit OUT --grid cells``, 1.4e-13
 against the kernel on 300,000 random cavities with no fallback.
 """

@@ -42,7 +42,7 @@ poisson_log``): high 5.8e-14, wall 7.1e-15, wall_wide 6.0e-14, near 8.4e-14, kap
 kappa_far 3.3e-15; the whole table 2.4e-13 (the ``core`` box) on 300,000 random cavities with no
 fallback. The kernel agrees with mpmath there (<= 8.9e-16 on 36 points of the new boxes, the
 mpmath engine run in the mode frame). Sizes, commands and the mpmath reference's own limit (it
-does not converge where ``s alpha > ~1e7``): ``docs/tables-v2.md`` ("Logit and Poisson with the
+does not converge where ``s alpha > ~1e7``): ``docs/development/tables-v2.md`` ("Logit and Poisson with the
 log link").
 """
 

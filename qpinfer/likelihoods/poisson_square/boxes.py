@@ -1,7 +1,7 @@
 """Cell-table boxes of the Poisson (square link) likelihood.
 
 The probit boxes live in :mod:`qpinfer.likelihoods.probit.boxes`; the measurements behind the choices
-below are in ``docs/tables-v2.md`` (section "Poisson (square link) and step_noise") and
+below are in ``docs/development/tables-v2.md`` (section "Poisson (square link) and step_noise") and
 ``benchmarks/probe_v2_boxes.py``.
 
 **Poisson, square link.** With ``a = 1 + 2 sigma^2`` the tilted density is

@@ -1,5 +1,5 @@
 """Cell-table boxes of the probit likelihood: a core box in ``(tau, log10 sigma)`` and a tail box
-(``docs/tables-v2.md``; the :class:`~qpinfer.likelihoods.layout.Box` interface is in
+(``docs/development/tables-v2.md``; the :class:`~qpinfer.likelihoods.layout.Box` interface is in
 :mod:`qpinfer.likelihoods.layout`)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ _TAU_SPLIT = 8.0  # the tail box starts at tau = -8
 
 @dataclass(frozen=True)
 class ProbitCore(Box):
-    """tau = mu / sqrt(1 + sigma^2) and log10 sigma: see ``docs/tables-v2.md``."""
+    """tau = mu / sqrt(1 + sigma^2) and log10 sigma: see ``docs/development/tables-v2.md``."""
 
     fused_mean_z = True  # tau is the probit's z (Probit.tilted_mean_and_z)
 
@@ -53,7 +53,7 @@ class ProbitCore(Box):
 @dataclass(frozen=True)
 class ProbitTail(Box):
     """u = -8 / tau in (0, 1] and log10 kappa, ``kappa = |tau| / sigma``: see
-    ``docs/tables-v2.md``."""
+    ``docs/development/tables-v2.md``."""
 
     def cavity(self, label, u, log10_kappa):
         tau = -_TAU_SPLIT / u
@@ -78,7 +78,7 @@ def probit_boxes(nodes: int = 12) -> tuple[Box, ...]:
                 CellAxis("log10_sigma", -2.75, 0.25, 47, nodes),
             ),
             (1.0,),
-            "sigma",  # bounded below: sigma*/sigma >= 0.1 for tau >= -8 (docs/tables-v2.md)
+            "sigma",  # bounded below: sigma*/sigma >= 0.1 for tau >= -8 (docs/development/tables-v2.md)
         ),
         ProbitTail(
             "tail",
