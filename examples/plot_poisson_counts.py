@@ -21,7 +21,6 @@ y = rng.poisson(rate)
 est = GPPoissonRegressor("qp", optimizer_maxiter=50).fit(X, y)
 
 
-
 def interval(X_new, level=0.9, max_count=60):
     """The central ``level`` interval of the predictive count at each row of ``X_new``."""
     counts = np.arange(max_count + 1)

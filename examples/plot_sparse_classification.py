@@ -11,7 +11,6 @@ here "is the digit at least 5?"), test accuracy against the number of pseudo-poi
 import time
 
 import matplotlib.pyplot as plt
-import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
@@ -28,9 +27,9 @@ sizes = [5, 10, 20, 40]
 accuracy, seconds = [], []
 for m in sizes:
     start = time.perf_counter()
-    clf = SparseGPClassifier(
-        m, optimizer=None, length_scale=8.0, variance=4.0, random_state=0
-    ).fit(X_train, y_train)
+    clf = SparseGPClassifier(m, optimizer=None, length_scale=8.0, variance=4.0, random_state=0).fit(
+        X_train, y_train
+    )
     seconds.append(time.perf_counter() - start)
     accuracy.append(clf.score(X_test, y_test))
     print(f"M = {m:3d}: test accuracy {accuracy[-1]:.3f}")

@@ -315,7 +315,7 @@ class GridSpec:
 
 
 def paper_grid(likelihood: str, y_max: int | None = None) -> GridSpec:
-    """The paper's App. J grid: mu in [-10, 10], log10 sigma in [-1, 1], both step 0.001.
+    """The grid of Zhang et al. (2020), Appendix J: mu in [-10, 10], log10 sigma in [-1, 1], both step 0.001.
 
     Labels: ``y = (-1, +1)`` for probit; ``y = 0..y_max`` for ``poisson_square`` (``y_max``
     defaults to :data:`~qptables.grid.DEFAULT_POISSON_Y_MAX`); other likelihoods need explicit

@@ -151,6 +151,20 @@ class MiniBatchSparseGPPoissonRegressor(
     energy_, validation_ntll_, n_train_ :
         As the classifier's; ``validation_ntll_`` is the held-out negative log predictive
         density per row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qpinfer import MiniBatchSparseGPPoissonRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(0, 10, size=(1000, 1))
+    >>> y = rng.poisson(4 + 3 * np.sin(X[:, 0] / 1.5))
+    >>> reg = MiniBatchSparseGPPoissonRegressor(
+    ...     15, batch_size=200, max_epochs=5, random_state=0
+    ... ).fit(X, y)
+    >>> mean = reg.predict_mean(np.array([[2.0], [7.0]]))
+    >>> bool(mean[0] > mean[1])  # the rate is about 7 at x = 2 and 1.5 at x = 7
+    True
     """
 
     _: KW_ONLY
@@ -254,6 +268,21 @@ class MiniBatchSparseGPStudentTRegressor(
     table_, n_features_in_, kernel_, inducing_points_, n_epochs_, best_epoch_, energy_,
     validation_ntll_, n_train_ :
         As :class:`MiniBatchSparseGPPoissonRegressor`'s.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qpinfer import MiniBatchSparseGPStudentTRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(0, 6, size=(1000, 1))
+    >>> y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(1000)
+    >>> y[::50] += 4.0  # twenty outliers
+    >>> reg = MiniBatchSparseGPStudentTRegressor(
+    ...     15, batch_size=200, max_epochs=5, random_state=0
+    ... ).fit(X, y)
+    >>> mean = reg.predict(X)
+    >>> bool(np.abs(mean - np.sin(X[:, 0])).max() < 0.3)  # the fit ignores the outliers
+    True
     """
 
     _: KW_ONLY

@@ -136,6 +136,21 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
         failed throughout.
     pep_result_ : SparsePEPResult
     n_iter_, n_evaluations_ : int
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from qpinfer import SparseGPClassifier
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> X = StandardScaler().fit_transform(X)
+    >>> clf = SparseGPClassifier(20, random_state=0).fit(X, y)  # 20 pseudo-points
+    >>> clf.inducing_points_.shape
+    (20, 30)
+    >>> bool(clf.score(X, y) > 0.95)
+    True
+    >>> clf.predict_proba(X[:3]).shape
+    (3, 2)
     """
 
     alpha: float = 0.5

@@ -73,6 +73,18 @@ class SparseGPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, Sparse
         Eq. (110) at the fitted values.
     restart_evidence_, pep_result_, n_iter_, n_evaluations_ :
         As :class:`qpinfer.SparseGPClassifier`'s.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qpinfer import SparseGPPoissonRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(0, 10, size=(300, 1))
+    >>> y = rng.poisson(4 + 3 * np.sin(X[:, 0] / 1.5))
+    >>> reg = SparseGPPoissonRegressor(15, random_state=0).fit(X, y)
+    >>> mean = reg.predict_mean(np.array([[2.0], [7.0]]))
+    >>> bool(mean[0] > mean[1])  # the rate is about 7 at x = 2 and 1.5 at x = 7
+    True
     """
 
     _: KW_ONLY

@@ -71,6 +71,22 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         Eq. (128) at each start's optimum (original targets, as ``log_marginal_likelihood_``),
         the initial values' first; ``-inf`` where it failed throughout.
     n_features_in_, n_evaluations_ : int
+
+    See Also
+    --------
+    sklearn.gaussian_process.GaussianProcessRegressor : exact (dense) GP regression.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_diabetes
+    >>> from qpinfer import SparseGPRegressor
+    >>> X, y = load_diabetes(return_X_y=True)
+    >>> reg = SparseGPRegressor(20, optimize_inducing=False, random_state=0).fit(X, y)
+    >>> mean, std = reg.predict(X[:5], return_std=True)
+    >>> mean.shape, std.shape
+    ((5,), (5,))
+    >>> bool(reg.score(X, y) > 0.4)  # R^2 on the training data
+    True
     """
 
     alpha: float | str = 0.5

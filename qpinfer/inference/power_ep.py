@@ -63,7 +63,7 @@ def check_power(power: Any) -> float:
 
 
 class PowerMomentMatching:
-    """Power EP's projection: moment matching of ``N(f | cavity) p(y | f)^power`` (Sec. 3.4).
+    """Power EP's projection: moment matching of ``N(f | cavity) p(y | f)^power`` (Bui et al., 2017, Section 3.4).
 
     Plugs into :func:`qpinfer.inference.ep.run_ep` (the loop reads ``power`` for the fractional
     cavity and site update). ``power = 1`` uses the likelihood's closed forms and is exactly

@@ -48,7 +48,7 @@ class Projection(Protocol):
 
 
 class MomentMatching:
-    """EP's projection: match the tilted mean and variance (Zhang et al., 2020, eq. (5))."""
+    """EP's projection: match the tilted mean and variance (Zhang et al. (2020), equation (5))."""
 
     power = 1.0
 
@@ -70,7 +70,7 @@ class MomentMatching:
 
 
 class QuantileMatching:
-    """QP's projection: EP's mean (eq. (5)) and the L2-Wasserstein standard deviation (eq. (7)).
+    """QP's projection: EP's mean and the L2-Wasserstein standard deviation (equations (5), (7)).
 
     With a ``table`` (a :class:`~qpinfer.tables.reader.SigmaTableReader`, from
     :func:`qpinfer.open_table`) the table answers both, ``table.qp_moments(mu, sigma, y)``: one

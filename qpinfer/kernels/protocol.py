@@ -25,7 +25,7 @@ __all__ = ["Kernel"]
 
 @runtime_checkable
 class Kernel(Protocol):
-    """What EP/QP inference needs from a covariance function (see the module docstring)."""
+    """What EP/QP inference needs from a covariance function (the kernel protocol)."""
 
     @property
     def theta(self) -> np.ndarray: ...

@@ -17,7 +17,7 @@ __all__ = ["ARDSquaredExponential"]
 
 
 class ARDSquaredExponential:
-    """ARD squared-exponential kernel of Zhang et al. (2020) Sec. 3.1.
+    """ARD squared-exponential kernel (Zhang et al. (2020), Section 3.1).
 
     ``k(x, x') = variance * exp(-0.5 * sum_d ((x_d - x'_d) / length_scale_d)^2)``
 

@@ -17,7 +17,7 @@ __all__ = ["open_table"]
 def open_table(
     path: str | os.PathLike, *, verify_checksums: bool | str = "lazy", interpolation: str = "linear"
 ) -> SigmaTable | ReducedTable:
-    """Open and validate a sigma* table store (see the module docstring for what is checked).
+    """Open a sigma* table store, validating its schema, completeness and chunk files.
 
     Parameters
     ----------
@@ -37,6 +37,20 @@ def open_table(
     ------
     TableError
         (a ``ValueError``) naming what was expected and what was found.
+
+    Examples
+    --------
+    The probit table shipped inside qpinfer, a store of the cells layout:
+
+    >>> import numpy as np
+    >>> from importlib.resources import files
+    >>> from qpinfer import open_table, sigma_qp
+    >>> table = open_table(files("qpinfer") / "tables_data" / "probit.zarr")
+    >>> table.likelihood
+    'probit'
+    >>> mu, sigma, y = np.array([0.5, -1.0]), np.array([1.0, 2.0]), np.array([1, -1])
+    >>> bool(np.allclose(table.sigma_qp(mu, sigma, y), sigma_qp("probit", mu, sigma, y), rtol=1e-6))
+    True
     """
     if verify_checksums not in (True, False, "lazy"):
         raise ValueError(
