@@ -302,7 +302,20 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     @limits_blas
     def fit(self, X: Any, y: Any) -> GPClassifier:
         """Fit sites (and, with ``optimizer="lbfgs"``, kernel hyperparameters) to ``(X, y)``;
-        more than two classes: the binary problems of ``multi_class``."""
+        more than two classes: the binary problems of ``multi_class``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Class labels (two or more distinct values of any sortable type).
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._validate_params()
         X = _check_X(X)
         y = _check_y(y, X.shape[0])

@@ -176,7 +176,20 @@ class MiniBatchSparseGPPoissonRegressor(
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> MiniBatchSparseGPPoissonRegressor:
-        """Fit by minibatch EP/QP to inputs ``X`` and counts ``y`` (numpy or dask arrays)."""
+        """Fit by minibatch EP/QP to inputs ``X`` and counts ``y`` (numpy or dask arrays).
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like or dask array of shape (n_samples,)
+            Non-negative integer counts.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         if not (isinstance(self.link, str) and self.link in ("square", "log")):
             raise ValueError(f"link must be 'square' or 'log', got {self.link!r}")
         s = self._settings()
@@ -205,11 +218,35 @@ class MiniBatchSparseGPPoissonRegressor(
 
     def predict(self, X: Any, return_std: bool = False) -> Any:
         """The predictive mode of the count (and its standard deviation), as
-        :class:`qpinfer.GPPoissonRegressor`'s; lazy for a dask ``X``."""
+        :class:`qpinfer.GPPoissonRegressor`'s; lazy for a dask ``X``.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Input points (a dask array gives a lazy result, computed block by block).
+        return_std : bool, default False
+            Also return the count's predictive standard deviation.
+
+        Returns
+        -------
+        mode : ndarray or dask array of shape (n_samples,)
+        std : ndarray or dask array of shape (n_samples,)
+            Only with ``return_std``.
+        """
         return self._maybe_lazy(super().predict, X, return_std)
 
     def predict_mean(self, X: Any) -> Any:
-        """The predictive mean of the count; lazy for a dask ``X``."""
+        """The predictive mean of the count; lazy for a dask ``X``.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Input points (a dask array gives a lazy result, computed block by block).
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,)
+        """
         if is_dask_array(X):
             return self._blockwise(super().predict_mean, X, None)
         return super().predict_mean(X)
@@ -296,7 +333,20 @@ class MiniBatchSparseGPStudentTRegressor(
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> MiniBatchSparseGPStudentTRegressor:
-        """Fit by minibatch EP/QP to inputs ``X`` and real targets ``y`` (numpy or dask)."""
+        """Fit by minibatch EP/QP to inputs ``X`` and real targets ``y`` (numpy or dask).
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like or dask array of shape (n_samples,)
+            Real targets.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         from qpinfer.likelihoods.student_t import StudentT, check_nu_scale, check_nu_supported
         from qpinfer.tables.scaled import for_likelihood
 
@@ -339,7 +389,21 @@ class MiniBatchSparseGPStudentTRegressor(
 
     def predict(self, X: Any, return_std: bool = False) -> Any:
         """The predictive mean (and the standard deviation of a new observation), as
-        :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s; lazy for a dask ``X``."""
+        :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s; lazy for a dask ``X``.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Input points (a dask array gives a lazy result, computed block by block).
+        return_std : bool, default False
+            Also return the predictive standard deviation of a new observation.
+
+        Returns
+        -------
+        mean : ndarray or dask array of shape (n_samples,)
+        std : ndarray or dask array of shape (n_samples,)
+            Only with ``return_std``.
+        """
         return self._maybe_lazy(super().predict, X, return_std)
 
 

@@ -129,7 +129,20 @@ class GPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, GPEstimatorB
     @limits_blas
     def fit(self, X: Any, counts: Any) -> GPPoissonRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
-        hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,)."""
+        hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        counts : array-like of shape (n_samples,)
+            Non-negative integer counts.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._validate_params()
         X = check_X(X, estimator="GPPoissonRegressor")
         likelihood, y = poisson_likelihood(self.link, counts, X.shape[0], "GPPoissonRegressor")

@@ -96,7 +96,20 @@ class SparseGPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, Sparse
     @limits_blas
     def fit(self, X: Any, counts: Any) -> SparseGPPoissonRegressor:
         """Fit sites, kernel hyperparameters and inducing inputs (eq. (110)) to inputs ``X``
-        (n_samples, n_features) and counts (n_samples,)."""
+        (n_samples, n_features) and counts (n_samples,).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        counts : array-like of shape (n_samples,)
+            Non-negative integer counts.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._check_sparse_params()
         if self.method not in ("qp", "ep"):
             raise ValueError(f"method must be 'qp' or 'ep', got {self.method!r}")
@@ -107,7 +120,18 @@ class SparseGPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, Sparse
 
     @limits_blas
     def predict_latent(self, X: Any):
-        """Mean and variance of the latent ``f*`` (Bui et al., 2017, eq. (18))."""
+        """Mean and variance of the latent ``f*`` (Bui et al., 2017, eq. (18)).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         return self._latent(X)
 
     log_marginal_likelihood = log_marginal_likelihood_method(

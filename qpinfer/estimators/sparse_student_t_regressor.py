@@ -110,7 +110,20 @@ class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, Sp
     @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPStudentTRegressor:
         """Fit sites, kernel hyperparameters, the scale (``optimize_scale``) and inducing
-        inputs (eq. (110)) to inputs ``X`` (n_samples, n_features) and real targets ``y``."""
+        inputs (eq. (110)) to inputs ``X`` (n_samples, n_features) and real targets ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Real targets.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._check_sparse_params()
         if self.method not in ("qp", "ep"):
             raise ValueError(f"method must be 'qp' or 'ep', got {self.method!r}")

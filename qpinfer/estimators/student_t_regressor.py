@@ -148,7 +148,20 @@ class GPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, GPEstima
     @limits_blas
     def fit(self, X: Any, y: Any) -> GPStudentTRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
-        hyperparameters) to inputs ``X`` (n_samples, n_features) and real targets ``y``."""
+        hyperparameters) to inputs ``X`` (n_samples, n_features) and real targets ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Real targets.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._validate_params()
         nu, scale = check_nu_scale(self.nu, self.scale)
         check_nu_supported(nu)
