@@ -1,3 +1,4 @@
+# Over 400 lines: two public estimators, whose docstrings (parameters, methods' sections, examples) are nearly half of it; the code is about 230 lines.
 """MiniBatchSparseGPPoissonRegressor and MiniBatchSparseGPStudentTRegressor: sparse GP regression
 with Poisson counts or Student-t noise by minibatch EP / QP, for data of millions of rows or more
 than memory.
