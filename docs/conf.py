@@ -108,6 +108,9 @@ sphinx_gallery_conf = {
     "within_subsection_order": "FileNameSortKey",
     "show_memory": False,
     "reference_url": {"qpinfer": None},
+    # "Examples using ..." under each API page (docs/api/_templates: ``minigallery``)
+    "doc_module": ("qpinfer",),
+    "backreferences_dir": "api/generated/backreferences",
 }
 
 
