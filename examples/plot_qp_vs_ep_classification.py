@@ -31,7 +31,8 @@ variance = {method: est.predict_latent(grid)[1] for method, est in fits.items()}
 ax_p.plot(grid, 1 / (1 + np.exp(-2.5 * np.sin(grid[:, 0]))), "k:", label="true p(y=1|x)")
 ax_p.scatter(X[:, 0], y, marker="|", color="k", alpha=0.6)
 for method, est in fits.items():
-    ax_p.plot(grid, est.predict_proba(grid)[:, 1], label=method.upper())
+    style = "--" if method == "qp" else "-"
+    ax_p.plot(grid, est.predict_proba(grid)[:, 1], style, label=method.upper())
 ax_p.set_ylabel("p(y = 1 | x)")
 ax_p.legend()
 ax_v.plot(grid, variance["qp"] / variance["ep"], color="C1")

@@ -65,10 +65,10 @@ class AxisSpec:
 
     Parameters
     ----------
-    start, stop, step:
+    start, stop, step
         Range ends (both included) and spacing; ``step > 0`` and ``start < stop``, and
         ``stop - start`` must be a whole number of steps.
-    name:
+    name
         Axis name used in error messages (``"mu"`` or ``"log10_sigma"``); the matching
         command-line flag is ``--mu`` / ``--log10-sigma``.
     """
@@ -196,12 +196,12 @@ class GridSpec:
 
     Parameters
     ----------
-    mu, log10_sigma:
+    mu, log10_sigma
         :class:`AxisSpec` or ``(start, stop, step)`` triples (inclusive ranges).
-    y:
+    y
         Integer labels; stored sorted ascending. Validate them against a likelihood with
         :meth:`validated_for`.
-    tile_mu:
+    tile_mu
         Rows of ``mu`` per tile/chunk; ``None`` chooses :func:`~qptables.grid.default_tile_mu`.
     """
 

@@ -276,8 +276,10 @@ class MiniBatchSparseGPStudentTRegressor(
     StudentTPredictionsMixin, MiniBatchRegressorBase, MiniBatchParams
 ):
     """Sparse GP regression with Student-t noise ``t_nu(0, scale)`` and M pseudo-points by
-    minibatch EP or QP (the module docstring: negative sites, ``optimize_scale``,
-    ``normalize_y`` on a dask ``y``).
+    minibatch EP or QP.
+
+    How it handles negative sites, ``optimize_scale`` and ``normalize_y`` on a dask ``y``: the
+    docstring of its module, ``qpinfer.estimators.minibatch_sparse_regressors``.
 
     Predictions as :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s
     (:class:`~qpinfer.estimators.student_t_predictions.StudentTPredictionsMixin`); ``predict``

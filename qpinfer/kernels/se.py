@@ -23,12 +23,12 @@ class ARDSquaredExponential:
 
     Parameters
     ----------
-    variance:
+    variance
         The signal variance ``gamma`` (> 0).
-    length_scale:
+    length_scale
         The length scales ``alpha_d`` (> 0): a scalar (isotropic kernel, one hyperparameter) or
         one per input dimension (ARD).
-    bounds:
+    bounds
         ``(low, high)`` bounds applied to every hyperparameter, in the original (not log) scale.
 
     ``theta = log([variance, *length_scale])``.

@@ -21,14 +21,14 @@ def open_table(
 
     Parameters
     ----------
-    path:
+    path
         The store directory (``<likelihood>.zarr``), or the bare name of an installed table
         (``"probit-paper"`` or a likelihood such as ``"probit"``: ``tables_dir()/<name>.zarr``,
         see :func:`~qpinfer.tables.download`) when no file or directory of that name exists here.
-    verify_checksums:
+    verify_checksums
         ``"lazy"`` (default): check each chunk's sha256 when it is first memory-mapped;
         ``True``: check every chunk now (seconds for a paper-grid store); ``False``: sizes only.
-    interpolation:
+    interpolation
         v1 (grid) stores: ``"linear"`` (bilinear, the paper's; ~1e-8 at the paper's step 0.001)
         or ``"cubic"`` (bicubic Lagrange, O(h^4): ~1e-12 at step 0.001, 1e-9 at 0.01; needs one
         chunk per label, the published layout). v2 stores always use their Chebyshev cells.
