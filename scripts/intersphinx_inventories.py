@@ -338,7 +338,12 @@ def uri(project: str, name: str, kind: str, module: str, owner: object | None) -
         return f"modules/generated/{name}.html"
     if project == "dask":
         if kind == "module":
-            return {"dask": "index.html", "dask.array": "array.html"}.get(name, f"{name}.html")
+            pages = {
+                "dask": "index.html",
+                "dask.array": "array.html",
+                "dask.delayed": "delayed.html",
+            }
+            return pages.get(name, f"{name}.html")
         if owner is not None:
             return f"generated/{name.rsplit('.', 1)[0]}.html#{name}"
         return f"generated/{name}.html"
