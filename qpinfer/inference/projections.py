@@ -58,11 +58,37 @@ class MomentMatching:
     def project(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
+        """The projected Gaussian's mean and standard deviation at each site.
+
+        Parameters
+        ----------
+        cavity_mean, cavity_std : ndarray
+            The cavity distributions' means and standard deviations (> 0), one per site.
+        y : ndarray
+            The sites' observations.
+
+        Returns
+        -------
+        mean, std : ndarray
+        """
         return self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
 
     def log_normalizer(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> np.ndarray:
+        """The tilted distribution's log normaliser ``log Z`` at each site (for the evidence).
+
+        Parameters
+        ----------
+        cavity_mean, cavity_std : ndarray
+            The cavity distributions' means and standard deviations (> 0), one per site.
+        y : ndarray
+            The sites' observations.
+
+        Returns
+        -------
+        ndarray
+        """
         return self.likelihood.log_z(cavity_mean, cavity_std, y)
 
     def __repr__(self) -> str:
@@ -100,6 +126,19 @@ class QuantileMatching:
     def project(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
+        """The projected Gaussian's mean and standard deviation at each site.
+
+        Parameters
+        ----------
+        cavity_mean, cavity_std : ndarray
+            The cavity distributions' means and standard deviations (> 0), one per site.
+        y : ndarray
+            The sites' observations.
+
+        Returns
+        -------
+        mean, std : ndarray
+        """
         if self.table is not None:
             return self.table.qp_moments(cavity_mean, cavity_std, y)
         mean, _ = self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
@@ -108,6 +147,19 @@ class QuantileMatching:
     def log_normalizer(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> np.ndarray:
+        """The tilted distribution's log normaliser ``log Z`` at each site (for the evidence).
+
+        Parameters
+        ----------
+        cavity_mean, cavity_std : ndarray
+            The cavity distributions' means and standard deviations (> 0), one per site.
+        y : ndarray
+            The sites' observations.
+
+        Returns
+        -------
+        ndarray
+        """
         return self.likelihood.log_z(cavity_mean, cavity_std, y)
 
     def __repr__(self) -> str:
