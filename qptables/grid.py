@@ -65,10 +65,10 @@ class AxisSpec:
 
     Parameters
     ----------
-    start, stop, step:
+    start, stop, step
         Range ends (both included) and spacing; ``step > 0`` and ``start < stop``, and
         ``stop - start`` must be a whole number of steps.
-    name:
+    name
         Axis name used in error messages (``"mu"`` or ``"log10_sigma"``); the matching
         command-line flag is ``--mu`` / ``--log10-sigma``.
     """
@@ -196,12 +196,12 @@ class GridSpec:
 
     Parameters
     ----------
-    mu, log10_sigma:
+    mu, log10_sigma
         :class:`AxisSpec` or ``(start, stop, step)`` triples (inclusive ranges).
-    y:
+    y
         Integer labels; stored sorted ascending. Validate them against a likelihood with
         :meth:`validated_for`.
-    tile_mu:
+    tile_mu
         Rows of ``mu`` per tile/chunk; ``None`` chooses :func:`~qptables.grid.default_tile_mu`.
     """
 
@@ -315,7 +315,7 @@ class GridSpec:
 
 
 def paper_grid(likelihood: str, y_max: int | None = None) -> GridSpec:
-    """The paper's App. J grid: mu in [-10, 10], log10 sigma in [-1, 1], both step 0.001.
+    """The grid of Zhang et al. (2020), Appendix J: mu in [-10, 10], log10 sigma in [-1, 1], both step 0.001.
 
     Labels: ``y = (-1, +1)`` for probit; ``y = 0..y_max`` for ``poisson_square`` (``y_max``
     defaults to :data:`~qptables.grid.DEFAULT_POISSON_Y_MAX`); other likelihoods need explicit

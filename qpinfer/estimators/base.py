@@ -370,7 +370,18 @@ class GPEstimatorBase(SiteLoopParams):
     # -- latent predictions and the evidence --------------------------------------------------
     @limits_blas
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61), Alg. 3.2)."""
+        """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61), Alg. 3.2).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         X = self._check_predict_X(X)
         K_star = self.kernel_(self.X_train_, X)
         return predict_latent(self.result_.posterior, K_star, self.kernel_.diag(X))

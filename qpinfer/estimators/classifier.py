@@ -201,6 +201,38 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
         own polished from there); every other fit ``{method: ..}``.
     table_ : table object or None
         The sigma* table QP used (``None`` for EP or exact QP).
+
+    See Also
+    --------
+    sklearn.gaussian_process.GaussianProcessClassifier : scikit-learn's classifier (Laplace).
+    SparseGPClassifier : the same model with M pseudo-points, for larger data.
+
+    Examples
+    --------
+    Two classes: the kernel hyperparameters are fitted by maximising the evidence.
+
+    >>> from sklearn.datasets import load_breast_cancer, load_iris
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from qpinfer import GPClassifier
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> X, y = StandardScaler().fit_transform(X)[:200], y[:200]
+    >>> clf = GPClassifier(method="qp").fit(X, y)
+    >>> clf.kernel_  # doctest: +ELLIPSIS
+    ARDSquaredExponential(variance=..., length_scale=...)
+    >>> proba = clf.predict_proba(X)
+    >>> proba.shape
+    (200, 2)
+    >>> bool((proba.argmax(axis=1) == y).mean() > 0.95)
+    True
+
+    More than two classes, with fixed hyperparameters: one binary classifier per class.
+
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = GPClassifier(method="ep", optimizer=None, length_scale=1.0).fit(X, y)
+    >>> clf.classes_
+    array([0, 1, 2])
+    >>> len(clf.estimators_), bool(clf.score(X, y) > 0.9)
+    (3, True)
     """
 
     method: str = "qp"
@@ -270,7 +302,20 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     @limits_blas
     def fit(self, X: Any, y: Any) -> GPClassifier:
         """Fit sites (and, with ``optimizer="lbfgs"``, kernel hyperparameters) to ``(X, y)``;
-        more than two classes: the binary problems of ``multi_class``."""
+        more than two classes: the binary problems of ``multi_class``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Class labels (two or more distinct values of any sortable type).
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._validate_params()
         X = _check_X(X)
         y = _check_y(y, X.shape[0])

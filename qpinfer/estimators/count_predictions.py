@@ -209,7 +209,17 @@ class CountPredictionsMixin:
     # -- predictions (App. H) ----------------------------------------------------------------
     def predict_negative_binomial(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Shape ``k*`` and scale ``c*`` of the predictive rate's gamma (eq. (119)); square link
-        only."""
+        only.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        shape, scale : ndarray of shape (n_samples,)
+        """
         mean, var = self.predict_latent(X)
         if self._log_link():
             raise ValueError("predict_negative_binomial is for link='square' (App. H) only")
@@ -223,7 +233,21 @@ class CountPredictionsMixin:
         :meth:`predict_mean`), :func:`~qpinfer.estimators.count_predictions.predictive_count_std`: the exact one of the Poisson
         mixture over the Gaussian latent predictive (the square link's negative binomial has the
         same, its gamma matching the rate's first two moments). The latent's:
-        ``predict_latent``."""
+        ``predict_latent``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+        return_std : bool, default False
+            Also return the count's predictive standard deviation.
+
+        Returns
+        -------
+        mode : ndarray of int64, shape (n_samples,)
+        std : ndarray of shape (n_samples,)
+            Only with ``return_std``.
+        """
         self._check_is_fitted()
         mean, var = self.predict_latent(X)
         if self._log_link():
@@ -238,7 +262,17 @@ class CountPredictionsMixin:
 
     def predict_mean(self, X: Any) -> np.ndarray:
         """The predictive mean of the count, ``E[f*^2] = mu*^2 + sigma*^2`` (= ``k* c*``);
-        ``E[exp(f*)] = exp(mu* + sigma*^2 / 2)`` with ``link="log"``."""
+        ``E[exp(f*)] = exp(mu* + sigma*^2 / 2)`` with ``link="log"``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         mean, var = self.predict_latent(X)
         if self._log_link():
             return np.exp(mean + 0.5 * var)
@@ -252,6 +286,19 @@ class CountPredictionsMixin:
         ``exact=True`` gives the exact Poisson mixture over the Gaussian latent predictive,
         ``log E[Poisson(y | f*^2)]``, ``f* ~ N(mu*, sigma*^2)`` (App. C.2's normaliser) instead of
         the paper's gamma approximation of ``f*^2``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+        counts : array-like of shape (n_samples,) or (n_samples, m)
+            Non-negative integer counts.
+        exact : bool, default False
+            The exact Poisson mixture instead of the negative binomial.
+
+        Returns
+        -------
+        ndarray of the shape of ``counts``
         """
         mean, var = self.predict_latent(X)
         n = mean.shape[0]
@@ -273,7 +320,21 @@ class CountPredictionsMixin:
         return negative_binomial_log_pmf(y, k, c)
 
     def score(self, X: Any, counts: Any, sample_weight: Any = None) -> float:
-        """Mean log predictive probability of ``counts`` (the paper's NTLL is minus its sum)."""
+        """Mean log predictive probability of ``counts`` (the paper's NTLL is minus its sum).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test inputs.
+        counts : array-like of shape (n_samples,)
+            Observed counts.
+        sample_weight : array-like of shape (n_samples,) or None, default None
+            Weights of the rows in the mean.
+
+        Returns
+        -------
+        float
+        """
         self._check_is_fitted()
         X = check_X(X, estimator=type(self).__name__)
         y = check_counts(

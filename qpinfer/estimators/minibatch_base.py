@@ -208,7 +208,18 @@ class MiniBatchSparseBase(SchedulerCloneMixin):
     # -- latent predictions ---------------------------------------------------------------------
     def predict_latent(self, X: Any) -> tuple[Any, Any]:
         """Mean and variance of the latent ``f*`` (Bui et al., 2017, eq. (18)) under the fitted
-        posterior; for a dask ``X``, two lazy dask arrays computed block by block."""
+        posterior; for a dask ``X``, two lazy dask arrays computed block by block.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Input points (a dask array gives a lazy result, computed block by block).
+
+        Returns
+        -------
+        mean, var : ndarray or dask array of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         if is_dask_array(X):
             both = self._blockwise(lambda b: np.column_stack(self._predict_latent(b)), X, 2)
             return both[:, 0], both[:, 1]

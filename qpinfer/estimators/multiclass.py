@@ -248,7 +248,18 @@ class MultiClassMixin:
         """Class probabilities, columns in ``classes_`` order. Binary: the likelihood's
         predictive (:class:`qpinfer.estimators.predictions.ProbitPredictionsMixin`); OvR: the
         binary probabilities normalised by their row sum; OvO: their pairwise coupling
-        (:func:`qpinfer.estimators.multiclass.couple_pairwise`)."""
+        (:func:`qpinfer.estimators.multiclass.couple_pairwise`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Rows sum to one.
+        """
         if not self._is_multiclass():
             return super().predict_proba(X)
         X = self._check_predict_X(X)
@@ -261,7 +272,17 @@ class MultiClassMixin:
     def decision_function(self, X: Any) -> np.ndarray:
         """Binary: shape ``(n,)``, positive for ``classes_[1]``. Multi-class: ``(n, k)``; OvR
         the binary decision functions, OvO votes plus tie-breaking confidences
-        (:func:`qpinfer.estimators.multiclass.ovo_decision_function`)."""
+        (:func:`qpinfer.estimators.multiclass.ovo_decision_function`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) or (n_samples, n_classes)
+        """
         if not self._is_multiclass():
             return super().decision_function(X)
         X = self._check_predict_X(X)
@@ -278,7 +299,18 @@ class MultiClassMixin:
         OvO's vote (scikit-learn's ``OneVsOneClassifier`` and ``SVC`` predict by it) and the
         coupled probabilities can disagree (with 20 classes on 37% of the rows): ``predict``
         follows the probabilities, as scikit-learn's ``GaussianProcessClassifier`` does, so that
-        a prediction is always the most probable class ``predict_proba`` reports."""
+        a prediction is always the most probable class ``predict_proba`` reports.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
         if not self._is_multiclass():
             return super().predict(X)
         if self.multi_class == "one_vs_one":
@@ -287,7 +319,18 @@ class MultiClassMixin:
 
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """The latent mean and variance (binary only; ``estimators_[i]`` has each binary
-        problem's)."""
+        problem's).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         if self._is_multiclass():
             raise ValueError(
                 "Returning the mean and variance of the latent function f is only supported "
@@ -303,7 +346,22 @@ class MultiClassMixin:
         GPC: the mean over the binary problems; ``theta`` is one hyperparameter vector for all
         of them or their concatenation (``kernel_[i].theta`` in ``estimators_`` order). With
         ``eval_gradient`` (which scikit-learn does not offer multi-class), the gradient of that
-        mean with respect to ``theta``."""
+        mean with respect to ``theta``.
+
+        Parameters
+        ----------
+        theta : array-like or None, default None
+            Log kernel hyperparameters; ``None``: the fitted ones (and the fitted value is returned).
+        eval_gradient : bool, default False
+            Also return the gradient with respect to ``theta``.
+        **kwargs
+            Passed to the binary estimators' ``log_marginal_likelihood`` (``clone_kernel``).
+
+        Returns
+        -------
+        float, or (float, ndarray)
+            The evidence, and with ``eval_gradient`` its gradient.
+        """
         if not self._is_multiclass():
             return super().log_marginal_likelihood(theta, eval_gradient, **kwargs)
         if theta is None:

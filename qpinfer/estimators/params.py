@@ -232,7 +232,18 @@ class SharedParams(ParamsMixin):
 
     def latent_mean_and_variance(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """scikit-learn's (>= 1.7) name for the estimator's ``predict_latent``: the latent f's
-        mean and variance at ``X``."""
+        mean and variance at ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         return self.predict_latent(X)
 
     def _checked_theta(self, theta: Any, clone_kernel: Any, extra: tuple[str, ...] = ()):

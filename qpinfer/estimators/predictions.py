@@ -67,7 +67,21 @@ class ProbitPredictionsMixin:
         return self.classes_[(mean > 0).astype(np.intp)]
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Mean accuracy of :meth:`predict` on ``(X, y)``."""
+        """Mean accuracy of :meth:`predict` on ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test inputs.
+        y : array-like of shape (n_samples,)
+            True labels.
+        sample_weight : array-like of shape (n_samples,) or None, default None
+            Weights of the rows in the mean.
+
+        Returns
+        -------
+        float
+        """
         pred = self.predict(X)
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:

@@ -94,7 +94,18 @@ class ParamsMixin:
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Constructor arguments (scikit-learn's ``get_params``); with ``deep``, also the
         parameters of those that have ``get_params`` (a scikit-learn ``kernel``), as
-        ``kernel__length_scale`` etc."""
+        ``kernel__length_scale`` etc.
+
+        Parameters
+        ----------
+        deep : bool, default True
+            Also return the parameters of parameters that have ``get_params``.
+
+        Returns
+        -------
+        dict
+            Parameter names mapped to their values.
+        """
         out: dict[str, Any] = {}
         for name in self._get_param_names():
             value = getattr(self, name)
@@ -106,7 +117,18 @@ class ParamsMixin:
     def set_params(self, **params: Any):
         """Set constructor arguments (scikit-learn's ``set_params``): ``name=value``, and
         ``name__sub=value`` for a parameter of a parameter (``kernel__length_scale=2.0``, set on
-        the ``kernel`` object with its own ``set_params``, after the plain ones)."""
+        the ``kernel`` object with its own ``set_params``, after the plain ones).
+
+        Parameters
+        ----------
+        **params
+            Constructor arguments and nested ``name__sub`` parameters.
+
+        Returns
+        -------
+        self
+            The estimator (not refitted).
+        """
         names = self._get_param_names()
         nested: dict[str, dict[str, Any]] = {}
         for key, value in params.items():
@@ -156,8 +178,29 @@ def log_marginal_likelihood_method(doc: str) -> Any:
         self._check_is_fitted()
         return self._log_marginal_likelihood(theta, eval_gradient, clone_kernel)
 
-    log_marginal_likelihood.__doc__ = doc
+    log_marginal_likelihood.__doc__ = inspect.cleandoc(doc) + _LML_SECTIONS
     return log_marginal_likelihood
+
+
+#: the numpydoc sections every ``log_marginal_likelihood`` docstring ends with
+_LML_SECTIONS = """
+
+Parameters
+----------
+theta : array-like or None, default None
+    Log hyperparameters (the kernel's ``theta``, then the estimator's own where it fits
+    more); ``None``: the fitted ones, and the fitted value is returned.
+eval_gradient : bool, default False
+    Also return the gradient with respect to ``theta``.
+clone_kernel : bool, default True
+    scikit-learn's argument: evaluate on a copy of the kernel (the fitted one is never
+    modified either way).
+
+Returns
+-------
+float, or (float, ndarray)
+    The evidence, and with ``eval_gradient`` its gradient.
+"""
 
 
 class RegressorTagsMixin:

@@ -136,6 +136,21 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
         failed throughout.
     pep_result_ : SparsePEPResult
     n_iter_, n_evaluations_ : int
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from qpinfer import SparseGPClassifier
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> X = StandardScaler().fit_transform(X)
+    >>> clf = SparseGPClassifier(20, random_state=0).fit(X, y)  # 20 pseudo-points
+    >>> clf.inducing_points_.shape
+    (20, 30)
+    >>> bool(clf.score(X, y) > 0.95)
+    True
+    >>> clf.predict_proba(X[:3]).shape
+    (3, 2)
     """
 
     alpha: float = 0.5
@@ -183,7 +198,20 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPClassifier:
-        """Fit sites, kernel hyperparameters and inducing inputs (eq. (110))."""
+        """Fit sites, kernel hyperparameters and inducing inputs (eq. (110)).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Class labels (two or more distinct values of any sortable type).
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         alpha = self._validate()
         X = _check_X(X, estimator=type(self).__name__)
         y = _check_y(y, X.shape[0], type(self).__name__)
@@ -199,7 +227,18 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
     @limits_blas
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent ``f*`` (eq. (18)); binary only (multi-class:
-        ``estimators_[i]``'s)."""
+        ``estimators_[i]``'s).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         if self._is_multiclass():
             return super().predict_latent(X)  # MultiClassMixin's refusal
         return self._latent(X)

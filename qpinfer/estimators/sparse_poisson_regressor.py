@@ -73,6 +73,18 @@ class SparseGPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, Sparse
         Eq. (110) at the fitted values.
     restart_evidence_, pep_result_, n_iter_, n_evaluations_ :
         As :class:`qpinfer.SparseGPClassifier`'s.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qpinfer import SparseGPPoissonRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(0, 10, size=(300, 1))
+    >>> y = rng.poisson(4 + 3 * np.sin(X[:, 0] / 1.5))
+    >>> reg = SparseGPPoissonRegressor(15, random_state=0).fit(X, y)
+    >>> mean = reg.predict_mean(np.array([[2.0], [7.0]]))
+    >>> bool(mean[0] > mean[1])  # the rate is about 7 at x = 2 and 1.5 at x = 7
+    True
     """
 
     _: KW_ONLY
@@ -84,7 +96,20 @@ class SparseGPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, Sparse
     @limits_blas
     def fit(self, X: Any, counts: Any) -> SparseGPPoissonRegressor:
         """Fit sites, kernel hyperparameters and inducing inputs (eq. (110)) to inputs ``X``
-        (n_samples, n_features) and counts (n_samples,)."""
+        (n_samples, n_features) and counts (n_samples,).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        counts : array-like of shape (n_samples,)
+            Non-negative integer counts.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._check_sparse_params()
         if self.method not in ("qp", "ep"):
             raise ValueError(f"method must be 'qp' or 'ep', got {self.method!r}")
@@ -95,7 +120,18 @@ class SparseGPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, Sparse
 
     @limits_blas
     def predict_latent(self, X: Any):
-        """Mean and variance of the latent ``f*`` (Bui et al., 2017, eq. (18))."""
+        """Mean and variance of the latent ``f*`` (Bui et al., 2017, eq. (18)).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         return self._latent(X)
 
     log_marginal_likelihood = log_marginal_likelihood_method(

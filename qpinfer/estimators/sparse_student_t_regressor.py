@@ -84,6 +84,19 @@ class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, Sp
         Eq. (110) at the fitted values (of the normalised targets).
     restart_evidence_, pep_result_, n_iter_, n_evaluations_ :
         As :class:`qpinfer.SparseGPClassifier`'s.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qpinfer import SparseGPStudentTRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.linspace(0, 6, 300)[:, None]
+    >>> y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(300)
+    >>> y[::25] += 4.0  # twelve outliers
+    >>> reg = SparseGPStudentTRegressor(15, random_state=0).fit(X, y)
+    >>> mean = reg.predict(X)
+    >>> bool(np.abs(mean - np.sin(X[:, 0])).max() < 0.3)  # the fit ignores the outliers
+    True
     """
 
     _: KW_ONLY
@@ -97,7 +110,20 @@ class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, Sp
     @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPStudentTRegressor:
         """Fit sites, kernel hyperparameters, the scale (``optimize_scale``) and inducing
-        inputs (eq. (110)) to inputs ``X`` (n_samples, n_features) and real targets ``y``."""
+        inputs (eq. (110)) to inputs ``X`` (n_samples, n_features) and real targets ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Real targets.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._check_sparse_params()
         if self.method not in ("qp", "ep"):
             raise ValueError(f"method must be 'qp' or 'ep', got {self.method!r}")

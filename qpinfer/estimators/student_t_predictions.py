@@ -72,7 +72,18 @@ class StudentTPredictionsMixin:
 
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61)), in the units
-        of ``y`` (``normalize_y`` undone)."""
+        of ``y`` (``normalize_y`` undone).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         mean, var = super().predict_latent(X)
         return self.y_center_ + self.y_scale_ * mean, self.y_scale_**2 * var
 
@@ -81,7 +92,21 @@ class StudentTPredictionsMixin:
         also the standard deviation of a new observation ``y* = f* + e``: ``sqrt(v* + scale^2
         nu / (nu - 2))`` (latent variance plus the Student-t noise's; ``scale`` times
         ``y_scale_`` with ``normalize_y``), ``inf`` for ``nu <= 2`` (infinite noise variance).
-        The latent's alone: ``predict_latent``."""
+        The latent's alone: ``predict_latent``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+        return_std : bool, default False
+            Also return the predictive standard deviation of a new observation.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,)
+        std : ndarray of shape (n_samples,)
+            Only with ``return_std``.
+        """
         mean, var = self.predict_latent(X)
         if not return_std:
             return mean
@@ -91,7 +116,19 @@ class StudentTPredictionsMixin:
 
     def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
         """log p(y* | data) = log of int t(y* - f) N(f | m*, v*) df, per point (a density of
-        ``y`` in its own units)."""
+        ``y`` in its own units).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+        y : array-like of shape (n_samples,)
+            Observed targets.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         self._check_is_fitted()
         X = check_X(X, estimator=type(self).__name__)
         y = check_targets(y, X.shape[0], type(self).__name__)
@@ -100,7 +137,21 @@ class StudentTPredictionsMixin:
         return self.likelihood_.log_z(mean, np.sqrt(var), yn) - np.log(self.y_scale_)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """R^2 of the predictive mean (scikit-learn's regressor score)."""
+        """R^2 of the predictive mean (scikit-learn's regressor score).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test inputs.
+        y : array-like of shape (n_samples,)
+            True targets.
+        sample_weight : array-like of shape (n_samples,) or None, default None
+            Weights of the rows.
+
+        Returns
+        -------
+        float
+        """
         self._check_is_fitted()
         X = check_X(X, estimator=type(self).__name__)
         y = check_targets(y, X.shape[0], type(self).__name__)

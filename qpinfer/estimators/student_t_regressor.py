@@ -102,6 +102,28 @@ class GPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, GPEstima
     %(search_settings)s
     %(site_loop)s
     %(qp_objective)s
+
+    See Also
+    --------
+    sklearn.gaussian_process.GaussianProcessRegressor : Gaussian noise, exact inference.
+    SparseGPStudentTRegressor : the same model with M pseudo-points, for larger data.
+
+    Examples
+    --------
+    A smooth function with a few gross outliers, which the Student-t noise discounts:
+
+    >>> import numpy as np
+    >>> from qpinfer import GPStudentTRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.linspace(0, 6, 60)[:, None]
+    >>> y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(60)
+    >>> y[::12] += 4.0  # five outliers
+    >>> reg = GPStudentTRegressor(method="qp", nu=4.0, optimize_scale=True).fit(X, y)
+    >>> mean, std = reg.predict(X, return_std=True)
+    >>> bool(np.abs(mean - np.sin(X[:, 0])).max() < 0.3)  # the fit ignores the outliers
+    True
+    >>> bool(np.all(std > 0))
+    True
     """
 
     _METHODS = ("qp", "ep", "laplace", "vb")
@@ -126,7 +148,20 @@ class GPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, GPEstima
     @limits_blas
     def fit(self, X: Any, y: Any) -> GPStudentTRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
-        hyperparameters) to inputs ``X`` (n_samples, n_features) and real targets ``y``."""
+        hyperparameters) to inputs ``X`` (n_samples, n_features) and real targets ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Real targets.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._validate_params()
         nu, scale = check_nu_scale(self.nu, self.scale)
         check_nu_supported(nu)

@@ -145,40 +145,40 @@ def run_ep(
 
     Parameters
     ----------
-    K:
+    K
         Prior covariance ``K(X, X)`` (N x N).
-    y:
+    y
         Observations, in the form the likelihood expects (probit: -1/+1).
-    projection:
+    projection
         The local update, e.g. :class:`~qpinfer.MomentMatching` (EP) or
         :class:`~qpinfer.QuantileMatching` (QP).
-    schedule:
+    schedule
         ``"parallel"`` (damped, vectorised over sites) or ``"sequential"`` (R&W Alg. 3.5).
-    damping:
+    damping
         Step in natural parameters, in (0, 1]; ``None`` means 1.0 for ``"sequential"`` and 0.5
         for ``"parallel"``.
-    max_iter, tol:
+    max_iter, tol
         Stop when the RMS change of ``(tau~, nu~)`` over a sweep is below ``tol`` (Sec. 6) or after
         ``max_iter`` sweeps (then :class:`~qpinfer.ConvergenceWarning`, and the best sites are
         returned).
-    init:
+    init
         Starting sites ``(tau~, nu~)`` (warm start); default all zero (posterior = prior).
-    block_size:
+    block_size
         How many rank-one updates the sequential schedule defers into one rank-k update.
-    min_site_precision:
+    min_site_precision
         Floor for site precisions. ``"auto"``:
         :data:`~qpinfer.inference.site_update.MIN_SITE_PRECISION`, or no floor (``None``) if the
         projection's likelihood declares ``log_concave = False`` (negative sites are then
         legitimate; see the module docstring).
-    adaptive_damping:
+    adaptive_damping
         Parallel schedule: halve the damping (down to 1/64) whenever 20 sweeps pass without a new
         smallest RMS change, as :func:`qpinfer.inference.sparse.sites.run_sparse_pep` always does.
         Off by default here, so that existing fits keep their exact sweep sequence.
-    acceleration:
+    acceleration
         Parallel schedule: Anderson acceleration of the sweeps (:mod:`qpinfer.inference.anderson`;
         the same fixed points and stopping rule, fewer sweeps). Off by default here; the
         estimators turn it on.
-    keep_v:
+    keep_v
         Keep the result's posterior's ``V``
         (:func:`~qpinfer.inference.dense_posterior.posterior_from_sites`), from which a
         site-update Jacobian (:func:`qpinfer.inference.site_chord.site_update_jacobian`) forms

@@ -75,7 +75,7 @@ __all__ = [
 
 @dataclass
 class LaplaceResult(PosteriorMoments):
-    """The mode, the Gaussian it implies, and the approximate evidence (R&W eq. (3.32))."""
+    """The mode, the Gaussian it implies, and the approximate evidence (R&W equation (3.32))."""
 
     f: np.ndarray
     a: np.ndarray
@@ -178,7 +178,9 @@ def laplace_mode(
     max_iter: int = 100,
     tol: float = 1e-12,
 ) -> LaplaceResult:
-    """Newton's method for the posterior mode (R&W Alg. 3.1) with backtracking, and eq. (3.32).
+    """Newton's method for the posterior mode, with backtracking, and the Laplace evidence.
+
+    Rasmussen and Williams (2006), Algorithm 3.1 and equation (3.32).
 
     ``init`` is a starting ``a`` (``f = K a``), e.g. the previous mode during hyperparameter
     optimisation; it is ignored if ``K a`` is outside the positive branch (square link), and the

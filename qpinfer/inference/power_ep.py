@@ -63,7 +63,7 @@ def check_power(power: Any) -> float:
 
 
 class PowerMomentMatching:
-    """Power EP's projection: moment matching of ``N(f | cavity) p(y | f)^power`` (Sec. 3.4).
+    """Power EP's projection: moment matching of ``N(f | cavity) p(y | f)^power`` (Bui et al., 2017, Section 3.4).
 
     Plugs into :func:`qpinfer.inference.ep.run_ep` (the loop reads ``power`` for the fractional
     cavity and site update). ``power = 1`` uses the likelihood's closed forms and is exactly
@@ -79,6 +79,19 @@ class PowerMomentMatching:
     def project(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
+        """The projected Gaussian's mean and standard deviation at each site.
+
+        Parameters
+        ----------
+        cavity_mean, cavity_std : ndarray
+            The cavity distributions' means and standard deviations (> 0), one per site.
+        y : ndarray
+            The sites' observations.
+
+        Returns
+        -------
+        mean, std : ndarray
+        """
         if self.power == 1.0:
             return self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
         _, mean, std = self.likelihood.power_moments(cavity_mean, cavity_std, y, self.power)

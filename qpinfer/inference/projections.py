@@ -48,7 +48,7 @@ class Projection(Protocol):
 
 
 class MomentMatching:
-    """EP's projection: match the tilted mean and variance (Zhang et al., 2020, eq. (5))."""
+    """EP's projection: match the tilted mean and variance (Zhang et al. (2020), equation (5))."""
 
     power = 1.0
 
@@ -58,11 +58,37 @@ class MomentMatching:
     def project(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
+        """The projected Gaussian's mean and standard deviation at each site.
+
+        Parameters
+        ----------
+        cavity_mean, cavity_std : ndarray
+            The cavity distributions' means and standard deviations (> 0), one per site.
+        y : ndarray
+            The sites' observations.
+
+        Returns
+        -------
+        mean, std : ndarray
+        """
         return self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
 
     def log_normalizer(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> np.ndarray:
+        """The tilted distribution's log normaliser ``log Z`` at each site (for the evidence).
+
+        Parameters
+        ----------
+        cavity_mean, cavity_std : ndarray
+            The cavity distributions' means and standard deviations (> 0), one per site.
+        y : ndarray
+            The sites' observations.
+
+        Returns
+        -------
+        ndarray
+        """
         return self.likelihood.log_z(cavity_mean, cavity_std, y)
 
     def __repr__(self) -> str:
@@ -70,7 +96,7 @@ class MomentMatching:
 
 
 class QuantileMatching:
-    """QP's projection: EP's mean (eq. (5)) and the L2-Wasserstein standard deviation (eq. (7)).
+    """QP's projection: EP's mean and the L2-Wasserstein standard deviation (equations (5), (7)).
 
     With a ``table`` (a :class:`~qpinfer.tables.reader.SigmaTableReader`, from
     :func:`qpinfer.open_table`) the table answers both, ``table.qp_moments(mu, sigma, y)``: one
@@ -100,6 +126,19 @@ class QuantileMatching:
     def project(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
+        """The projected Gaussian's mean and standard deviation at each site.
+
+        Parameters
+        ----------
+        cavity_mean, cavity_std : ndarray
+            The cavity distributions' means and standard deviations (> 0), one per site.
+        y : ndarray
+            The sites' observations.
+
+        Returns
+        -------
+        mean, std : ndarray
+        """
         if self.table is not None:
             return self.table.qp_moments(cavity_mean, cavity_std, y)
         mean, _ = self.likelihood.tilted_moments(cavity_mean, cavity_std, y)
@@ -108,6 +147,19 @@ class QuantileMatching:
     def log_normalizer(
         self, cavity_mean: np.ndarray, cavity_std: np.ndarray, y: np.ndarray
     ) -> np.ndarray:
+        """The tilted distribution's log normaliser ``log Z`` at each site (for the evidence).
+
+        Parameters
+        ----------
+        cavity_mean, cavity_std : ndarray
+            The cavity distributions' means and standard deviations (> 0), one per site.
+        y : ndarray
+            The sites' observations.
+
+        Returns
+        -------
+        ndarray
+        """
         return self.likelihood.log_z(cavity_mean, cavity_std, y)
 
     def __repr__(self) -> str:

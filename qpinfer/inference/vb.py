@@ -319,7 +319,7 @@ def fit_vb(
     gtol: float = 1e-5,
 ) -> tuple[Any, VBResult]:
     """Maximise the ELBO by L-BFGS-B over ``(alpha, beta)`` and, if ``optimize_kernel``, the log
-    kernel hyperparameters (jointly, paper Sec. 6). Returns ``(fitted kernel, VBResult)``."""
+    kernel hyperparameters (jointly, as Zhang et al. (2020), Section 6). Returns ``(fitted kernel, VBResult)``."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     n = y.shape[0]

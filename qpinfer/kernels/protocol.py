@@ -25,7 +25,7 @@ __all__ = ["Kernel"]
 
 @runtime_checkable
 class Kernel(Protocol):
-    """What EP/QP inference needs from a covariance function (see the module docstring)."""
+    """What EP/QP inference needs from a covariance function (the kernel protocol)."""
 
     @property
     def theta(self) -> np.ndarray: ...
@@ -36,10 +36,54 @@ class Kernel(Protocol):
     @property
     def hyperparameter_names(self) -> list[str]: ...
 
-    def with_theta(self, theta: np.ndarray) -> Kernel: ...
+    def with_theta(self, theta: np.ndarray) -> Kernel:
+        """A copy with the hyperparameters ``exp(theta)``.
 
-    def __call__(self, X: np.ndarray, Z: np.ndarray | None = None) -> np.ndarray: ...
+        Parameters
+        ----------
+        theta : ndarray
+            Log hyperparameters, in the order of ``hyperparameter_names``.
 
-    def diag(self, X: np.ndarray) -> np.ndarray: ...
+        Returns
+        -------
+        Kernel
+        """
 
-    def gradient_contract(self, X: np.ndarray, W: np.ndarray) -> np.ndarray: ...
+    def __call__(self, X: np.ndarray, Z: np.ndarray | None = None) -> np.ndarray:
+        """The covariance matrix ``K(X, Z)`` (``Z=None``: ``K(X, X)``).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, n_features)
+        Z : ndarray of shape (m_samples, n_features) or None, default None
+
+        Returns
+        -------
+        ndarray of shape (n_samples, m_samples)
+        """
+
+    def diag(self, X: np.ndarray) -> np.ndarray:
+        """The diagonal of ``K(X, X)``, without forming the matrix.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+
+    def gradient_contract(self, X: np.ndarray, W: np.ndarray) -> np.ndarray:
+        """``g_j = sum_ab W_ab dK_ab / dtheta_j`` for symmetric ``W`` (theta in log space).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, n_features)
+        W : ndarray of shape (n_samples, n_samples)
+            Symmetric weights.
+
+        Returns
+        -------
+        ndarray of shape (n_hyperparameters,)
+        """

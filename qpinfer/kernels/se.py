@@ -17,18 +17,18 @@ __all__ = ["ARDSquaredExponential"]
 
 
 class ARDSquaredExponential:
-    """ARD squared-exponential kernel of Zhang et al. (2020) Sec. 3.1.
+    """ARD squared-exponential kernel (Zhang et al. (2020), Section 3.1).
 
     ``k(x, x') = variance * exp(-0.5 * sum_d ((x_d - x'_d) / length_scale_d)^2)``
 
     Parameters
     ----------
-    variance:
+    variance
         The signal variance ``gamma`` (> 0).
-    length_scale:
+    length_scale
         The length scales ``alpha_d`` (> 0): a scalar (isotropic kernel, one hyperparameter) or
         one per input dimension (ARD).
-    bounds:
+    bounds
         ``(low, high)`` bounds applied to every hyperparameter, in the original (not log) scale.
 
     ``theta = log([variance, *length_scale])``.
@@ -73,6 +73,17 @@ class ARDSquaredExponential:
         return ["variance"] + [f"length_scale_{d}" for d in range(self.length_scale.size)]
 
     def with_theta(self, theta: np.ndarray) -> ARDSquaredExponential:
+        """A copy with the hyperparameters ``exp(theta)``.
+
+        Parameters
+        ----------
+        theta : ndarray
+            Log hyperparameters, in the order of ``hyperparameter_names``.
+
+        Returns
+        -------
+        Kernel
+        """
         theta = np.asarray(theta, dtype=np.float64)
         if theta.shape != (1 + self.length_scale.size,):
             raise ValueError(
@@ -101,6 +112,16 @@ class ARDSquaredExponential:
         return K
 
     def diag(self, X: np.ndarray) -> np.ndarray:
+        """The diagonal of ``K(X, X)``, without forming the matrix.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         return np.full(np.asarray(X).shape[0], self.variance)
 
     def gradient_contract(

@@ -28,7 +28,7 @@ _EDGE_TOL = 1e-9
 
 
 class SigmaTable(SigmaTableReader):
-    """An open v1 sigma* table (see the module docstring); create with :func:`~qpinfer.open_table`.
+    """An open sigma* table store of the grid layout; create with :func:`~qpinfer.open_table`.
 
     Attributes
     ----------

@@ -17,18 +17,18 @@ __all__ = ["open_table"]
 def open_table(
     path: str | os.PathLike, *, verify_checksums: bool | str = "lazy", interpolation: str = "linear"
 ) -> SigmaTable | ReducedTable:
-    """Open and validate a sigma* table store (see the module docstring for what is checked).
+    """Open a sigma* table store, validating its schema, completeness and chunk files.
 
     Parameters
     ----------
-    path:
+    path
         The store directory (``<likelihood>.zarr``), or the bare name of an installed table
         (``"probit-paper"`` or a likelihood such as ``"probit"``: ``tables_dir()/<name>.zarr``,
         see :func:`~qpinfer.tables.download`) when no file or directory of that name exists here.
-    verify_checksums:
+    verify_checksums
         ``"lazy"`` (default): check each chunk's sha256 when it is first memory-mapped;
         ``True``: check every chunk now (seconds for a paper-grid store); ``False``: sizes only.
-    interpolation:
+    interpolation
         v1 (grid) stores: ``"linear"`` (bilinear, the paper's; ~1e-8 at the paper's step 0.001)
         or ``"cubic"`` (bicubic Lagrange, O(h^4): ~1e-12 at step 0.001, 1e-9 at 0.01; needs one
         chunk per label, the published layout). v2 stores always use their Chebyshev cells.
@@ -37,6 +37,20 @@ def open_table(
     ------
     TableError
         (a ``ValueError``) naming what was expected and what was found.
+
+    Examples
+    --------
+    The probit table shipped inside qpinfer, a store of the cells layout:
+
+    >>> import numpy as np
+    >>> from importlib.resources import files
+    >>> from qpinfer import open_table, sigma_qp
+    >>> table = open_table(files("qpinfer") / "tables_data" / "probit.zarr")
+    >>> table.likelihood
+    'probit'
+    >>> mu, sigma, y = np.array([0.5, -1.0]), np.array([1.0, 2.0]), np.array([1, -1])
+    >>> bool(np.allclose(table.sigma_qp(mu, sigma, y), sigma_qp("probit", mu, sigma, y), rtol=1e-6))
+    True
     """
     if verify_checksums not in (True, False, "lazy"):
         raise ValueError(

@@ -159,27 +159,27 @@ def build(
 
     Parameters
     ----------
-    likelihood:
+    likelihood
         A name :func:`qpinfer.get_likelihood` knows, e.g. ``"probit"``, ``"poisson_square"``,
         ``"step_noise(eps=0.1)"``.
-    out:
+    out
         Destination directory of the zarr store; built in ``OUT.partial``, locked by
         ``OUT.lock``.
-    grid:
+    grid
         The layout. ``"paper"`` (default): the App. J grid of Zhang et al. (2020), 20001 x 2001
         points per label, linear interpolation (``y_max`` sets the Poisson labels); a
         :class:`~qptables.grid.GridSpec`: another rectangle of the same layout. ``"cells"``: the
         reduced-coordinate boxes of Chebyshev cells that qpinfer ships (fixed boxes,
         :func:`qpinfer.likelihoods.registry.boxes_for`).
-    scheduler:
+    scheduler
         Address of an existing dask-distributed scheduler (workers must see ``out`` on a shared
         file system); ``None`` starts a ``LocalCluster`` of ``workers`` single-threaded worker
         processes (default: one per CPU).
-    force:
+    force
         Replace an existing ``OUT`` (only once the new store is complete and verified) and
         discard an incompatible ``OUT.partial`` -- only if they are table stores of this
         package (complete or unfinished); anything else is refused before any work.
-    samples, tolerance, seed, verify_dps, kernel_points:
+    samples, tolerance, seed, verify_dps, kernel_points
         The check: points checked against mpmath (the grid: besides each label's corners and
         edge midpoints; the cells: a stratified sample of the kernel check's points), the
         largest accepted relative error (default: the grid 1e-10, the cells 1e-12), the
@@ -187,11 +187,11 @@ def build(
         the cells each reference's own) and, for the cells only, the random points checked
         against the exact kernel (default 20000). The cells' defaults give the shipped stores
         bit for bit.
-    progress, stream:
+    progress, stream
         Show a tqdm progress bar; where to print the plan and progress lines (default stderr).
-    client:
+    client
         An existing ``distributed.Client`` to use instead of ``scheduler``/``workers``.
-    dry_run:
+    dry_run
         Validate, probe the kernel and print the plan and estimate, then stop before creating
         anything (no cluster is started).
 

@@ -60,20 +60,20 @@ def verify(
 
     Parameters
     ----------
-    samples, seed:
+    samples, seed
         Points checked against mpmath (default 24) and the seed of their draw.
-    tolerance:
+    tolerance
         Largest accepted relative error (default: the grid 1e-10; the cells the tolerance the
         build recorded).
-    dps:
+    dps
         Decimal digits of the mpmath reference (default: the grid 40; the cells each
         reference's own).
-    client, workers:
+    client, workers
         A dask client whose workers compute the mpmath points; else ``workers`` local processes.
-    write, progress:
+    write, progress
         The grid: store the report in the store; a progress bar of the mpmath points (default:
         when stderr is a terminal). A cells store is never written to.
-    kernel_points, boxes:
+    kernel_points, boxes
         The cells only: random points checked against the exact kernel (default 20000), and the
         names of the boxes to check (default every box).
 

@@ -150,7 +150,7 @@ def reference_point(
 
 
 def sigma_qp_reference(likelihood_name: str, mu: float, sigma: float, y: int, dps: int = 40) -> mpf:
-    """The QP standard deviation sigma* of Zhang et al. (2020) eq. (7), to about ``dps`` digits.
+    """The QP standard deviation sigma* (Zhang et al. (2020), equation (7)), to about ``dps`` digits.
 
     Step-noise names (``"step_noise(eps=0.2)"``) go to the independent closed-CDF routine of
     :mod:`qptables.reference.step_noise`.

@@ -72,7 +72,7 @@ def expected_log_f2(m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 class PoissonSquare(Likelihood):
-    """Poisson counts with rate f^2 (square link, Zhang et al. (2020) App. C.2), y in {0, 1, 2, ...}.
+    """Poisson counts with rate f^2 (square link, Zhang et al. (2020), Appendix C.2), y in {0, 1, 2, ...}.
 
     With N(f | mu, sigma^2) exp(-f^2) = N(f | beta, v) exp(-mu^2/(1+2 sigma^2)) / sqrt(1+2 sigma^2),
     ``beta = mu / (1 + 2 sigma^2)``, ``v = sigma^2 / (1 + 2 sigma^2)``, the tilted density is

@@ -37,7 +37,7 @@ def _gauss_nodes(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Probit(Likelihood):
-    """Probit likelihood p(y | f) = Phi(y f) with labels y in {-1, +1} (Zhang et al., 2020, App. C.1)."""
+    """Probit likelihood p(y | f) = Phi(y f) with labels y in {-1, +1} (Zhang et al. (2020), Appendix C.1)."""
 
     name = "probit"
 
