@@ -66,7 +66,7 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
     QP's fixed point
     (:func:`~qpinfer.inference.sparse.total_gradient.sparse_qp_objective_gradient`, O(N M^2)).
     ``log_marginal_likelihood_`` is eq. (110) at QP's sites. Cost: one sigma* per site update on
-    top of EP's O(M^2) (``docs/rep.md`` has timings).
+    top of EP's O(M^2) (``docs/development/rep.md`` has timings).
 
     Parameters
     ----------
