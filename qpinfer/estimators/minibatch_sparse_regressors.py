@@ -39,6 +39,8 @@ from qpinfer.estimators.count_predictions import (
     CountPredictionsMixin,
     check_counts,
 )
+from qpinfer.estimators.count_summaries import check_levels
+from qpinfer.estimators.joint_predictions import MiniBatchJointLatentMixin
 from qpinfer.estimators.minibatch_base import MiniBatchParams, MiniBatchSparseBase
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
@@ -123,7 +125,7 @@ class MiniBatchRegressorBase(RegressorTagsMixin, MiniBatchSparseBase):
 
 @estimator
 class MiniBatchSparseGPPoissonRegressor(
-    CountPredictionsMixin, MiniBatchRegressorBase, MiniBatchParams
+    CountPredictionsMixin, MiniBatchJointLatentMixin, MiniBatchRegressorBase, MiniBatchParams
 ):
     """Sparse GP Poisson regression (counts) with M pseudo-points by minibatch EP or QP.
 
@@ -190,15 +192,32 @@ class MiniBatchSparseGPPoissonRegressor(
         return self
 
     def predict(self, X: Any, return_std: bool = False) -> Any:
-        """The predictive mode of the count (and its standard deviation), as
+        """The predictive mean of the count (and its standard deviation), as
         :class:`qpinfer.GPPoissonRegressor`'s; lazy for a dask ``X``."""
         return self._maybe_lazy(super().predict, X, return_std)
 
     def predict_mean(self, X: Any) -> Any:
-        """The predictive mean of the count; lazy for a dask ``X``."""
+        """The predictive mean of the count (:meth:`predict`); lazy for a dask ``X``."""
         if is_dask_array(X):
             return self._blockwise(super().predict_mean, X, None)
         return super().predict_mean(X)
+
+    def predict_mode(self, X: Any) -> Any:
+        """The most probable count, as :class:`qpinfer.GPPoissonRegressor`'s; lazy for a dask
+        ``X``."""
+        if is_dask_array(X):
+            return self._blockwise(super().predict_mode, X, None, dtype=np.int64)
+        return super().predict_mode(X)
+
+    def predict_quantiles(self, X: Any, q: Any) -> Any:
+        """Quantiles of the predictive count, as :class:`qpinfer.GPPoissonRegressor`'s; lazy
+        for a dask ``X`` (``predict_interval`` too, through this)."""
+        if is_dask_array(X):
+            n_levels = check_levels(q).size
+            self._check_is_fitted()
+            method = partial(CountPredictionsMixin.predict_quantiles, self, q=q)
+            return self._blockwise(method, X, n_levels, dtype=np.int64)
+        return super().predict_quantiles(X, q)
 
 
 class _StudentTAt:
@@ -221,7 +240,7 @@ class _StudentTAt:
 
 @estimator
 class MiniBatchSparseGPStudentTRegressor(
-    StudentTPredictionsMixin, MiniBatchRegressorBase, MiniBatchParams
+    StudentTPredictionsMixin, MiniBatchJointLatentMixin, MiniBatchRegressorBase, MiniBatchParams
 ):
     """Sparse GP regression with Student-t noise ``t_nu(0, scale)`` and M pseudo-points by
     minibatch EP or QP (the module docstring: negative sites, ``optimize_scale``,
@@ -308,9 +327,13 @@ class MiniBatchSparseGPStudentTRegressor(
         self.scale_ = self.likelihood_.scale
         return self
 
-    def predict(self, X: Any, return_std: bool = False) -> Any:
-        """The predictive mean (and the standard deviation of a new observation), as
-        :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s; lazy for a dask ``X``."""
+    def predict(self, X: Any, return_std: bool = False, return_cov: bool = False) -> Any:
+        """The predictive mean (and the standard deviation, or the covariance, of new
+        observations), as :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s;
+        lazy for a dask ``X`` (``return_cov`` takes a numpy ``X`` of at most 10,000 rows,
+        :data:`~qpinfer.estimators.joint_predictions.JOINT_MAX_ROWS`)."""
+        if return_cov:
+            return super().predict(X, return_std=return_std, return_cov=True)
         return self._maybe_lazy(super().predict, X, return_std)
 
 

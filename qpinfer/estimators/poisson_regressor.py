@@ -26,6 +26,7 @@ from qpinfer.estimators.count_predictions import (  # re-exported (were defined 
     poisson_likelihood,
     predictive_count_std,
 )
+from qpinfer.estimators.joint_predictions import DenseJointLatentMixin
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
 
@@ -40,7 +41,9 @@ __all__ = [
 
 
 @estimator
-class GPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, GPEstimatorBase):
+class GPPoissonRegressor(
+    CountPredictionsMixin, DenseJointLatentMixin, RegressorTagsMixin, GPEstimatorBase
+):
     """GP Poisson regression with the square link, rate ``f(x)^2`` (Zhang et al., 2020, Sec. 6.2).
 
     Parameters

@@ -10,6 +10,11 @@ import numpy as np
 from qpinfer.checks import check_target_vector
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X
+from qpinfer.estimators.joint_predictions import (
+    RETURN_BOTH_MESSAGE,
+    SampleYMixin,
+    low_rank_mean_cov,
+)
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
 from qpinfer.estimators.sparse_base import SparseEstimatorBase, check_inducing_kernel
@@ -31,7 +36,7 @@ NOISE_BOUNDS = (np.log(1e-6), np.log(1e4))
 
 
 @estimator
-class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
+class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
     """Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (Bui et al., 2017).
 
     Fits the kernel hyperparameters, the noise variance and (optionally) the inducing inputs by
@@ -176,14 +181,53 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         )
         return mean * self._y_std + self._y_mean, var * self._y_std**2
 
-    def predict(self, X: Any, return_std: bool = False) -> Any:
-        """Predictive mean; with ``return_std`` also the standard deviation of a new observation
-        ``y*`` (latent variance plus the noise variance; the latent's alone:
-        :meth:`predict_latent`)."""
+    @limits_blas
+    def _latent_mean_cov(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and covariance of the latent ``f*`` at the rows of ``X`` (original units)."""
+        X = self._check_predict_X(X)
+        post = self.posterior_
+        mean, cov = low_rank_mean_cov(
+            self.kernel_, self.inducing_points_, self._Lu, post.L, post.mean_v, X
+        )
+        return mean * self._y_std + self._y_mean, cov * self._y_std**2
+
+    def predict(self, X: Any, return_std: bool = False, return_cov: bool = False) -> Any:
+        """Predictive mean of y, with scikit-learn's ``GaussianProcessRegressor`` signature.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features)
+        return_std : bool, default False
+            Also return the standard deviation of a new observation ``y* = f* + e`` (the latent
+            variance plus the noise variance; the latent's alone: :meth:`predict_latent`).
+        return_cov : bool, default False
+            Also return the covariance of the new observations ``y*`` at the rows of ``X``
+            jointly: the latent covariance (Bui et al., 2017, eq. (18)) plus the noise variance
+            on the diagonal, so its diagonal is ``return_std``'s square. ``ValueError`` if both
+            are requested, as scikit-learn's.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_rows,)
+        std : ndarray of shape (n_rows,), with ``return_std``
+        cov : ndarray of shape (n_rows, n_rows), with ``return_cov``
+        """
+        if return_std and return_cov:
+            raise ValueError(RETURN_BOTH_MESSAGE)
+        noise = self.noise_variance_ * self._y_std**2 if (return_std or return_cov) else 0.0
+        if return_cov:
+            mean, cov = self._latent_mean_cov(X)
+            cov[np.diag_indices_from(cov)] += noise
+            return mean, cov
         mean, var = self.predict_latent(X)
         if not return_std:
             return mean
-        return mean, np.sqrt(var + self.noise_variance_ * self._y_std**2)
+        return mean, np.sqrt(var + noise)
+
+    def _observe(self, f: np.ndarray, rng: Any) -> np.ndarray:
+        """``sample_y``'s noise: ``f`` plus Gaussian noise of variance ``noise_variance_``
+        (in ``y``'s units)."""
+        return f + np.sqrt(self.noise_variance_) * self._y_std * rng.standard_normal(f.shape)
 
     def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
         """``log N(y | mean*, var* + noise)`` per test point (original units)."""
