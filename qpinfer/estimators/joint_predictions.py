@@ -38,6 +38,7 @@ from qpinfer.inference.sparse.dask_partitions import is_dask_array
 __all__ = [
     "JOINT_MAX_ROWS",
     "RETURN_BOTH_MESSAGE",
+    "ReturnBothError",
     "DenseJointLatentMixin",
     "MiniBatchJointLatentMixin",
     "SampleYMixin",
@@ -51,6 +52,15 @@ __all__ = [
 JOINT_MAX_ROWS = 10_000
 #: scikit-learn's ``GaussianProcessRegressor.predict`` message, raised as it does
 RETURN_BOTH_MESSAGE = "At most one of return_std or return_cov can be requested."
+
+
+class ReturnBothError(RuntimeError, ValueError):
+    """``predict(X, return_std=True, return_cov=True)``: scikit-learn's
+    ``GaussianProcessRegressor`` raises a ``RuntimeError`` with :data:`RETURN_BOTH_MESSAGE`;
+    this is one (and a ``ValueError``, as qpinfer's other refused arguments)."""
+
+    def __init__(self) -> None:
+        super().__init__(RETURN_BOTH_MESSAGE)
 
 
 def _symmetric(C: np.ndarray) -> np.ndarray:

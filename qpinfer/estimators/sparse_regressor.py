@@ -11,7 +11,7 @@ from qpinfer.checks import check_target_vector
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X
 from qpinfer.estimators.joint_predictions import (
-    RETURN_BOTH_MESSAGE,
+    ReturnBothError,
     SampleYMixin,
     low_rank_mean_cov,
 )
@@ -203,8 +203,8 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
         return_cov : bool, default False
             Also return the covariance of the new observations ``y*`` at the rows of ``X``
             jointly: the latent covariance (Bui et al., 2017, eq. (18)) plus the noise variance
-            on the diagonal, so its diagonal is ``return_std``'s square. ``ValueError`` if both
-            are requested, as scikit-learn's.
+            on the diagonal, so its diagonal is ``return_std``'s square. ``RuntimeError`` (a
+            ``ValueError`` too) if both are requested, as scikit-learn's.
 
         Returns
         -------
@@ -213,7 +213,7 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
         cov : ndarray of shape (n_rows, n_rows), with ``return_cov``
         """
         if return_std and return_cov:
-            raise ValueError(RETURN_BOTH_MESSAGE)
+            raise ReturnBothError
         noise = self.noise_variance_ * self._y_std**2 if (return_std or return_cov) else 0.0
         if return_cov:
             mean, cov = self._latent_mean_cov(X)

@@ -11,7 +11,7 @@ import numpy as np
 
 from qpinfer.checks import check_target_vector, check_X
 from qpinfer.checks import finite_array as _finite
-from qpinfer.estimators.joint_predictions import RETURN_BOTH_MESSAGE, SampleYMixin
+from qpinfer.estimators.joint_predictions import ReturnBothError, SampleYMixin
 
 __all__ = [
     "MAD_TO_STD",
@@ -106,7 +106,8 @@ class StudentTPredictionsMixin(SampleYMixin):
             jointly: the latent ``f*``'s covariance plus the noise variance on the diagonal (the
             noise is independent across rows), so its diagonal is ``return_std``'s square.
             An ``(n_rows, n_rows)`` matrix (the minibatch estimator takes at most 10,000 rows,
-            in memory). ``ValueError`` if both are requested, as scikit-learn's.
+            in memory). ``RuntimeError`` (a ``ValueError`` too) if both are requested, as
+            scikit-learn's.
 
         Returns
         -------
@@ -118,7 +119,7 @@ class StudentTPredictionsMixin(SampleYMixin):
         The latent's moments alone: ``predict_latent``.
         """
         if return_std and return_cov:
-            raise ValueError(RETURN_BOTH_MESSAGE)
+            raise ReturnBothError
         if return_cov:
             mean, cov = self._latent_mean_cov(X)
             cov[np.diag_indices_from(cov)] += self._noise_variance()
