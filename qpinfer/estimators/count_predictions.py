@@ -1,5 +1,11 @@
 """What every Poisson-regression estimator (dense, sparse, minibatch) shares: the count checks,
-the likelihood of a ``link``, and the count predictions of a Gaussian latent predictive.
+the likelihood of a ``link``, and the count predictions of a Gaussian latent predictive, as
+scikit-learn users expect them: ``predict`` is the predictive mean of the count (float64, as
+``sklearn.linear_model.PoissonRegressor``'s), ``score`` the D^2 of the Poisson deviance (as
+``PoissonRegressor.score``); the mode, quantiles and intervals, log probabilities and draws have
+methods of their own (``predict_mode``, ``predict_quantiles``, ``predict_interval``, ``log_pmf``,
+``log_predictive_density``, ``sample_y``; quantiles and D^2:
+:mod:`qpinfer.estimators.count_summaries`).
 
 The square link's predictive (Zhang et al., 2020, App. H). With the latent predictive ``f* ~
 N(mu*, sigma*^2)``, the rate ``g* = f*^2`` is approximated by the gamma distribution with the

@@ -131,8 +131,12 @@ class MiniBatchSparseGPPoissonRegressor(
 
     Rate ``f^2`` (``link="square"``, Zhang et al., 2020) or ``exp(f)`` (``link="log"``).
     Predictions as :class:`qpinfer.GPPoissonRegressor`'s
-    (:class:`~qpinfer.estimators.count_predictions.CountPredictionsMixin`); ``predict`` (and
-    ``predict_latent``) lazy on a dask ``X``.
+    (:class:`~qpinfer.estimators.count_predictions.CountPredictionsMixin`): ``predict`` returns
+    the predictive mean of the count (float64), ``predict_mode`` the most probable count
+    (int64), ``predict_quantiles`` / ``predict_interval`` its quantiles, ``score`` D^2 of the
+    Poisson deviance; ``predict``, ``predict_mean``, ``predict_mode``, ``predict_quantiles``
+    (and ``predict_latent``) lazy on a dask ``X``; ``sample_y`` takes a numpy ``X`` of at most
+    10,000 rows.
 
     Parameters
     ----------

@@ -1,12 +1,14 @@
-"""GP Poisson regression with the square link (Zhang et al., 2020, Sec. 6.2, App. C.2, App. H).
+"""GP Poisson regression with the square link (Zhang et al., 2020, Sec. 6.2, App. C.2, App. H) or
+the log link.
 
-Counts ``y_i ~ Poisson(f(x_i)^2)`` with a GP prior on ``f``; the posterior over ``f`` is
+Counts ``y_i ~ Poisson(f(x_i)^2)`` (or ``Poisson(exp(f(x_i)))``) with a GP prior on ``f``; the posterior over ``f`` is
 approximated by EP, QP (the ``poisson_square`` tilted moments and sigma* tables of
 :mod:`qpinfer.likelihoods` / :mod:`qpinfer.tables`, exact sigma* outside a table), Gaussian VB or
 the Laplace approximation (:mod:`qpinfer.estimators.base`).
 
-Predictions: the count predictions of :mod:`qpinfer.estimators.count_predictions` (App. H's
-negative binomial for the square link, the exact Poisson-lognormal mixture for the log link).
+Predictions: the count predictions of :mod:`qpinfer.estimators.count_predictions` (``predict``
+is the predictive mean; App. H's negative binomial for the square link, the exact
+Poisson-lognormal mixture for the log link).
 """
 
 from __future__ import annotations
@@ -44,7 +46,18 @@ __all__ = [
 class GPPoissonRegressor(
     CountPredictionsMixin, DenseJointLatentMixin, RegressorTagsMixin, GPEstimatorBase
 ):
-    """GP Poisson regression with the square link, rate ``f(x)^2`` (Zhang et al., 2020, Sec. 6.2).
+    """GP Poisson regression, rate ``f(x)^2`` (the square link, Zhang et al., 2020, Sec. 6.2) or
+    ``exp(f(x))`` (the log link).
+
+    Predictions (:class:`~qpinfer.estimators.count_predictions.CountPredictionsMixin`):
+    ``predict`` returns the predictive mean of the count (float64, as scikit-learn's
+    ``PoissonRegressor``; with ``return_std`` also its standard deviation), ``predict_mode`` the
+    most probable count (int64), ``predict_quantiles`` and ``predict_interval`` quantiles and an
+    equal-tailed interval of the count, ``log_pmf`` / ``log_predictive_density`` its log
+    probabilities, ``sample_y`` draws of counts (a joint latent draw, then Poisson); ``score`` is
+    D^2 of the Poisson deviance, as ``PoissonRegressor.score``. The count's predictive is App.
+    H's negative binomial for the square link, the exact Poisson-lognormal mixture for the log
+    link.
 
     Parameters
     ----------

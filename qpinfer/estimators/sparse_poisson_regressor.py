@@ -37,6 +37,11 @@ class SparseGPPoissonRegressor(
     positive branch at every evaluation (never from another evaluation's sites), as the dense
     estimator's.
 
+    Predictions as :class:`qpinfer.GPPoissonRegressor`'s: ``predict`` returns the predictive
+    mean of the count (float64; ``return_std``: its standard deviation), ``predict_mode`` the most
+    probable count (int64), ``predict_quantiles`` / ``predict_interval`` its quantiles,
+    ``sample_y`` draws of counts; ``score`` is D^2 of the Poisson deviance.
+
     Parameters
     ----------
     %(n_inducing)s
