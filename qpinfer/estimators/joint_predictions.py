@@ -1,6 +1,6 @@
 """The joint latent predictive of the regressors at several inputs, and draws from it.
 
-scikit-learn's :class:`~sklearn.gaussian_process.GaussianProcessRegressor` has
+scikit-learn's ``GaussianProcessRegressor`` has
 ``predict(X, return_cov=True)`` and ``sample_y(X, n_samples, random_state)``; both need the
 covariance of the latent ``f*`` at all rows of ``X`` at once, not its marginal variances. Every
 fitted Gaussian posterior gives it in closed form:
@@ -169,8 +169,8 @@ class SampleYMixin:
         """Draw new observations ``y*`` at the rows of ``X`` from the posterior predictive.
 
         Each draw takes the latent ``f*`` at all rows jointly from its Gaussian predictive
-        (mean and covariance of :meth:`predict` with ``return_cov``; for the Poisson regressors
-        of the latent, :meth:`predict_latent`), then the observation noise of each row
+        (mean and covariance of ``predict`` with ``return_cov``; for the Poisson regressors
+        of the latent, ``predict_latent``), then the observation noise of each row
         independently given it, as the model has it.
 
         Parameters

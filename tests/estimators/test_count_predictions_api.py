@@ -198,3 +198,31 @@ def test_minibatch_estimator_predicts_as_the_dense_one_from_its_latent():
     np.testing.assert_array_equal(est.predict_mode(X_TEST), np.argmax(p, axis=1))
     q = est.predict_quantiles(X_TEST, [0.05, 0.95])
     np.testing.assert_array_equal(np.column_stack(est.predict_interval(X_TEST)), q)
+
+
+def test_minibatch_count_predictions_are_lazy_on_a_dask_X_and_equal_the_numpy_ones():
+    da = pytest.importorskip("dask.array")
+    X, y = _counts()
+    est = MiniBatchSparseGPPoissonRegressor(
+        6, method="ep", batch_size=10, max_epochs=2, random_state=0, **FIXED
+    ).fit(X, y)
+    Xd = da.from_array(X_TEST, chunks=2)
+    q = [0.05, 0.5, 0.95]
+    lazy = {
+        "predict": est.predict(Xd),
+        "predict_mode": est.predict_mode(Xd),
+        "predict_quantiles": est.predict_quantiles(Xd, q),
+    }
+    lower, upper = est.predict_interval(Xd, alpha=0.9)
+    assert all(isinstance(a, da.Array) for a in (*lazy.values(), lower, upper))
+    np.testing.assert_array_equal(lazy["predict"].compute(), est.predict(X_TEST))
+    np.testing.assert_array_equal(lazy["predict_mode"].compute(), est.predict_mode(X_TEST))
+    want = est.predict_quantiles(X_TEST, q)
+    got = lazy["predict_quantiles"].compute()
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(
+        np.column_stack([lower.compute(), upper.compute()]), want[:, [0, 2]]
+    )
+    with pytest.raises(ValueError, match="q must be"):
+        est.predict_quantiles(Xd, 1.5)  # checked before any block runs
