@@ -343,7 +343,8 @@ class CountPredictionsMixin(SampleYMixin):
 
     def log_predictive_density(self, X: Any, counts: Any) -> np.ndarray:
         """log p(y* | data) of one count per row of ``X``: :meth:`log_pmf` (the paper's NTLL is
-        minus its mean; this was ``score`` before ``score`` became scikit-learn's D^2)."""
+        minus its mean; earlier versions' ``score`` returned the mean, ``score`` is now
+        scikit-learn's D^2)."""
         self._check_is_fitted()
         X = check_X(X, estimator=type(self).__name__)
         y = check_counts(
