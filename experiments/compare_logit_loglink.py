@@ -65,7 +65,7 @@ def _mining(link, method, Xtr, ytr, Xte, yte) -> dict:
     seconds = time.perf_counter() - t0
     _, var = est.predict_latent(Xte)
     return {
-        "te": float(np.mean(np.abs(yte - est.predict(Xte)))),
+        "te": float(np.mean(np.abs(yte - est.predict_mode(Xte)))),
         "ntll": float(-np.mean(est.log_pmf(Xte, yte))),
         "seconds": seconds,
         "log_evidence": float(est.log_marginal_likelihood_),

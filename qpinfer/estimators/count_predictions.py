@@ -1,5 +1,12 @@
+# Over 400 lines: the count predictions (mean, mode, quantiles, intervals, log probabilities, D^2, draws) of three estimators, half of it their numpydoc sections.
 """What every Poisson-regression estimator (dense, sparse, minibatch) shares: the count checks,
-the likelihood of a ``link``, and the count predictions of a Gaussian latent predictive.
+the likelihood of a ``link``, and the count predictions of a Gaussian latent predictive, as
+scikit-learn users expect them: ``predict`` is the predictive mean of the count (float64, as
+``sklearn.linear_model.PoissonRegressor``'s), ``score`` the D^2 of the Poisson deviance (as
+``PoissonRegressor.score``); the mode, quantiles and intervals, log probabilities and draws have
+methods of their own (``predict_mode``, ``predict_quantiles``, ``predict_interval``, ``log_pmf``,
+``log_predictive_density``, ``sample_y``; quantiles and D^2:
+:mod:`qpinfer.estimators.count_summaries`).
 
 The square link's predictive (Zhang et al., 2020, App. H). With the latent predictive ``f* ~
 N(mu*, sigma*^2)``, the rate ``g* = f*^2`` is approximated by the gamma distribution with the
@@ -28,6 +35,13 @@ import numpy as np
 from scipy.special import gammaln, poch, xlogy
 
 from qpinfer.checks import check_target_vector, check_X
+from qpinfer.estimators.count_summaries import (
+    check_levels,
+    negative_binomial_quantile,
+    poisson_d2_score,
+    poisson_lognormal_quantiles,
+)
+from qpinfer.estimators.joint_predictions import SampleYMixin
 from qpinfer.likelihoods.poisson_square import PoissonSquare
 from qpinfer.likelihoods.poisson_square.moments import MAX_COUNT, MAX_COUNT_TEXT
 
@@ -54,6 +68,8 @@ LOG_LINK_MAX_COUNT_TEXT = "1e4"
 #: Above this shape the negative binomial is evaluated as its Poisson limit (``sigma* -> 0``).
 _POISSON_LIMIT_SHAPE = 1e12
 _MIN_VAR = 1e-100
+#: the largest rate ``sample_y`` draws from (numpy's Poisson sampler refuses rates near 2^63)
+_MAX_SAMPLED_RATE = 1e18
 
 
 def negative_binomial_parameters(
@@ -190,9 +206,11 @@ def poisson_likelihood(link: Any, counts: Any, n_samples: int, estimator: str) -
     return PoissonSquare(), check_counts(counts, n_samples, estimator=estimator)
 
 
-class CountPredictionsMixin:
+class CountPredictionsMixin(SampleYMixin):
     """The count predictions of a fitted Poisson regressor from its latent predictive
-    (``predict_latent``) and its likelihood (``likelihood_``)."""
+    (``predict_latent``; jointly, ``_latent_mean_cov``) and its likelihood (``likelihood_``):
+    ``predict`` (the mean), ``predict_mode``, ``predict_quantiles``, ``predict_interval``,
+    ``log_pmf``, ``sample_y`` and ``score`` (D^2 of the Poisson deviance)."""
 
     def _log_link(self) -> bool:
         return getattr(self.likelihood_, "name", "") == "poisson_log"
@@ -209,31 +227,22 @@ class CountPredictionsMixin:
     # -- predictions (App. H) ----------------------------------------------------------------
     def predict_negative_binomial(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Shape ``k*`` and scale ``c*`` of the predictive rate's gamma (eq. (119)); square link
-        only.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input points.
-
-        Returns
-        -------
-        shape, scale : ndarray of shape (n_samples,)
-        """
+        only."""
         mean, var = self.predict_latent(X)
         if self._log_link():
             raise ValueError("predict_negative_binomial is for link='square' (App. H) only")
         return negative_binomial_parameters(mean, var)
 
     def predict(self, X: Any, return_std: bool = False) -> Any:
-        """The predictive mode of the count (App. H): ``floor(c* (k* - 1))`` if ``k* > 1`` else 0;
-        with ``link="log"`` the mode of the exact Poisson-lognormal predictive.
+        """The predictive mean of the count, float64 (as scikit-learn's ``PoissonRegressor``):
+        ``E[f*^2] = mu*^2 + sigma*^2`` (= ``k* c*``, the negative binomial's mean too) for the
+        square link, ``E[exp(f*)] = exp(mu* + sigma*^2 / 2)`` for the log link.
 
-        With ``return_std``, also the count's predictive standard deviation (about its mean,
-        :meth:`predict_mean`), :func:`~qpinfer.estimators.count_predictions.predictive_count_std`: the exact one of the Poisson
-        mixture over the Gaussian latent predictive (the square link's negative binomial has the
-        same, its gamma matching the rate's first two moments). The latent's:
-        ``predict_latent``.
+        With ``return_std``, also the count's predictive standard deviation about that mean,
+        :func:`~qpinfer.estimators.count_predictions.predictive_count_std`: the exact one of
+        the Poisson mixture over the Gaussian latent predictive (the square link's negative
+        binomial has the same, its gamma matching the rate's first two moments). The most
+        probable count: :meth:`predict_mode`; the latent's moments: ``predict_latent``.
 
         Parameters
         ----------
@@ -244,25 +253,24 @@ class CountPredictionsMixin:
 
         Returns
         -------
-        mode : ndarray of int64, shape (n_samples,)
+        mean : ndarray of float64, shape (n_samples,)
         std : ndarray of shape (n_samples,)
             Only with ``return_std``.
         """
         self._check_is_fitted()
         mean, var = self.predict_latent(X)
-        if self._log_link():
-            from qpinfer.likelihoods.poisson_log import predictive_mode
-
-            mode = predictive_mode(mean, var)
-        else:
-            mode = negative_binomial_mode(*negative_binomial_parameters(mean, var))
+        rate = self._rate_mean(mean, var)
         if not return_std:
-            return mode
-        return mode, predictive_count_std(mean, var, "log" if self._log_link() else "square")
+            return rate
+        return rate, predictive_count_std(mean, var, "log" if self._log_link() else "square")
+
+    def _rate_mean(self, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+        if self._log_link():
+            return np.exp(mean + 0.5 * var)
+        return mean * mean + var
 
     def predict_mean(self, X: Any) -> np.ndarray:
-        """The predictive mean of the count, ``E[f*^2] = mu*^2 + sigma*^2`` (= ``k* c*``);
-        ``E[exp(f*)] = exp(mu* + sigma*^2 / 2)`` with ``link="log"``.
+        """The predictive mean of the count: :meth:`predict`'s.
 
         Parameters
         ----------
@@ -271,12 +279,92 @@ class CountPredictionsMixin:
 
         Returns
         -------
-        ndarray of shape (n_samples,)
+        ndarray of float64, shape (n_samples,)
         """
+        return self.predict(X)
+
+    def predict_mode(self, X: Any) -> np.ndarray:
+        """The most probable count, int64 (App. H): ``floor(c* (k* - 1))`` if ``k* > 1`` else 0
+        for the square link's negative binomial; with ``link="log"`` the mode of the exact
+        Poisson-lognormal predictive (searched over the counts, a few ms a row).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        ndarray of int64, shape (n_samples,)
+        """
+        self._check_is_fitted()
         mean, var = self.predict_latent(X)
         if self._log_link():
-            return np.exp(mean + 0.5 * var)
-        return mean * mean + var
+            from qpinfer.likelihoods.poisson_log import predictive_mode
+
+            return predictive_mode(mean, var).astype(np.int64)
+        return negative_binomial_mode(*negative_binomial_parameters(mean, var))
+
+    def predict_quantiles(self, X: Any, q: Any) -> np.ndarray:
+        """Quantiles of the predictive count: for each ``q_j``, the smallest count ``y`` with
+        ``P(y* <= y) >= q_j``, an int64 array of shape ``(n_rows, len(q))``.
+
+        The predictive is the one :meth:`log_pmf` evaluates: App. H's negative binomial for the
+        square link (its distribution function in closed form), the exact Poisson-lognormal
+        mixture for the log link (probabilities summed from 0, a few ms a row).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features)
+            Input points.
+        q : float or array-like of floats in (0, 1)
+            The levels.
+
+        Returns
+        -------
+        ndarray of int64, shape (n_rows, len(q))
+        """
+        levels = check_levels(q)
+        self._check_is_fitted()
+        mean, var = self.predict_latent(X)
+        if self._log_link():
+            return poisson_lognormal_quantiles(mean, var, levels)
+        k, c = negative_binomial_parameters(mean, var)
+        return negative_binomial_quantile(levels[None, :], k[:, None], c[:, None])
+
+    def predict_interval(self, X: Any, alpha: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+        """Equal-tailed predictive interval of the count: ``(lower, upper)``, int64, the
+        ``(1 - alpha)/2`` and ``(1 + alpha)/2`` quantiles (:meth:`predict_quantiles`). It holds
+        at least ``alpha`` of the predictive mass, and each tail beyond it at most
+        ``(1 - alpha)/2`` (counts are discrete, so usually more than ``alpha``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+        alpha : float in (0, 1), default 0.9
+            The interval's probability.
+
+        Returns
+        -------
+        lower, upper : ndarray of int64, shape (n_samples,)
+        """
+        if not (isinstance(alpha, int | float | np.floating) and 0 < alpha < 1):
+            raise ValueError(f"alpha must be a float in (0, 1), got {alpha!r}")
+        bounds = self.predict_quantiles(X, [(1.0 - alpha) / 2.0, (1.0 + alpha) / 2.0])
+        return bounds[:, 0], bounds[:, 1]
+
+    def _observe(self, f: np.ndarray, rng: Any) -> np.ndarray:
+        """``sample_y``'s counts: ``Poisson(f^2)`` or ``Poisson(exp(f))`` per latent draw."""
+        with np.errstate(over="ignore"):
+            rate = np.exp(f) if self._log_link() else f * f
+        top = np.max(rate) if rate.size else 0.0
+        if not top <= _MAX_SAMPLED_RATE:
+            raise ValueError(
+                f"sample_y: a latent draw gives the Poisson rate {top:.3g}, beyond the largest "
+                f"numpy's Poisson sampler takes ({_MAX_SAMPLED_RATE:.0e})"
+            )
+        return rng.poisson(rate).astype(np.int64)
 
     def log_pmf(self, X: Any, counts: Any, *, exact: bool = False) -> np.ndarray:
         """log p(counts | X): the negative binomial predictive of eq. (120)-(122).
@@ -286,19 +374,6 @@ class CountPredictionsMixin:
         ``exact=True`` gives the exact Poisson mixture over the Gaussian latent predictive,
         ``log E[Poisson(y | f*^2)]``, ``f* ~ N(mu*, sigma*^2)`` (App. C.2's normaliser) instead of
         the paper's gamma approximation of ``f*^2``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input points.
-        counts : array-like of shape (n_samples,) or (n_samples, m)
-            Non-negative integer counts.
-        exact : bool, default False
-            The exact Poisson mixture instead of the negative binomial.
-
-        Returns
-        -------
-        ndarray of the shape of ``counts``
         """
         mean, var = self.predict_latent(X)
         n = mean.shape[0]
@@ -319,17 +394,45 @@ class CountPredictionsMixin:
         k, c = negative_binomial_parameters(mean, var)
         return negative_binomial_log_pmf(y, k, c)
 
-    def score(self, X: Any, counts: Any, sample_weight: Any = None) -> float:
-        """Mean log predictive probability of ``counts`` (the paper's NTLL is minus its sum).
+    def log_predictive_density(self, X: Any, counts: Any) -> np.ndarray:
+        """log p(y* | data) of one count per row of ``X``: :meth:`log_pmf` (the paper's NTLL is
+        minus its mean; earlier versions' ``score`` returned the mean, ``score`` is now
+        scikit-learn's D^2).
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Test inputs.
+            Input points.
         counts : array-like of shape (n_samples,)
-            Observed counts.
+            Observed counts (non-negative integers).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        self._check_is_fitted()
+        X = check_X(X, estimator=type(self).__name__)
+        y = check_counts(
+            counts, X.shape[0], limit=self._count_limit(), estimator=type(self).__name__
+        )
+        return self.log_pmf(X, y)
+
+    def score(self, X: Any, counts: Any, sample_weight: Any = None) -> float:
+        """D^2, the fraction of Poisson deviance explained by :meth:`predict` (the predictive
+        mean), as scikit-learn's ``PoissonRegressor.score`` (and
+        ``sklearn.metrics.d2_tweedie_score(power=1)``): ``1 - D(y, mu) / D(y, ybar)``,
+        ``D(y, mu) = 2 sum w (y log(y / mu) - y + mu)``, ``ybar`` the (weighted) mean count.
+        1 is a perfect prediction, 0 the constant mean's; the mean log predictive probability
+        is ``log_predictive_density(X, counts).mean()``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+        counts : array-like of shape (n_samples,)
+            Observed counts (non-negative integers).
         sample_weight : array-like of shape (n_samples,) or None, default None
-            Weights of the rows in the mean.
+            Weights of the rows in the deviances.
 
         Returns
         -------
@@ -340,8 +443,4 @@ class CountPredictionsMixin:
         y = check_counts(
             counts, X.shape[0], limit=self._count_limit(), estimator=type(self).__name__
         )
-        lp = self.log_pmf(X, y)
-        if sample_weight is None:
-            return float(np.mean(lp))
-        w = np.asarray(sample_weight, dtype=np.float64)
-        return float(np.sum(w * lp) / np.sum(w))
+        return poisson_d2_score(y, self.predict(X), sample_weight)

@@ -1,4 +1,3 @@
-# Over 400 lines: two public estimators, whose docstrings (parameters, methods' sections, examples) are nearly half of it; the code is about 230 lines.
 """MiniBatchSparseGPPoissonRegressor and MiniBatchSparseGPStudentTRegressor: sparse GP regression
 with Poisson counts or Student-t noise by minibatch EP / QP, for data of millions of rows or more
 than memory.
@@ -40,6 +39,8 @@ from qpinfer.estimators.count_predictions import (
     CountPredictionsMixin,
     check_counts,
 )
+from qpinfer.estimators.count_summaries import check_levels
+from qpinfer.estimators.joint_predictions import MiniBatchJointLatentMixin
 from qpinfer.estimators.minibatch_base import MiniBatchParams, MiniBatchSparseBase
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
@@ -124,14 +125,18 @@ class MiniBatchRegressorBase(RegressorTagsMixin, MiniBatchSparseBase):
 
 @estimator
 class MiniBatchSparseGPPoissonRegressor(
-    CountPredictionsMixin, MiniBatchRegressorBase, MiniBatchParams
+    CountPredictionsMixin, MiniBatchJointLatentMixin, MiniBatchRegressorBase, MiniBatchParams
 ):
     """Sparse GP Poisson regression (counts) with M pseudo-points by minibatch EP or QP.
 
     Rate ``f^2`` (``link="square"``, Zhang et al., 2020) or ``exp(f)`` (``link="log"``).
     Predictions as :class:`qpinfer.GPPoissonRegressor`'s
-    (:class:`~qpinfer.estimators.count_predictions.CountPredictionsMixin`); ``predict`` (and
-    ``predict_latent``) lazy on a dask ``X``.
+    (:class:`~qpinfer.estimators.count_predictions.CountPredictionsMixin`): ``predict`` returns
+    the predictive mean of the count (float64), ``predict_mode`` the most probable count
+    (int64), ``predict_quantiles`` / ``predict_interval`` its quantiles, ``score`` D^2 of the
+    Poisson deviance; ``predict``, ``predict_mean``, ``predict_mode``, ``predict_quantiles``
+    (and ``predict_latent``) lazy on a dask ``X``; ``sample_y`` takes a numpy ``X`` of at most
+    10,000 rows.
 
     Parameters
     ----------
@@ -152,20 +157,6 @@ class MiniBatchSparseGPPoissonRegressor(
     energy_, validation_ntll_, n_train_ :
         As the classifier's; ``validation_ntll_`` is the held-out negative log predictive
         density per row.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from qpinfer import MiniBatchSparseGPPoissonRegressor
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.uniform(0, 10, size=(1000, 1))
-    >>> y = rng.poisson(4 + 3 * np.sin(X[:, 0] / 1.5))
-    >>> reg = MiniBatchSparseGPPoissonRegressor(
-    ...     15, batch_size=200, max_epochs=5, random_state=0
-    ... ).fit(X, y)
-    >>> mean = reg.predict_mean(np.array([[2.0], [7.0]]))
-    >>> bool(mean[0] > mean[1])  # the rate is about 7 at x = 2 and 1.5 at x = 7
-    True
     """
 
     _: KW_ONLY
@@ -177,20 +168,7 @@ class MiniBatchSparseGPPoissonRegressor(
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> MiniBatchSparseGPPoissonRegressor:
-        """Fit by minibatch EP/QP to inputs ``X`` and counts ``y`` (numpy or dask arrays).
-
-        Parameters
-        ----------
-        X : array-like or dask array of shape (n_samples, n_features)
-            Training inputs.
-        y : array-like or dask array of shape (n_samples,)
-            Non-negative integer counts.
-
-        Returns
-        -------
-        self
-            The fitted estimator.
-        """
+        """Fit by minibatch EP/QP to inputs ``X`` and counts ``y`` (numpy or dask arrays)."""
         if not (isinstance(self.link, str) and self.link in ("square", "log")):
             raise ValueError(f"link must be 'square' or 'log', got {self.link!r}")
         s = self._settings()
@@ -218,7 +196,7 @@ class MiniBatchSparseGPPoissonRegressor(
         return self
 
     def predict(self, X: Any, return_std: bool = False) -> Any:
-        """The predictive mode of the count (and its standard deviation), as
+        """The predictive mean of the count (and its standard deviation), as
         :class:`qpinfer.GPPoissonRegressor`'s; lazy for a dask ``X``.
 
         Parameters
@@ -230,14 +208,14 @@ class MiniBatchSparseGPPoissonRegressor(
 
         Returns
         -------
-        mode : ndarray or dask array of shape (n_samples,)
+        mean : ndarray or dask array of shape (n_samples,)
         std : ndarray or dask array of shape (n_samples,)
             Only with ``return_std``.
         """
         return self._maybe_lazy(super().predict, X, return_std)
 
     def predict_mean(self, X: Any) -> Any:
-        """The predictive mean of the count; lazy for a dask ``X``.
+        """The predictive mean of the count (:meth:`predict`); lazy for a dask ``X``.
 
         Parameters
         ----------
@@ -251,6 +229,23 @@ class MiniBatchSparseGPPoissonRegressor(
         if is_dask_array(X):
             return self._blockwise(super().predict_mean, X, None)
         return super().predict_mean(X)
+
+    def predict_mode(self, X: Any) -> Any:
+        """The most probable count, as :class:`qpinfer.GPPoissonRegressor`'s; lazy for a dask
+        ``X``."""
+        if is_dask_array(X):
+            return self._blockwise(super().predict_mode, X, None, dtype=np.int64)
+        return super().predict_mode(X)
+
+    def predict_quantiles(self, X: Any, q: Any) -> Any:
+        """Quantiles of the predictive count, as :class:`qpinfer.GPPoissonRegressor`'s; lazy
+        for a dask ``X`` (``predict_interval`` too, through this)."""
+        if is_dask_array(X):
+            n_levels = check_levels(q).size
+            self._check_is_fitted()
+            method = partial(CountPredictionsMixin.predict_quantiles, self, q=q)
+            return self._blockwise(method, X, n_levels, dtype=np.int64)
+        return super().predict_quantiles(X, q)
 
 
 class _StudentTAt:
@@ -273,13 +268,11 @@ class _StudentTAt:
 
 @estimator
 class MiniBatchSparseGPStudentTRegressor(
-    StudentTPredictionsMixin, MiniBatchRegressorBase, MiniBatchParams
+    StudentTPredictionsMixin, MiniBatchJointLatentMixin, MiniBatchRegressorBase, MiniBatchParams
 ):
     """Sparse GP regression with Student-t noise ``t_nu(0, scale)`` and M pseudo-points by
-    minibatch EP or QP.
-
-    How it handles negative sites, ``optimize_scale`` and ``normalize_y`` on a dask ``y``: the
-    docstring of its module, ``qpinfer.estimators.minibatch_sparse_regressors``.
+    minibatch EP or QP (the module docstring: negative sites, ``optimize_scale``,
+    ``normalize_y`` on a dask ``y``).
 
     Predictions as :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s
     (:class:`~qpinfer.estimators.student_t_predictions.StudentTPredictionsMixin`); ``predict``
@@ -308,21 +301,6 @@ class MiniBatchSparseGPStudentTRegressor(
     table_, n_features_in_, kernel_, inducing_points_, n_epochs_, best_epoch_, energy_,
     validation_ntll_, n_train_ :
         As :class:`MiniBatchSparseGPPoissonRegressor`'s.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from qpinfer import MiniBatchSparseGPStudentTRegressor
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.uniform(0, 6, size=(1000, 1))
-    >>> y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(1000)
-    >>> y[::50] += 4.0  # twenty outliers
-    >>> reg = MiniBatchSparseGPStudentTRegressor(
-    ...     15, batch_size=200, max_epochs=5, random_state=0
-    ... ).fit(X, y)
-    >>> mean = reg.predict(X)
-    >>> bool(np.abs(mean - np.sin(X[:, 0])).max() < 0.3)  # the fit ignores the outliers
-    True
     """
 
     _: KW_ONLY
@@ -336,20 +314,7 @@ class MiniBatchSparseGPStudentTRegressor(
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> MiniBatchSparseGPStudentTRegressor:
-        """Fit by minibatch EP/QP to inputs ``X`` and real targets ``y`` (numpy or dask).
-
-        Parameters
-        ----------
-        X : array-like or dask array of shape (n_samples, n_features)
-            Training inputs.
-        y : array-like or dask array of shape (n_samples,)
-            Real targets.
-
-        Returns
-        -------
-        self
-            The fitted estimator.
-        """
+        """Fit by minibatch EP/QP to inputs ``X`` and real targets ``y`` (numpy or dask)."""
         from qpinfer.likelihoods.student_t import StudentT, check_nu_scale, check_nu_supported
         from qpinfer.tables.scaled import for_likelihood
 
@@ -390,9 +355,11 @@ class MiniBatchSparseGPStudentTRegressor(
         self.scale_ = self.likelihood_.scale
         return self
 
-    def predict(self, X: Any, return_std: bool = False) -> Any:
-        """The predictive mean (and the standard deviation of a new observation), as
-        :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s; lazy for a dask ``X``.
+    def predict(self, X: Any, return_std: bool = False, return_cov: bool = False) -> Any:
+        """The predictive mean (and the standard deviation, or the covariance, of new
+        observations), as :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s;
+        lazy for a dask ``X`` (``return_cov`` takes a numpy ``X`` of at most 10,000 rows,
+        :data:`~qpinfer.estimators.joint_predictions.JOINT_MAX_ROWS`).
 
         Parameters
         ----------
@@ -400,13 +367,19 @@ class MiniBatchSparseGPStudentTRegressor(
             Input points (a dask array gives a lazy result, computed block by block).
         return_std : bool, default False
             Also return the predictive standard deviation of a new observation.
+        return_cov : bool, default False
+            Also return the covariance of the new observations (numpy ``X`` only).
 
         Returns
         -------
         mean : ndarray or dask array of shape (n_samples,)
         std : ndarray or dask array of shape (n_samples,)
             Only with ``return_std``.
+        cov : ndarray of shape (n_samples, n_samples)
+            Only with ``return_cov``.
         """
+        if return_cov:
+            return super().predict(X, return_std=return_std, return_cov=True)
         return self._maybe_lazy(super().predict, X, return_std)
 
 

@@ -1,12 +1,14 @@
-"""GP Poisson regression with the square link (Zhang et al., 2020, Sec. 6.2, App. C.2, App. H).
+"""GP Poisson regression with the square link (Zhang et al., 2020, Sec. 6.2, App. C.2, App. H) or
+the log link.
 
-Counts ``y_i ~ Poisson(f(x_i)^2)`` with a GP prior on ``f``; the posterior over ``f`` is
+Counts ``y_i ~ Poisson(f(x_i)^2)`` (or ``Poisson(exp(f(x_i)))``) with a GP prior on ``f``; the posterior over ``f`` is
 approximated by EP, QP (the ``poisson_square`` tilted moments and sigma* tables of
 :mod:`qpinfer.likelihoods` / :mod:`qpinfer.tables`, exact sigma* outside a table), Gaussian VB or
 the Laplace approximation (:mod:`qpinfer.estimators.base`).
 
-Predictions: the count predictions of :mod:`qpinfer.estimators.count_predictions` (App. H's
-negative binomial for the square link, the exact Poisson-lognormal mixture for the log link).
+Predictions: the count predictions of :mod:`qpinfer.estimators.count_predictions` (``predict``
+is the predictive mean; App. H's negative binomial for the square link, the exact
+Poisson-lognormal mixture for the log link).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from qpinfer.estimators.count_predictions import (  # re-exported (were defined 
     poisson_likelihood,
     predictive_count_std,
 )
+from qpinfer.estimators.joint_predictions import DenseJointLatentMixin
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
 
@@ -40,10 +43,21 @@ __all__ = [
 
 
 @estimator
-class GPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, GPEstimatorBase):
-    """GP Poisson regression with the square link, rate ``f(x)^2``, by EP, QP, Laplace or VB.
+class GPPoissonRegressor(
+    CountPredictionsMixin, DenseJointLatentMixin, RegressorTagsMixin, GPEstimatorBase
+):
+    """GP Poisson regression, rate ``f(x)^2`` (the square link, Zhang et al., 2020, Sec. 6.2) or
+    ``exp(f(x))`` (the log link).
 
-    The model of Zhang et al. (2020), Section 6.2.
+    Predictions (:class:`~qpinfer.estimators.count_predictions.CountPredictionsMixin`):
+    ``predict`` returns the predictive mean of the count (float64, as scikit-learn's
+    ``PoissonRegressor``; with ``return_std`` also its standard deviation), ``predict_mode`` the
+    most probable count (int64), ``predict_quantiles`` and ``predict_interval`` quantiles and an
+    equal-tailed interval of the count, ``log_pmf`` / ``log_predictive_density`` its log
+    probabilities, ``sample_y`` draws of counts (a joint latent draw, then Poisson); ``score`` is
+    D^2 of the Poisson deviance, as ``PoissonRegressor.score``. The count's predictive is App.
+    H's negative binomial for the square link, the exact Poisson-lognormal mixture for the log
+    link.
 
     Parameters
     ----------
@@ -93,30 +107,6 @@ class GPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, GPEstimatorB
         Inner iterations of the final fit, evidence evaluations while fitting, inner iterations
         of all of them, QP's table, and the wall seconds of the fit's stages (QP's search:
         ``{"ep": .., "qp": ..}``).
-
-    See Also
-    --------
-    sklearn.linear_model.PoissonRegressor : scikit-learn's (linear) Poisson regression.
-    SparseGPPoissonRegressor : the same model with M pseudo-points, for larger data.
-
-    Examples
-    --------
-    Counts drawn from a smooth rate:
-
-    >>> import numpy as np
-    >>> from qpinfer import GPPoissonRegressor
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.uniform(0, 10, size=(100, 1))
-    >>> y = rng.poisson(4 + 3 * np.sin(X[:, 0] / 1.5))
-    >>> reg = GPPoissonRegressor(method="qp").fit(X, y)
-    >>> X_new = np.array([[2.0], [7.0]])
-    >>> reg.predict(X_new).dtype.kind  # the predictive mode: a count
-    'i'
-    >>> mean = reg.predict_mean(X_new)  # the predictive mean of the count
-    >>> bool(mean[0] > mean[1])  # the rate is about 7 at x = 2 and 1.5 at x = 7
-    True
-    >>> reg.log_pmf(X_new, [6, 2]).shape  # log p(count | x) under the predictive
-    (2,)
     """
 
     method: str = "qp"
@@ -129,20 +119,7 @@ class GPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, GPEstimatorB
     @limits_blas
     def fit(self, X: Any, counts: Any) -> GPPoissonRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
-        hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training inputs.
-        counts : array-like of shape (n_samples,)
-            Non-negative integer counts.
-
-        Returns
-        -------
-        self
-            The fitted estimator.
-        """
+        hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,)."""
         self._validate_params()
         X = check_X(X, estimator="GPPoissonRegressor")
         likelihood, y = poisson_likelihood(self.link, counts, X.shape[0], "GPPoissonRegressor")

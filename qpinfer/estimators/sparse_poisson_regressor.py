@@ -10,6 +10,7 @@ from typing import Any
 from qpinfer.checks import check_X
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.count_predictions import CountPredictionsMixin, poisson_likelihood
+from qpinfer.estimators.joint_predictions import SparseSiteJointLatentMixin
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
 from qpinfer.estimators.sparse_site_fit import SparseSiteEstimator
@@ -18,7 +19,9 @@ __all__ = ["SparseGPPoissonRegressor"]
 
 
 @estimator
-class SparseGPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, SparseSiteEstimator):
+class SparseGPPoissonRegressor(
+    CountPredictionsMixin, SparseSiteJointLatentMixin, RegressorTagsMixin, SparseSiteEstimator
+):
     """Sparse GP Poisson regression, rate ``f(x)^2`` or ``exp(f(x))``, with M pseudo-points.
 
     Pseudo-point EP (Bui, Yan and Turner, 2017, eqs. (20), (106)-(110), alpha = 1) or QP: the
@@ -33,6 +36,11 @@ class SparseGPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, Sparse
     (EP, or QP with ``qp_objective="ep"``) exactly. The square link's sites start on the
     positive branch at every evaluation (never from another evaluation's sites), as the dense
     estimator's.
+
+    Predictions as :class:`qpinfer.GPPoissonRegressor`'s: ``predict`` returns the predictive
+    mean of the count (float64; ``return_std``: its standard deviation), ``predict_mode`` the most
+    probable count (int64), ``predict_quantiles`` / ``predict_interval`` its quantiles,
+    ``sample_y`` draws of counts; ``score`` is D^2 of the Poisson deviance.
 
     Parameters
     ----------

@@ -10,6 +10,11 @@ import numpy as np
 from qpinfer.checks import check_target_vector
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X
+from qpinfer.estimators.joint_predictions import (
+    ReturnBothError,
+    SampleYMixin,
+    low_rank_mean_cov,
+)
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
 from qpinfer.estimators.sparse_base import SparseEstimatorBase, check_inducing_kernel
@@ -31,7 +36,7 @@ NOISE_BOUNDS = (np.log(1e-6), np.log(1e4))
 
 
 @estimator
-class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
+class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
     """Sparse GP regression with M pseudo-points by Power EP, from VFE to FITC (Bui et al., 2017).
 
     Fits the kernel hyperparameters, the noise variance and (optionally) the inducing inputs by
@@ -71,22 +76,6 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         Eq. (128) at each start's optimum (original targets, as ``log_marginal_likelihood_``),
         the initial values' first; ``-inf`` where it failed throughout.
     n_features_in_, n_evaluations_ : int
-
-    See Also
-    --------
-    sklearn.gaussian_process.GaussianProcessRegressor : exact (dense) GP regression.
-
-    Examples
-    --------
-    >>> from sklearn.datasets import load_diabetes
-    >>> from qpinfer import SparseGPRegressor
-    >>> X, y = load_diabetes(return_X_y=True)
-    >>> reg = SparseGPRegressor(20, optimize_inducing=False, random_state=0).fit(X, y)
-    >>> mean, std = reg.predict(X[:5], return_std=True)
-    >>> mean.shape, std.shape
-    ((5,), (5,))
-    >>> bool(reg.score(X, y) > 0.4)  # R^2 on the training data
-    True
     """
 
     alpha: float | str = 0.5
@@ -123,20 +112,7 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPRegressor:
-        """Fit hyperparameters, noise and inducing inputs by maximising eq. (128).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training inputs.
-        y : array-like of shape (n_samples,)
-            Real targets.
-
-        Returns
-        -------
-        self
-            The fitted estimator.
-        """
+        """Fit hyperparameters, noise and inducing inputs by maximising eq. (128)."""
         self._check_pseudo_point_params()
         alpha = self._alpha_value()
         if not (isinstance(self.noise_variance, int | float) and self.noise_variance > 0):
@@ -198,61 +174,63 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
 
     @limits_blas
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of the latent ``f*`` (original units).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input points.
-
-        Returns
-        -------
-        mean, var : ndarray of shape (n_samples,)
-            The latent function's predictive mean and variance.
-        """
+        """Mean and variance of the latent ``f*`` (original units)."""
         X = self._check_predict_X(X)
         mean, var = predict_latent_low_rank(
             self.kernel_, self.inducing_points_, self._Lu, self.posterior_, X
         )
         return mean * self._y_std + self._y_mean, var * self._y_std**2
 
-    def predict(self, X: Any, return_std: bool = False) -> Any:
-        """Predictive mean; with ``return_std`` also the standard deviation of a new observation
-        ``y*`` (latent variance plus the noise variance; the latent's alone:
-        :meth:`predict_latent`).
+    @limits_blas
+    def _latent_mean_cov(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and covariance of the latent ``f*`` at the rows of ``X`` (original units)."""
+        X = self._check_predict_X(X)
+        post = self.posterior_
+        mean, cov = low_rank_mean_cov(
+            self.kernel_, self.inducing_points_, self._Lu, post.L, post.mean_v, X
+        )
+        return mean * self._y_std + self._y_mean, cov * self._y_std**2
+
+    def predict(self, X: Any, return_std: bool = False, return_cov: bool = False) -> Any:
+        """Predictive mean of y, with scikit-learn's ``GaussianProcessRegressor`` signature.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Input points.
+        X : array-like of shape (n_rows, n_features)
         return_std : bool, default False
-            Also return the predictive standard deviation of a new observation.
+            Also return the standard deviation of a new observation ``y* = f* + e`` (the latent
+            variance plus the noise variance; the latent's alone: :meth:`predict_latent`).
+        return_cov : bool, default False
+            Also return the covariance of the new observations ``y*`` at the rows of ``X``
+            jointly: the latent covariance (Bui et al., 2017, eq. (18)) plus the noise variance
+            on the diagonal, so its diagonal is ``return_std``'s square. ``RuntimeError`` (a
+            ``ValueError`` too) if both are requested, as scikit-learn's.
 
         Returns
         -------
-        mean : ndarray of shape (n_samples,)
-        std : ndarray of shape (n_samples,)
-            Only with ``return_std``.
+        mean : ndarray of shape (n_rows,)
+        std : ndarray of shape (n_rows,), with ``return_std``
+        cov : ndarray of shape (n_rows, n_rows), with ``return_cov``
         """
+        if return_std and return_cov:
+            raise ReturnBothError
+        noise = self.noise_variance_ * self._y_std**2 if (return_std or return_cov) else 0.0
+        if return_cov:
+            mean, cov = self._latent_mean_cov(X)
+            cov[np.diag_indices_from(cov)] += noise
+            return mean, cov
         mean, var = self.predict_latent(X)
         if not return_std:
             return mean
-        return mean, np.sqrt(var + self.noise_variance_ * self._y_std**2)
+        return mean, np.sqrt(var + noise)
+
+    def _observe(self, f: np.ndarray, rng: Any) -> np.ndarray:
+        """``sample_y``'s noise: ``f`` plus Gaussian noise of variance ``noise_variance_``
+        (in ``y``'s units)."""
+        return f + np.sqrt(self.noise_variance_) * self._y_std * rng.standard_normal(f.shape)
 
     def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
-        """``log N(y | mean*, var* + noise)`` per test point (original units).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input points.
-        y : array-like of shape (n_samples,)
-            Observed targets.
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-        """
+        """``log N(y | mean*, var* + noise)`` per test point (original units)."""
         mean, std = self.predict(X, return_std=True)
         y = np.asarray(y, dtype=np.float64).ravel()
         if y.shape != mean.shape:
@@ -261,21 +239,7 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
         return -0.5 * z * z - np.log(std) - 0.5 * _LOG_2PI
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Coefficient of determination R^2 of :meth:`predict` (scikit-learn's regressor score).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Test inputs.
-        y : array-like of shape (n_samples,)
-            True targets.
-        sample_weight : array-like of shape (n_samples,) or None, default None
-            Weights of the rows.
-
-        Returns
-        -------
-        float
-        """
+        """Coefficient of determination R^2 of :meth:`predict` (scikit-learn's regressor score)."""
         pred = self.predict(X)
         y = np.asarray(y, dtype=np.float64).ravel()
         w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float)

@@ -13,6 +13,7 @@ import numpy as np
 
 from qpinfer.checks import check_X
 from qpinfer.estimators.blas import limits_blas
+from qpinfer.estimators.joint_predictions import SparseSiteJointLatentMixin
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
 from qpinfer.estimators.sparse_site_fit import SparseSiteEstimator
@@ -31,7 +32,9 @@ __all__ = ["SparseGPStudentTRegressor"]
 
 
 @estimator
-class SparseGPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, SparseSiteEstimator):
+class SparseGPStudentTRegressor(
+    StudentTPredictionsMixin, SparseSiteJointLatentMixin, RegressorTagsMixin, SparseSiteEstimator
+):
     """Sparse GP regression with Student-t noise ``t_nu(0, scale)`` and M pseudo-points.
 
     Pseudo-point EP (Bui, Yan and Turner, 2017, eqs. (20), (106)-(110), alpha = 1) or QP: the

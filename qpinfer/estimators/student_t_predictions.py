@@ -1,6 +1,7 @@
 """What every Student-t regression estimator (dense, sparse, minibatch) shares: the target
 checks, the check of the scale options, the robust normalisation of ``normalize_y``, and the
-predictions of a Gaussian latent predictive under Student-t noise."""
+predictions of a Gaussian latent predictive under Student-t noise (``predict`` with scikit-learn's
+``return_std``/``return_cov``, ``sample_y``: :mod:`qpinfer.estimators.joint_predictions`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from qpinfer.checks import check_target_vector, check_X
 from qpinfer.checks import finite_array as _finite
+from qpinfer.estimators.joint_predictions import ReturnBothError, SampleYMixin
 
 __all__ = [
     "MAD_TO_STD",
@@ -65,70 +67,76 @@ def check_targets(
     return _finite("y", check_target_vector(y, n_samples, estimator, "y"))
 
 
-class StudentTPredictionsMixin:
+class StudentTPredictionsMixin(SampleYMixin):
     """The predictions of a fitted Student-t regressor: its latent predictive
-    (``super().predict_latent``, in normalised units), its likelihood (``likelihood_``) and the
-    normalisation (``y_center_``, ``y_scale_``)."""
+    (``super().predict_latent`` and ``super()._latent_mean_cov``, in normalised units), its
+    likelihood (``likelihood_``) and the normalisation (``y_center_``, ``y_scale_``);
+    ``sample_y`` draws the latent jointly, then the Student-t noise."""
 
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61)), in the units
-        of ``y`` (``normalize_y`` undone).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input points.
-
-        Returns
-        -------
-        mean, var : ndarray of shape (n_samples,)
-            The latent function's predictive mean and variance.
-        """
+        of ``y`` (``normalize_y`` undone)."""
         mean, var = super().predict_latent(X)
         return self.y_center_ + self.y_scale_ * mean, self.y_scale_**2 * var
 
-    def predict(self, X: Any, return_std: bool = False):
-        """Predictive mean of y (the latent mean: the noise is symmetric); with ``return_std``
-        also the standard deviation of a new observation ``y* = f* + e``: ``sqrt(v* + scale^2
-        nu / (nu - 2))`` (latent variance plus the Student-t noise's; ``scale`` times
-        ``y_scale_`` with ``normalize_y``), ``inf`` for ``nu <= 2`` (infinite noise variance).
-        The latent's alone: ``predict_latent``.
+    def _latent_mean_cov(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and covariance of the latent f at the rows of ``X``, in the units of ``y``."""
+        mean, cov = super()._latent_mean_cov(X)
+        return self.y_center_ + self.y_scale_ * mean, self.y_scale_**2 * cov
+
+    def _noise_variance(self) -> float:
+        """Variance of the Student-t noise in the units of ``y``: ``scale^2 nu / (nu - 2)``
+        (``scale`` times ``y_scale_``), ``inf`` for ``nu <= 2``."""
+        nu, scale = self.likelihood_.nu, self.likelihood_.scale * self.y_scale_
+        return scale * scale * nu / (nu - 2.0) if nu > 2 else np.inf
+
+    def predict(self, X: Any, return_std: bool = False, return_cov: bool = False):
+        """Predictive mean of y, with scikit-learn's ``GaussianProcessRegressor`` signature.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Input points.
+        X : array-like of shape (n_rows, n_features)
         return_std : bool, default False
-            Also return the predictive standard deviation of a new observation.
+            Also return the standard deviation of a new observation ``y* = f* + e``:
+            ``sqrt(v* + scale^2 nu / (nu - 2))`` (latent variance plus the Student-t noise's;
+            ``scale`` times ``y_scale_`` with ``normalize_y``), ``inf`` for ``nu <= 2``
+            (infinite noise variance).
+        return_cov : bool, default False
+            Also return the covariance of the new observations ``y*`` at the rows of ``X``
+            jointly: the latent ``f*``'s covariance plus the noise variance on the diagonal (the
+            noise is independent across rows), so its diagonal is ``return_std``'s square.
+            An ``(n_rows, n_rows)`` matrix (the minibatch estimator takes at most 10,000 rows,
+            in memory). ``RuntimeError`` (a ``ValueError`` too) if both are requested, as
+            scikit-learn's.
 
         Returns
         -------
-        mean : ndarray of shape (n_samples,)
-        std : ndarray of shape (n_samples,)
-            Only with ``return_std``.
+        mean : ndarray of shape (n_rows,)
+            The latent mean (the noise is symmetric).
+        std : ndarray of shape (n_rows,), with ``return_std``
+        cov : ndarray of shape (n_rows, n_rows), with ``return_cov``
+
+        The latent's moments alone: ``predict_latent``.
         """
+        if return_std and return_cov:
+            raise ReturnBothError
+        if return_cov:
+            mean, cov = self._latent_mean_cov(X)
+            cov[np.diag_indices_from(cov)] += self._noise_variance()
+            return mean, cov
         mean, var = self.predict_latent(X)
         if not return_std:
             return mean
-        nu, scale = self.likelihood_.nu, self.likelihood_.scale * self.y_scale_
-        noise = scale * scale * nu / (nu - 2.0) if nu > 2 else np.inf
-        return mean, np.sqrt(var + noise)
+        return mean, np.sqrt(var + self._noise_variance())
+
+    def _observe(self, f: np.ndarray, rng: Any) -> np.ndarray:
+        """``sample_y``'s noise: ``f + scale * t_nu`` per entry (``scale`` in ``y``'s units)."""
+        scale = self.likelihood_.scale * self.y_scale_
+        return f + scale * rng.standard_t(self.likelihood_.nu, size=f.shape)
 
     def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
         """log p(y* | data) = log of int t(y* - f) N(f | m*, v*) df, per point (a density of
-        ``y`` in its own units).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input points.
-        y : array-like of shape (n_samples,)
-            Observed targets.
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-        """
+        ``y`` in its own units)."""
         self._check_is_fitted()
         X = check_X(X, estimator=type(self).__name__)
         y = check_targets(y, X.shape[0], type(self).__name__)
@@ -137,21 +145,7 @@ class StudentTPredictionsMixin:
         return self.likelihood_.log_z(mean, np.sqrt(var), yn) - np.log(self.y_scale_)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """R^2 of the predictive mean (scikit-learn's regressor score).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Test inputs.
-        y : array-like of shape (n_samples,)
-            True targets.
-        sample_weight : array-like of shape (n_samples,) or None, default None
-            Weights of the rows.
-
-        Returns
-        -------
-        float
-        """
+        """R^2 of the predictive mean (scikit-learn's regressor score)."""
         self._check_is_fitted()
         X = check_X(X, estimator=type(self).__name__)
         y = check_targets(y, X.shape[0], type(self).__name__)

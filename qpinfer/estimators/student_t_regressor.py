@@ -45,6 +45,7 @@ import numpy as np
 from qpinfer.checks import check_X
 from qpinfer.estimators.base import GPEstimatorBase
 from qpinfer.estimators.blas import limits_blas
+from qpinfer.estimators.joint_predictions import DenseJointLatentMixin
 from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelihood_method
 from qpinfer.estimators.student_t_predictions import (  # robust_center_scale: re-exported
@@ -64,7 +65,9 @@ __all__ = ["GPStudentTRegressor", "robust_center_scale"]
 
 
 @estimator
-class GPStudentTRegressor(StudentTPredictionsMixin, RegressorTagsMixin, GPEstimatorBase):
+class GPStudentTRegressor(
+    StudentTPredictionsMixin, DenseJointLatentMixin, RegressorTagsMixin, GPEstimatorBase
+):
     """GP regression with Student-t noise ``t_nu(0, scale)``, by EP, QP, Laplace or VB.
 
     Parameters

@@ -225,7 +225,7 @@ def test_log_link_regressor_on_coal(coal_data):
     pmf = np.exp(reg.log_pmf(Xs, np.broadcast_to(k, (len(Xs), k.size))))
     np.testing.assert_allclose(pmf.sum(axis=1), 1.0, atol=1e-10)
     np.testing.assert_allclose(pmf @ k, reg.predict_mean(Xs), rtol=1e-9)
-    np.testing.assert_array_equal(reg.predict(Xs), np.argmax(pmf, axis=1))
+    np.testing.assert_array_equal(reg.predict_mode(Xs), np.argmax(pmf, axis=1))
     # the exact mixture at one point, by plain quadrature
     sd = np.sqrt(var[0])
     ref = integrate.quad(

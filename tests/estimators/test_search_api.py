@@ -290,15 +290,15 @@ def _count_moments(log_p: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, n
 def test_poisson_return_std_is_the_count_predictives(link):
     X, y = coal()
     est = qpinfer.GPPoissonRegressor("ep", optimizer=None, link=link, length_scale=2.0).fit(X, y)
-    mode, std = est.predict(X, return_std=True)
-    np.testing.assert_array_equal(mode, est.predict(X))
+    mean, std = est.predict(X, return_std=True)
+    np.testing.assert_array_equal(mean, est.predict(X))
     # independent: the exact predictive pmf (the Poisson mixture over the Gaussian latent, by
     # App. C.2's normaliser / the log link's quadrature) summed over counts 0..64, far past
     # these means (<= 6) and standard deviations (<= 4)
     counts = np.arange(65.0)
     grid = np.tile(counts, (len(X), 1))
-    mean, sd = _count_moments(est.log_pmf(X, grid, exact=True), counts)
-    np.testing.assert_allclose(mean, est.predict_mean(X), rtol=1e-8)
+    pmf_mean, sd = _count_moments(est.log_pmf(X, grid, exact=True), counts)
+    np.testing.assert_allclose(mean, pmf_mean, rtol=1e-8)
     np.testing.assert_allclose(std, sd, rtol=1e-7)
     if link == "square":  # the negative binomial of App. H has the same variance, k c (1 + c)
         k, c = est.predict_negative_binomial(X)
