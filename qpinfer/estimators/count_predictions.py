@@ -227,7 +227,17 @@ class CountPredictionsMixin(SampleYMixin):
     # -- predictions (App. H) ----------------------------------------------------------------
     def predict_negative_binomial(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Shape ``k*`` and scale ``c*`` of the predictive rate's gamma (eq. (119)); square link
-        only."""
+        only.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        shape, scale : ndarray of shape (n_samples,)
+        """
         mean, var = self.predict_latent(X)
         if self._log_link():
             raise ValueError("predict_negative_binomial is for link='square' (App. H) only")
@@ -374,6 +384,19 @@ class CountPredictionsMixin(SampleYMixin):
         ``exact=True`` gives the exact Poisson mixture over the Gaussian latent predictive,
         ``log E[Poisson(y | f*^2)]``, ``f* ~ N(mu*, sigma*^2)`` (App. C.2's normaliser) instead of
         the paper's gamma approximation of ``f*^2``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+        counts : array-like of shape (n_samples,) or (n_samples, m)
+            Non-negative integer counts.
+        exact : bool, default False
+            The exact Poisson mixture instead of the negative binomial.
+
+        Returns
+        -------
+        ndarray of the shape of ``counts``
         """
         mean, var = self.predict_latent(X)
         n = mean.shape[0]

@@ -1,3 +1,4 @@
+# Over 400 lines: two public estimators, whose docstrings (parameters, methods' sections, examples) are nearly half of it; the code is about 230 lines.
 """MiniBatchSparseGPPoissonRegressor and MiniBatchSparseGPStudentTRegressor: sparse GP regression
 with Poisson counts or Student-t noise by minibatch EP / QP, for data of millions of rows or more
 than memory.
@@ -157,6 +158,20 @@ class MiniBatchSparseGPPoissonRegressor(
     energy_, validation_ntll_, n_train_ :
         As the classifier's; ``validation_ntll_`` is the held-out negative log predictive
         density per row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qpinfer import MiniBatchSparseGPPoissonRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(0, 10, size=(1000, 1))
+    >>> y = rng.poisson(4 + 3 * np.sin(X[:, 0] / 1.5))
+    >>> reg = MiniBatchSparseGPPoissonRegressor(
+    ...     15, batch_size=200, max_epochs=5, random_state=0
+    ... ).fit(X, y)
+    >>> mean = reg.predict_mean(np.array([[2.0], [7.0]]))
+    >>> bool(mean[0] > mean[1])  # the rate is about 7 at x = 2 and 1.5 at x = 7
+    True
     """
 
     _: KW_ONLY
@@ -168,7 +183,20 @@ class MiniBatchSparseGPPoissonRegressor(
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> MiniBatchSparseGPPoissonRegressor:
-        """Fit by minibatch EP/QP to inputs ``X`` and counts ``y`` (numpy or dask arrays)."""
+        """Fit by minibatch EP/QP to inputs ``X`` and counts ``y`` (numpy or dask arrays).
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like or dask array of shape (n_samples,)
+            Non-negative integer counts.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         if not (isinstance(self.link, str) and self.link in ("square", "log")):
             raise ValueError(f"link must be 'square' or 'log', got {self.link!r}")
         s = self._settings()
@@ -271,8 +299,10 @@ class MiniBatchSparseGPStudentTRegressor(
     StudentTPredictionsMixin, MiniBatchJointLatentMixin, MiniBatchRegressorBase, MiniBatchParams
 ):
     """Sparse GP regression with Student-t noise ``t_nu(0, scale)`` and M pseudo-points by
-    minibatch EP or QP (the module docstring: negative sites, ``optimize_scale``,
-    ``normalize_y`` on a dask ``y``).
+    minibatch EP or QP.
+
+    How it handles negative sites, ``optimize_scale`` and ``normalize_y`` on a dask ``y``: the
+    docstring of its module, ``qpinfer.estimators.minibatch_sparse_regressors``.
 
     Predictions as :class:`~qpinfer.estimators.student_t_regressor.GPStudentTRegressor`'s
     (:class:`~qpinfer.estimators.student_t_predictions.StudentTPredictionsMixin`); ``predict``
@@ -301,6 +331,21 @@ class MiniBatchSparseGPStudentTRegressor(
     table_, n_features_in_, kernel_, inducing_points_, n_epochs_, best_epoch_, energy_,
     validation_ntll_, n_train_ :
         As :class:`MiniBatchSparseGPPoissonRegressor`'s.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qpinfer import MiniBatchSparseGPStudentTRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(0, 6, size=(1000, 1))
+    >>> y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(1000)
+    >>> y[::50] += 4.0  # twenty outliers
+    >>> reg = MiniBatchSparseGPStudentTRegressor(
+    ...     15, batch_size=200, max_epochs=5, random_state=0
+    ... ).fit(X, y)
+    >>> mean = reg.predict(X)
+    >>> bool(np.abs(mean - np.sin(X[:, 0])).max() < 0.3)  # the fit ignores the outliers
+    True
     """
 
     _: KW_ONLY
@@ -314,7 +359,20 @@ class MiniBatchSparseGPStudentTRegressor(
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> MiniBatchSparseGPStudentTRegressor:
-        """Fit by minibatch EP/QP to inputs ``X`` and real targets ``y`` (numpy or dask)."""
+        """Fit by minibatch EP/QP to inputs ``X`` and real targets ``y`` (numpy or dask).
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like or dask array of shape (n_samples,)
+            Real targets.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         from qpinfer.likelihoods.student_t import StudentT, check_nu_scale, check_nu_supported
         from qpinfer.tables.scaled import for_likelihood
 

@@ -107,6 +107,33 @@ class GPPoissonRegressor(
         Inner iterations of the final fit, evidence evaluations while fitting, inner iterations
         of all of them, QP's table, and the wall seconds of the fit's stages (QP's search:
         ``{"ep": .., "qp": ..}``).
+
+    See Also
+    --------
+    sklearn.linear_model.PoissonRegressor : scikit-learn's (linear) Poisson regression.
+    SparseGPPoissonRegressor : the same model with M pseudo-points, for larger data.
+
+    Examples
+    --------
+    Counts drawn from a smooth rate:
+
+    >>> import numpy as np
+    >>> from qpinfer import GPPoissonRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(0, 10, size=(100, 1))
+    >>> y = rng.poisson(4 + 3 * np.sin(X[:, 0] / 1.5))
+    >>> reg = GPPoissonRegressor(method="qp").fit(X, y)
+    >>> X_new = np.array([[2.0], [7.0]])
+    >>> mean = reg.predict(X_new)  # the predictive mean of the count, float64
+    >>> bool(mean[0] > mean[1])  # the rate is about 7 at x = 2 and 1.5 at x = 7
+    True
+    >>> reg.predict_mode(X_new).dtype.kind  # the most probable count: an integer
+    'i'
+    >>> low, high = reg.predict_interval(X_new, alpha=0.9)  # 90% predictive intervals
+    >>> bool(np.all(low <= high))
+    True
+    >>> reg.log_pmf(X_new, [6, 2]).shape  # log p(count | x) under the predictive
+    (2,)
     """
 
     method: str = "qp"
@@ -119,7 +146,20 @@ class GPPoissonRegressor(
     @limits_blas
     def fit(self, X: Any, counts: Any) -> GPPoissonRegressor:
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
-        hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,)."""
+        hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        counts : array-like of shape (n_samples,)
+            Non-negative integer counts.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._validate_params()
         X = check_X(X, estimator="GPPoissonRegressor")
         likelihood, y = poisson_likelihood(self.link, counts, X.shape[0], "GPPoissonRegressor")

@@ -76,6 +76,22 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
         Eq. (128) at each start's optimum (original targets, as ``log_marginal_likelihood_``),
         the initial values' first; ``-inf`` where it failed throughout.
     n_features_in_, n_evaluations_ : int
+
+    See Also
+    --------
+    sklearn.gaussian_process.GaussianProcessRegressor : exact (dense) GP regression.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_diabetes
+    >>> from qpinfer import SparseGPRegressor
+    >>> X, y = load_diabetes(return_X_y=True)
+    >>> reg = SparseGPRegressor(20, optimize_inducing=False, random_state=0).fit(X, y)
+    >>> mean, std = reg.predict(X[:5], return_std=True)
+    >>> mean.shape, std.shape
+    ((5,), (5,))
+    >>> bool(reg.score(X, y) > 0.4)  # R^2 on the training data
+    True
     """
 
     alpha: float | str = 0.5
@@ -112,7 +128,20 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> SparseGPRegressor:
-        """Fit hyperparameters, noise and inducing inputs by maximising eq. (128)."""
+        """Fit hyperparameters, noise and inducing inputs by maximising eq. (128).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Real targets.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
         self._check_pseudo_point_params()
         alpha = self._alpha_value()
         if not (isinstance(self.noise_variance, int | float) and self.noise_variance > 0):
@@ -174,7 +203,18 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
 
     @limits_blas
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of the latent ``f*`` (original units)."""
+        """Mean and variance of the latent ``f*`` (original units).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         X = self._check_predict_X(X)
         mean, var = predict_latent_low_rank(
             self.kernel_, self.inducing_points_, self._Lu, self.posterior_, X
@@ -230,7 +270,19 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
         return f + np.sqrt(self.noise_variance_) * self._y_std * rng.standard_normal(f.shape)
 
     def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
-        """``log N(y | mean*, var* + noise)`` per test point (original units)."""
+        """``log N(y | mean*, var* + noise)`` per test point (original units).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+        y : array-like of shape (n_samples,)
+            Observed targets.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         mean, std = self.predict(X, return_std=True)
         y = np.asarray(y, dtype=np.float64).ravel()
         if y.shape != mean.shape:
@@ -239,7 +291,21 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
         return -0.5 * z * z - np.log(std) - 0.5 * _LOG_2PI
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Coefficient of determination R^2 of :meth:`predict` (scikit-learn's regressor score)."""
+        """Coefficient of determination R^2 of :meth:`predict` (scikit-learn's regressor score).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test inputs.
+        y : array-like of shape (n_samples,)
+            True targets.
+        sample_weight : array-like of shape (n_samples,) or None, default None
+            Weights of the rows.
+
+        Returns
+        -------
+        float
+        """
         pred = self.predict(X)
         y = np.asarray(y, dtype=np.float64).ravel()
         w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float)

@@ -75,7 +75,18 @@ class StudentTPredictionsMixin(SampleYMixin):
 
     def predict_latent(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the latent f at ``X`` (R&W eqs. (3.60)-(3.61)), in the units
-        of ``y`` (``normalize_y`` undone)."""
+        of ``y`` (``normalize_y`` undone).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n_samples,)
+            The latent function's predictive mean and variance.
+        """
         mean, var = super().predict_latent(X)
         return self.y_center_ + self.y_scale_ * mean, self.y_scale_**2 * var
 
@@ -136,7 +147,19 @@ class StudentTPredictionsMixin(SampleYMixin):
 
     def log_predictive_density(self, X: Any, y: Any) -> np.ndarray:
         """log p(y* | data) = log of int t(y* - f) N(f | m*, v*) df, per point (a density of
-        ``y`` in its own units)."""
+        ``y`` in its own units).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input points.
+        y : array-like of shape (n_samples,)
+            Observed targets.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         self._check_is_fitted()
         X = check_X(X, estimator=type(self).__name__)
         y = check_targets(y, X.shape[0], type(self).__name__)
@@ -145,7 +168,21 @@ class StudentTPredictionsMixin(SampleYMixin):
         return self.likelihood_.log_z(mean, np.sqrt(var), yn) - np.log(self.y_scale_)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """R^2 of the predictive mean (scikit-learn's regressor score)."""
+        """R^2 of the predictive mean (scikit-learn's regressor score).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test inputs.
+        y : array-like of shape (n_samples,)
+            True targets.
+        sample_weight : array-like of shape (n_samples,) or None, default None
+            Weights of the rows.
+
+        Returns
+        -------
+        float
+        """
         self._check_is_fitted()
         X = check_X(X, estimator=type(self).__name__)
         y = check_targets(y, X.shape[0], type(self).__name__)
