@@ -204,8 +204,8 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     """
 
     method: str = "qp"
-    table: Any = None
     _: KW_ONLY
+    table: Any = None
     alpha: float = 0.5
     likelihood: str = "probit"
     eps: float = 0.2

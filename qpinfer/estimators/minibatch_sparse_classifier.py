@@ -144,8 +144,8 @@ class MiniBatchSparseGPClassifier(
         Rows the sites were fitted on (the held-out rows excluded).
     """
 
-    alpha: float = dataclasses.field(default=1.0, kw_only=False)
     _: KW_ONLY
+    alpha: float = 1.0
     method: str = "pep"
     table: Any = None
     likelihood: str = "probit"

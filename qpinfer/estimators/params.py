@@ -12,7 +12,8 @@ them take are fields of the dataclasses below, which the estimators inherit:
 * :class:`PseudoPointParams` (the sparse estimators): ``n_inducing`` (positional, first),
   ``inducing_points``, ``optimize_inducing``, ``jitter``.
 
-They are keyword-only, after an estimator's own positional arguments. :func:`estimator` makes
+They are keyword-only: as in scikit-learn, an estimator takes at most its first parameter by
+position (the dense ones ``method``, the sparse ones ``n_inducing``), every other by keyword. :func:`estimator` makes
 an estimator class a dataclass (``__init__`` generated from the fields, no generated ``__eq__``
 or ``__repr__``: :class:`~qpinfer.estimators.protocol.ParamsMixin` has the protocol) and writes
 the shared parameters' text of :data:`PARAMETER_DOCS` into its docstring, where a line

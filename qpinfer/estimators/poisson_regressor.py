@@ -94,8 +94,8 @@ class GPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, GPEstimatorB
     """
 
     method: str = "qp"
-    table: Any = None
     _: KW_ONLY
+    table: Any = None
     link: str = "square"
 
     _POSITIVE_TARGETS = True  # counts

@@ -138,8 +138,8 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
     n_iter_, n_evaluations_ : int
     """
 
-    alpha: float = 0.5
     _: KW_ONLY
+    alpha: float = 0.5
     method: str = "pep"
     likelihood: str = "probit"
     multi_class: str = "one_vs_rest"

@@ -73,8 +73,8 @@ class SparseGPRegressor(RegressorTagsMixin, SparseEstimatorBase):
     n_features_in_, n_evaluations_ : int
     """
 
-    alpha: float | str = 0.5
     _: KW_ONLY
+    alpha: float | str = 0.5
     noise_variance: float = 0.1
     normalize_y: bool = True
 
