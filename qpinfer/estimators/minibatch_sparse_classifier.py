@@ -4,7 +4,6 @@ than memory."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from dataclasses import KW_ONLY
