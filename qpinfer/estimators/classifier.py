@@ -174,8 +174,10 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
         array of theirs) and the evidence.
     X_train_ : ndarray
     kernel_ : kernel object with the fitted hyperparameters.
-        Multi-class: the tuple of the binary classifiers' (scikit-learn has a
-        ``CompoundKernel`` there).
+        Multi-class: as scikit-learn's, a ``CompoundKernel`` of the binary classifiers'
+        kernels when they are scikit-learn kernels (its ``theta`` the concatenation that
+        ``log_marginal_likelihood`` takes), else their tuple
+        (:func:`qpinfer.estimators.multiclass.compound_kernel`).
     log_marginal_likelihood_, log_marginal_likelihood_value_ : float
         Eq. (4) at the fitted hyperparameters and sites (Laplace: R&W eq. (3.32); VB: the ELBO);
         the second name is scikit-learn's. Multi-class: the mean over the binary problems (as

@@ -17,6 +17,7 @@ from qpinfer.estimators.multiclass import (
     MultiClassMixin,
     binary_problems,
     check_multi_class,
+    compound_kernel,
     fit_binary_problems,
 )
 from qpinfer.estimators.params import estimator
@@ -220,7 +221,7 @@ class MiniBatchSparseGPClassifier(
         self.n_classes_ = int(classes.size)
         self.estimators_ = estimators
         self.n_features_in_ = X.shape[1]
-        self.kernel_ = tuple(e.kernel_ for e in estimators)
+        self.kernel_ = compound_kernel(estimators)
         return self
 
     def _warn_if_null(self, res: Any, n_positive: int) -> None:

@@ -116,6 +116,12 @@ blas_threads : int or None, default None
     threads were measured to be slower, unless you set the threads yourself (an environment
     variable such as ``OPENBLAS_NUM_THREADS``, or ``threadpoolctl.threadpool_limits``), which
     is then left alone (:mod:`qpinfer.estimators.blas`). An int: that many threads.""",
+    "verbose": """\
+verbose : bool, default False
+    Show the hyperparameter search's progress on standard error (a tqdm bar: the evaluations,
+    each an inner loop run to convergence, and the best evidence so far; one bar per search
+    stage and restart round). ``False``: silent. A fit with ``optimizer=None`` has no search
+    and shows nothing.""",
     "schedule": """\
 schedule : {"parallel", "sequential"}
     Site-update schedule (see :func:`qpinfer.inference.ep.run_ep`).""",
@@ -156,7 +162,7 @@ jitter : float
 #: placeholders that stand for several entries of :data:`PARAMETER_DOCS`, in this order: the
 #: search's settings after ``optimizer`` (all five estimators) and the site loop's
 PARAMETER_GROUPS = {
-    "search_settings": ("n_restarts_optimizer", "optimizer_maxiter", "blas_threads"),
+    "search_settings": ("n_restarts_optimizer", "optimizer_maxiter", "blas_threads", "verbose"),
     "site_loop": ("schedule", "max_iter"),
 }
 PARAMETER_DOCS.update(
@@ -209,6 +215,7 @@ class SharedParams(ParamsMixin):
     optimizer_maxiter: int = OPTIMIZER_MAXITER
     random_state: Any = None
     blas_threads: int | None = None
+    verbose: bool = False
 
     def _check_search_params(self) -> None:
         """Validate ``optimizer``, ``n_restarts_optimizer``, ``optimizer_maxiter``,
@@ -220,6 +227,8 @@ class SharedParams(ParamsMixin):
         if not isinstance(self.ard, bool | np.bool_):
             raise ValueError(f"ard must be True or False, got {self.ard!r}")
         check_blas_threads(self.blas_threads)
+        if not isinstance(self.verbose, bool | np.bool_ | int):
+            raise ValueError(f"verbose must be True or False, got {self.verbose!r}")
 
     def _search_options(self, n_drawn: int | None = None) -> dict[str, Any]:
         """The keyword arguments of :func:`qpinfer.inference.optimize.search_evidence` these
@@ -229,6 +238,7 @@ class SharedParams(ParamsMixin):
             "n_restarts": int(self.n_restarts_optimizer),
             "random_state": self.random_state,
             "n_drawn": n_drawn,
+            "progress": bool(self.verbose),
         }
 
     def latent_mean_and_variance(self, X: Any) -> tuple[np.ndarray, np.ndarray]:

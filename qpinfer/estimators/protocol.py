@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.checks import check_X
+from qpinfer.estimators.boundary import wrap_public_methods
 
 __all__ = [
     "NotFittedError",
@@ -25,6 +26,7 @@ __all__ = [
     "RegressorTagsMixin",
     "log_marginal_likelihood_method",
     "not_fitted_error",
+    "set_kernel_theta",
 ]
 
 
@@ -55,6 +57,12 @@ class ParamsMixin:
 
     #: the attribute whose presence means "fitted"
     _FITTED_ATTR = "result_"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Wrap the public methods of every estimator class in the boundary of
+        :mod:`qpinfer.estimators.boundary` (warnings at the user's line, feature names)."""
+        super().__init_subclass__(**kwargs)
+        wrap_public_methods(cls)
 
     @classmethod
     def _get_param_names(cls) -> tuple[str, ...]:
@@ -145,7 +153,10 @@ def log_marginal_likelihood_method(doc: str) -> Any:
     """An estimator's ``log_marginal_likelihood`` method, with scikit-learn's signature and the
     docstring ``doc``: after the fitted check it returns the estimator's
     ``_log_marginal_likelihood(theta, eval_gradient, clone_kernel)`` (the evidence, and with
-    ``eval_gradient`` also its gradient in ``theta``)."""
+    ``eval_gradient`` also its gradient in ``theta``) as scikit-learn's types: a
+    ``numpy.float64``, or the tuple ``(numpy.float64, ndarray)``. As scikit-learn, with a
+    ``theta`` and ``clone_kernel=False`` the fitted ``kernel_`` is set to ``theta``
+    (:func:`set_kernel_theta`; the posterior, ``result_``, stays the fitted one)."""
 
     def log_marginal_likelihood(
         self,
@@ -154,10 +165,30 @@ def log_marginal_likelihood_method(doc: str) -> Any:
         clone_kernel: bool = True,
     ) -> float | tuple[float, np.ndarray]:
         self._check_is_fitted()
-        return self._log_marginal_likelihood(theta, eval_gradient, clone_kernel)
+        out = self._log_marginal_likelihood(theta, eval_gradient, clone_kernel)
+        if theta is not None and not clone_kernel:
+            set_kernel_theta(self, theta)
+        if eval_gradient:
+            value, gradient = out
+            return np.float64(value), np.asarray(gradient, dtype=np.float64)
+        return np.float64(out)
 
     log_marginal_likelihood.__doc__ = doc
     return log_marginal_likelihood
+
+
+def set_kernel_theta(est: Any, theta: Any) -> None:
+    """scikit-learn's ``kernel_.theta = theta`` (``log_marginal_likelihood`` with
+    ``clone_kernel=False``): ``theta``'s first ``kernel_.theta.size`` entries (the rest are an
+    estimator's own, e.g. the noise variance) set on ``kernel_`` in place where it has a
+    ``theta`` setter (scikit-learn kernels), else ``kernel_`` replaced by ``with_theta``."""
+    kernel = est.kernel_
+    n = np.asarray(kernel.theta).size
+    theta = np.asarray(theta, dtype=np.float64).ravel()[:n]
+    try:
+        kernel.theta = theta
+    except AttributeError:
+        est.kernel_ = kernel.with_theta(theta)
 
 
 class RegressorTagsMixin:

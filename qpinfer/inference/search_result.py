@@ -69,7 +69,7 @@ def sklearn_compatible(category: type[Warning]) -> type[Warning]:
     Gaussian process estimators) sees qpinfer's search warnings too; qpinfer never imports
     scikit-learn for it."""
     sk = sys.modules.get("sklearn.exceptions")
-    if sk is None:
+    if sk is None or issubclass(category, sk.ConvergenceWarning):
         return category
     sub = _sklearn_subclasses.get(category)
     if sub is None:

@@ -65,6 +65,7 @@ from qpinfer.inference.sweeps import parallel_sweep, sequential_sweep
 __all__ = [
     "SCHEDULES",
     "ConvergenceWarning",
+    "convergence_category",
     "SiteResult",
     "SweepControl",
     "SweepSettings",
@@ -85,9 +86,21 @@ class ConvergenceWarning(UserWarning):
     :class:`~qpinfer.inference.search_result.OptimizerWarning` and
     :class:`~qpinfer.inference.search_result.BoundWarning`) the hyperparameter search failed or
     ended at a bound, naming the hyperparameter and the bound. qpinfer's counterpart of
-    scikit-learn's ``sklearn.exceptions.ConvergenceWarning`` (not a subclass: qpinfer never
-    imports scikit-learn); ``warnings.filterwarnings("ignore", category=ConvergenceWarning)``
-    silences them all."""
+    scikit-learn's ``sklearn.exceptions.ConvergenceWarning``: once scikit-learn is loaded, each
+    is raised as its subclass that is also scikit-learn's (:func:`convergence_category`;
+    qpinfer never imports scikit-learn), so that
+    ``warnings.filterwarnings("ignore", category=sklearn.exceptions.ConvergenceWarning)``
+    silences them all, as does ``category=qpinfer.ConvergenceWarning``."""
+
+
+def convergence_category(category: type[Warning] = ConvergenceWarning) -> type[Warning]:
+    """``category`` (a :class:`ConvergenceWarning`), or, once scikit-learn is loaded, its
+    subclass that is also scikit-learn's ``ConvergenceWarning``
+    (:func:`qpinfer.inference.search_result.sklearn_compatible`, imported here at call time:
+    that module imports this one)."""
+    from qpinfer.inference.search_result import sklearn_compatible
+
+    return sklearn_compatible(category)
 
 
 class SequentialPosterior(Protocol):
@@ -238,7 +251,7 @@ class SweepControl:
                 f"{what} did not converge within max_iter={s.max_iter} sweeps "
                 f"(best RMS change of site parameters {self.best_rms:.3g}, tol={s.tol:.3g}); "
                 "returning the sites with the smallest change",
-                ConvergenceWarning,
+                convergence_category(),
                 stacklevel=stacklevel + 1,
             )
         return self.best if np.isfinite(self.best_rms) else None
@@ -355,7 +368,7 @@ def run_sites(
             "posterior covariance is the prior's, not a fit to the data; the likely cause: a "
             "prior (kernel) matrix that is not positive semi-definite, which makes every cavity "
             "improper",
-            ConvergenceWarning,
+            convergence_category(),
             stacklevel=stacklevel,
         )
     post = representation.refresh(tau, nu)
