@@ -205,7 +205,7 @@ class GPEstimatorBase(SiteLoopParams):
         self.likelihood_ = likelihood = with_moment_table(self, likelihood, table)
         self.table_ = table
         self.projection_ = self._projection(likelihood, table)
-        kernel = self._initial_kernel(X.shape[1])
+        kernel = self._initial_kernel(X.shape[1] if X.ndim == 2 else 0)
         K = kernel(X)
         check_kernel_matrix(K, kernel)
         degenerate = degenerate_kernel_matrix(K)
@@ -222,7 +222,10 @@ class GPEstimatorBase(SiteLoopParams):
             self.n_inner_iter_total_ = int(result.n_iter)
             self._warn_not_converged(result)
 
-        self.n_features_in_ = X.shape[1]
+        if X.ndim == 2:
+            self.n_features_in_ = X.shape[1]
+        elif "n_features_in_" in vars(self):  # samples that are not vectors: no features
+            del self.n_features_in_
         self.X_train_ = X
         self.y_train_ = y
         self.kernel_ = sklearn_face(kernel)  # scikit-learn's face of the default kernel

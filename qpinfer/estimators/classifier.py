@@ -274,7 +274,7 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
         """Fit sites (and, with ``optimizer="lbfgs"``, kernel hyperparameters) to ``(X, y)``;
         more than two classes: the binary problems of ``multi_class``."""
         self._validate_params()
-        X = _check_X(X)
+        X = self._check_fit_X(X)
         y = _check_y(y, X.shape[0])
         if np.unique(y).size > 2:
             return self._fit_multiclass(X, y, np.unique(y))

@@ -233,7 +233,8 @@ class MultiClassMixin:
         self.classes_ = classes
         self.n_classes_ = int(classes.size)
         self.estimators_ = estimators
-        self.n_features_in_ = X.shape[1]
+        if X.ndim == 2:  # (samples that are not vectors have no features)
+            self.n_features_in_ = X.shape[1]
         self.kernel_ = compound_kernel(estimators)
         self.n_iter_ = np.array([e.n_iter_ for e in estimators])
         lml = float(np.mean([e.log_marginal_likelihood_ for e in estimators]))

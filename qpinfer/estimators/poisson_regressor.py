@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import KW_ONLY
 from typing import Any
 
-from qpinfer.checks import check_X
 from qpinfer.estimators.base import GPEstimatorBase
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.count_predictions import (  # re-exported (were defined here)
@@ -105,7 +104,7 @@ class GPPoissonRegressor(CountPredictionsMixin, RegressorTagsMixin, GPEstimatorB
         """Fit the latent posterior (and, with ``optimizer="lbfgs"``, the kernel
         hyperparameters) to inputs ``X`` (n_samples, n_features) and counts (n_samples,)."""
         self._validate_params()
-        X = check_X(X, estimator="GPPoissonRegressor")
+        X = self._check_fit_X(X)
         likelihood, y = poisson_likelihood(self.link, counts, X.shape[0], "GPPoissonRegressor")
         self._fit_latent(X, y, likelihood)
         return self

@@ -80,8 +80,22 @@ class ParamsMixin:
                 "appropriate arguments before using this estimator."
             )
 
+    def _vector_input(self) -> bool:
+        """Whether the kernel takes feature vectors: ``False`` for a ``kernel`` whose
+        ``requires_vector_input`` is false (scikit-learn's attribute: a kernel on strings,
+        graphs, ...), whose ``X`` is then any sequence of samples."""
+        kernel = getattr(self, "kernel", None)
+        return kernel is None or bool(getattr(kernel, "requires_vector_input", True))
+
+    def _check_fit_X(self, X: Any) -> np.ndarray:
+        """``fit``'s ``X``: :func:`qpinfer.checks.check_X`, with ``vector`` as the kernel says
+        (:meth:`_vector_input`)."""
+        return check_X(X, estimator=type(self).__name__, vector=self._vector_input())
+
     def _check_predict_X(self, X: Any) -> np.ndarray:
         self._check_is_fitted()
+        if not self._vector_input():
+            return check_X(X, estimator=type(self).__name__, vector=False)
         X = check_X(X, estimator=type(self).__name__)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(
