@@ -1,7 +1,7 @@
 """The boundary of the estimators' public methods: warnings at the user's line, feature names.
 
-:func:`wrap_public_methods` (called by
-:meth:`qpinfer.estimators.protocol.ParamsMixin.__init_subclass__`) wraps ``fit``,
+:func:`wrap_public_methods` (called for every subclass of
+:class:`qpinfer.estimators.protocol.ParamsMixin` as it is defined) wraps ``fit``,
 ``partial_fit``, the predictions, ``score`` and ``log_marginal_likelihood`` of every estimator
 class so that, called from outside qpinfer:
 
@@ -183,7 +183,7 @@ def _boundary(name: str, func: Any) -> Any:
 
 
 def wrap_public_methods(cls: type) -> None:
-    """Wrap ``cls``'s public methods (those of :data:`_WRAPPED` it has, its own or inherited)
+    """Wrap ``cls``'s public methods (those of ``_WRAPPED`` it has, its own or inherited)
     in the boundary of the module docstring, each once."""
     for name in _WRAPPED:
         func = getattr(cls, name, None)

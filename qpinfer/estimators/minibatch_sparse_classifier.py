@@ -92,7 +92,11 @@ class MiniBatchSparseGPClassifier(
         Where QP gets sigma* from, as :class:`qpinfer.GPClassifier`'s ``table``.
     kernel, variance, length_scale, ard :
         The initial kernel: a scikit-learn kernel (with inducing-input derivatives), or the SE
-        kernel of ``variance`` and ``length_scale`` (one per feature if ``ard``).
+        kernel of ``variance`` and ``length_scale`` (one per feature if ``ard``; its fitted
+        ``kernel_`` is scikit-learn's equivalent ``ConstantKernel * RBF`` when scikit-learn is
+        installed, :mod:`qpinfer.kernels.sklearn_se`). A kernel on non-vector inputs
+        (``requires_vector_input`` false) is refused: the inducing points are points of the
+        input space.
     optimizer : {"adam"} or None, default "adam"
         Fit the kernel's log hyperparameters (and ``optimize_inducing``: the inducing inputs)
         by Adam, or keep them.
