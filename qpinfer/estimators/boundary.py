@@ -14,7 +14,7 @@ class so that, called from outside qpinfer:
 * qpinfer's convergence warnings (:class:`~qpinfer.inference.site_loop.ConvergenceWarning` and
   its subclasses) are re-emitted, once scikit-learn is loaded, as their subclass that is also
   scikit-learn's ``ConvergenceWarning``
-  (:func:`qpinfer.inference.search_result.sklearn_compatible`);
+  (:func:`qpinfer.inference.sklearn_warnings.sklearn_compatible`);
 * as scikit-learn's ``validate_data``: ``fit`` (and a first ``partial_fit``) records
   ``feature_names_in_`` when ``X`` has string column names (a pandas ``DataFrame``) and deletes
   it otherwise; the other methods taking ``X`` warn when ``X`` has names and the fit had none or
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.inference.search_result import sklearn_compatible
 from qpinfer.inference.site_loop import ConvergenceWarning
+from qpinfer.inference.sklearn_warnings import sklearn_compatible
 
 __all__ = ["PACKAGE_DIR", "X_METHODS", "caller_frame", "feature_names", "wrap_public_methods"]
 

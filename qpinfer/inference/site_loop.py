@@ -60,6 +60,7 @@ from qpinfer.inference.site_update import (  # noqa: F401 (re-exported: here bef
     resolve_floor,
     site_proposal,
 )
+from qpinfer.inference.sklearn_warnings import register, sklearn_compatible
 from qpinfer.inference.sweeps import parallel_sweep, sequential_sweep
 
 __all__ = [
@@ -80,6 +81,7 @@ STALL_SWEEPS = 20
 MIN_DAMPING = 1.0 / 64.0
 
 
+@register
 class ConvergenceWarning(UserWarning):
     """A fit did not converge: the site updates did not reach the requested tolerance within
     ``max_iter`` sweeps, or (the subclasses
@@ -96,10 +98,7 @@ class ConvergenceWarning(UserWarning):
 def convergence_category(category: type[Warning] = ConvergenceWarning) -> type[Warning]:
     """``category`` (a :class:`ConvergenceWarning`), or, once scikit-learn is loaded, its
     subclass that is also scikit-learn's ``ConvergenceWarning``
-    (:func:`qpinfer.inference.search_result.sklearn_compatible`, imported here at call time:
-    that module imports this one)."""
-    from qpinfer.inference.search_result import sklearn_compatible
-
+    (:func:`qpinfer.inference.sklearn_warnings.sklearn_compatible`)."""
     return sklearn_compatible(category)
 
 
