@@ -57,7 +57,7 @@ def run_one(X, y, split: int, m: int, alpha, max_iter: int) -> dict:
         warnings.simplefilter("ignore")
         reg = SparseGPRegressor(
             m,
-            alpha,
+            alpha=alpha,
             ard=True,
             random_state=split,
             optimizer_maxiter=max_iter,

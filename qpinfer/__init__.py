@@ -1,7 +1,7 @@
 """qpinfer: Quantile Propagation (L2-Wasserstein projected EP) for Gaussian processes.
 
-Lightweight: depends on numpy, scipy, zarr, threadpoolctl and joblib only (joblib imported only
-by multi-class fits; never dask, distributed or mpmath). The public API is ``qpinfer.__all__``
+Lightweight: depends on numpy, scipy, zarr, threadpoolctl, joblib and tqdm only (joblib imported only
+by multi-class fits, tqdm by verbose ones; never dask, distributed or mpmath). The public API is ``qpinfer.__all__``
 (what ``dir(qpinfer)`` lists).
 
 The rooms, lowest first (each subpackage's docstring says what it holds and may import; the

@@ -129,10 +129,18 @@ def check_squared_distances(X: np.ndarray, name: str) -> None:
     )
 
 
-def check_X(X: Any, name: str = "X", estimator: str = "this estimator") -> np.ndarray:
-    """A finite 2-d float64 array with at least one row and one column, or ``ValueError``."""
+def check_X(
+    X: Any, name: str = "X", estimator: str = "this estimator", *, vector: bool = True
+) -> np.ndarray:
+    """A finite 2-d float64 array with at least one row and one column, or ``ValueError``.
+
+    ``vector=False`` (a kernel on other inputs, scikit-learn's ``requires_vector_input =
+    False``): any sequence of at least one sample, as an array of the samples
+    (:func:`check_samples`)."""
     if X is None:
         raise ValueError(f"{name} is None; expected a 2-d array of shape (n_samples, n_features)")
+    if not vector:
+        return check_samples(X, name)
     if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
         raise TypeError(
             f"{name}: sparse input is not supported by {estimator}; convert it with "
@@ -161,6 +169,26 @@ def check_X(X: Any, name: str = "X", estimator: str = "this estimator") -> np.nd
     if not np.isfinite(arr).all():
         raise ValueError(f"Input {name} contains NaN or infinity.")
     check_squared_distances(arr, name)
+    return arr
+
+
+def check_samples(X: Any, name: str = "X") -> np.ndarray:
+    """The samples of ``X`` for a kernel on non-vector inputs (strings, graphs, ...), as
+    scikit-learn's ``check_array(X, ensure_2d=False, dtype=None)``: ``numpy.asarray(X)``, or a
+    1-d object array of its items where they do not form a regular array; ``ValueError``
+    unless ``X`` is a sequence of at least one sample."""
+    if isinstance(X, str | bytes) or not hasattr(X, "__len__"):
+        raise ValueError(f"{name} must be a sequence of samples, got {type(X).__name__}")
+    try:
+        arr = np.asarray(X)
+    except ValueError:  # ragged: one object per sample
+        arr = np.empty(len(X), dtype=object)
+        arr[:] = list(X)
+    if arr.ndim == 0 or arr.shape[0] < 1:
+        raise ValueError(
+            f"Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required "
+            f"({name})."
+        )
     return arr
 
 

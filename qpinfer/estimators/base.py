@@ -88,6 +88,7 @@ from qpinfer.inference.search_space import kernel_block, search_space
 from qpinfer.inference.site_chord import EP_CHORD_MIN_SITES, SearchChord
 from qpinfer.inference.total_gradient import qp_objective_gradient
 from qpinfer.inference.vb import elbo, vb_fixed_point
+from qpinfer.kernels.sklearn_se import sklearn_face
 
 __all__ = [
     "DataConversionWarning",
@@ -204,7 +205,7 @@ class GPEstimatorBase(SiteLoopParams):
         self.likelihood_ = likelihood = with_moment_table(self, likelihood, table)
         self.table_ = table
         self.projection_ = self._projection(likelihood, table)
-        kernel = self._initial_kernel(X.shape[1])
+        kernel = self._initial_kernel(X.shape[1] if X.ndim == 2 else 0)
         K = kernel(X)
         check_kernel_matrix(K, kernel)
         degenerate = degenerate_kernel_matrix(K)
@@ -221,10 +222,13 @@ class GPEstimatorBase(SiteLoopParams):
             self.n_inner_iter_total_ = int(result.n_iter)
             self._warn_not_converged(result)
 
-        self.n_features_in_ = X.shape[1]
+        if X.ndim == 2:
+            self.n_features_in_ = X.shape[1]
+        elif "n_features_in_" in vars(self):  # samples that are not vectors: no features
+            del self.n_features_in_
         self.X_train_ = X
         self.y_train_ = y
-        self.kernel_ = kernel
+        self.kernel_ = sklearn_face(kernel)  # scikit-learn's face of the default kernel
         self.result_ = result
         if isinstance(result, EPResult):
             self.ep_result_ = result
@@ -409,10 +413,11 @@ class GPEstimatorBase(SiteLoopParams):
         for EP at convergence; see :mod:`qpinfer.inference.ep` for QP), R&W Alg. 5.1 (Laplace,
         total), and for VB the partial derivative at the optimal ``(alpha, beta)`` (total by the
         envelope theorem, up to the inner optimiser's tolerance); with ``theta=None`` the
-        gradient is the fitted one's (scikit-learn refuses that combination). The fitted model
-        is never modified: ``clone_kernel=False`` (scikit-learn's way of saving a copy) reuses
-        ``kernel_`` when ``theta`` is its own hyperparameters and builds the kernel at ``theta``
-        otherwise, as ``clone_kernel=True`` does.
+        gradient is the fitted one's (scikit-learn refuses that combination). Returns a
+        ``numpy.float64`` (with ``eval_gradient``: ``(numpy.float64, ndarray)``). As
+        scikit-learn, ``clone_kernel=False`` sets ``kernel_.theta`` to ``theta`` (the posterior,
+        ``result_``, stays the fitted one, so that predictions then mix the two, as
+        scikit-learn's do); ``clone_kernel=True`` leaves the model as fitted.
         """
     )
 

@@ -174,8 +174,10 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
         array of theirs) and the evidence.
     X_train_ : ndarray
     kernel_ : kernel object with the fitted hyperparameters.
-        Multi-class: the tuple of the binary classifiers' (scikit-learn has a
-        ``CompoundKernel`` there).
+        Multi-class: as scikit-learn's, a ``CompoundKernel`` of the binary classifiers'
+        kernels when they are scikit-learn kernels (its ``theta`` the concatenation that
+        ``log_marginal_likelihood`` takes), else their tuple
+        (:func:`qpinfer.estimators.multiclass.compound_kernel`).
     log_marginal_likelihood_, log_marginal_likelihood_value_ : float
         Eq. (4) at the fitted hyperparameters and sites (Laplace: R&W eq. (3.32); VB: the ELBO);
         the second name is scikit-learn's. Multi-class: the mean over the binary problems (as
@@ -236,8 +238,8 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     """
 
     method: str = "qp"
-    table: Any = None
     _: KW_ONLY
+    table: Any = None
     alpha: float = 0.5
     likelihood: str = "probit"
     eps: float = 0.2
@@ -317,7 +319,7 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
             The fitted estimator.
         """
         self._validate_params()
-        X = _check_X(X)
+        X = self._check_fit_X(X)
         y = _check_y(y, X.shape[0])
         if np.unique(y).size > 2:
             return self._fit_multiclass(X, y, np.unique(y))

@@ -37,6 +37,7 @@ from qpinfer.inference.sparse.pseudo_points import (
     kmeans_inducing_points,
     predict_latent_low_rank,
 )
+from qpinfer.kernels.sklearn_se import sklearn_face
 
 __all__ = ["KMEANS_SAMPLE_ROWS", "MiniBatchParams", "MiniBatchSparseBase", "check_known_chunks"]
 
@@ -194,7 +195,7 @@ class MiniBatchSparseBase(SchedulerCloneMixin):
                 runner = DaskRunner(client, X, y, part)
                 res = fit_minibatch(kernel, Z, target, X.shape[0], projection, runner, s)
         self.n_features_in_ = X.shape[1]
-        self.kernel_ = res.kernel
+        self.kernel_ = sklearn_face(res.kernel)  # scikit-learn's face of the default kernel
         self.inducing_points_ = res.Z
         self.projection_ = projection
         self.result_ = res

@@ -4,7 +4,6 @@ than memory."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from dataclasses import KW_ONLY
@@ -18,6 +17,7 @@ from qpinfer.estimators.multiclass import (
     MultiClassMixin,
     binary_problems,
     check_multi_class,
+    compound_kernel,
     fit_binary_problems,
 )
 from qpinfer.estimators.params import estimator
@@ -92,7 +92,11 @@ class MiniBatchSparseGPClassifier(
         Where QP gets sigma* from, as :class:`qpinfer.GPClassifier`'s ``table``.
     kernel, variance, length_scale, ard :
         The initial kernel: a scikit-learn kernel (with inducing-input derivatives), or the SE
-        kernel of ``variance`` and ``length_scale`` (one per feature if ``ard``).
+        kernel of ``variance`` and ``length_scale`` (one per feature if ``ard``; its fitted
+        ``kernel_`` is scikit-learn's equivalent ``ConstantKernel * RBF`` when scikit-learn is
+        installed, :mod:`qpinfer.kernels.sklearn_se`). A kernel on non-vector inputs
+        (``requires_vector_input`` false) is refused: the inducing points are points of the
+        input space.
     optimizer : {"adam"} or None, default "adam"
         Fit the kernel's log hyperparameters (and ``optimize_inducing``: the inducing inputs)
         by Adam, or keep them.
@@ -162,8 +166,8 @@ class MiniBatchSparseGPClassifier(
     (3, 2)
     """
 
-    alpha: float = dataclasses.field(default=1.0, kw_only=False)
     _: KW_ONLY
+    alpha: float = 1.0
     method: str = "pep"
     table: Any = None
     likelihood: str = "probit"
@@ -252,7 +256,7 @@ class MiniBatchSparseGPClassifier(
         self.n_classes_ = int(classes.size)
         self.estimators_ = estimators
         self.n_features_in_ = X.shape[1]
-        self.kernel_ = tuple(e.kernel_ for e in estimators)
+        self.kernel_ = compound_kernel(estimators)
         return self
 
     def _warn_if_null(self, res: Any, n_positive: int) -> None:

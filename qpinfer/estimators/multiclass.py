@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import warnings
 from itertools import combinations
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "MULTI_CLASS",
     "MultiClassMixin",
     "check_multi_class",
+    "compound_kernel",
     "couple_pairwise",
     "ovo_decision_function",
 ]
@@ -181,13 +183,26 @@ def couple_pairwise(r_pairs: np.ndarray, n_classes: int) -> np.ndarray:
     return p / p.sum(axis=1, keepdims=True)
 
 
+def compound_kernel(estimators: list) -> Any:
+    """The ``kernel_`` of a multi-class fit: as scikit-learn's GPC, a
+    ``sklearn.gaussian_process.kernels.CompoundKernel`` of the binary estimators' kernels (the
+    same objects, so that setting its ``theta``, their concatenation, sets theirs) when they are
+    scikit-learn kernels (then scikit-learn is loaded; qpinfer does not import it); else the
+    tuple of the binary ``kernel_`` (qpinfer's own kernels have no compound)."""
+    kernels = [getattr(e.kernel_, "wrapped", e.kernel_) for e in estimators]
+    sk = sys.modules.get("sklearn.gaussian_process.kernels")
+    if sk is not None and all(isinstance(k, sk.Kernel) for k in kernels):
+        return sk.CompoundKernel(kernels)
+    return tuple(e.kernel_ for e in estimators)
+
+
 class MultiClassMixin:
     """``k > 2`` classes by one-vs-rest or one-vs-one binary classifiers (module docstring).
 
     Put it before the binary predictions in the class's bases; ``fit`` calls
     ``_fit_multiclass`` for ``k > 2`` classes and ``_forget_multiclass`` otherwise.
     Multi-class fits set ``classes_``, ``n_classes_``, ``estimators_``, ``n_features_in_``,
-    ``kernel_`` (the tuple of the binary ``kernel_``), ``n_iter_`` (the array of the binary
+    ``kernel_`` (:func:`compound_kernel` of the binary ``kernel_``), ``n_iter_`` (the array of the binary
     ``n_iter_``), ``log_marginal_likelihood_`` and ``log_marginal_likelihood_value_`` (the mean
     over the binary problems, as scikit-learn); every other fitted attribute of the binary fit
     is on ``estimators_[i]`` only.
@@ -218,8 +233,9 @@ class MultiClassMixin:
         self.classes_ = classes
         self.n_classes_ = int(classes.size)
         self.estimators_ = estimators
-        self.n_features_in_ = X.shape[1]
-        self.kernel_ = tuple(e.kernel_ for e in estimators)
+        if X.ndim == 2:  # (samples that are not vectors have no features)
+            self.n_features_in_ = X.shape[1]
+        self.kernel_ = compound_kernel(estimators)
         self.n_iter_ = np.array([e.n_iter_ for e in estimators])
         lml = float(np.mean([e.log_marginal_likelihood_ for e in estimators]))
         self.log_marginal_likelihood_ = lml
@@ -370,7 +386,7 @@ class MultiClassMixin:
             return self.log_marginal_likelihood_
         theta = np.asarray(theta, dtype=np.float64)
         n_est = len(self.estimators_)
-        n_dims = self.kernel_[0].theta.size
+        n_dims = np.asarray(self.estimators_[0].kernel_.theta).size
         if theta.shape == (n_dims,):
             thetas = [theta] * n_est
         elif theta.shape == (n_dims * n_est,):
@@ -384,9 +400,11 @@ class MultiClassMixin:
             e.log_marginal_likelihood(t, eval_gradient, **kwargs)
             for e, t in zip(self.estimators_, thetas)
         ]
+        if not kwargs.get("clone_kernel", True):  # the binary kernel_ were set to theta
+            self.kernel_ = compound_kernel(self.estimators_)
         if not eval_gradient:
-            return float(np.mean(out))
-        value = float(np.mean([v for v, _ in out]))
+            return np.float64(np.mean(out))
+        value = np.float64(np.mean([v for v, _ in out]))
         grads = [np.asarray(g, dtype=np.float64) for _, g in out]
         if theta.shape == (n_dims,):
             return value, np.mean(grads, axis=0)

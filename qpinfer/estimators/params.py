@@ -12,7 +12,8 @@ them take are fields of the dataclasses below, which the estimators inherit:
 * :class:`PseudoPointParams` (the sparse estimators): ``n_inducing`` (positional, first),
   ``inducing_points``, ``optimize_inducing``, ``jitter``.
 
-They are keyword-only, after an estimator's own positional arguments. :func:`estimator` makes
+They are keyword-only: as in scikit-learn, an estimator takes at most its first parameter by
+position (the dense ones ``method``, the sparse ones ``n_inducing``), every other by keyword. :func:`estimator` makes
 an estimator class a dataclass (``__init__`` generated from the fields, no generated ``__eq__``
 or ``__repr__``: :class:`~qpinfer.estimators.protocol.ParamsMixin` has the protocol) and writes
 the shared parameters' text of :data:`PARAMETER_DOCS` into its docstring, where a line
@@ -66,7 +67,16 @@ kernel : kernel object or None
     scikit-learn kernel (``repr``, ``get_params``, ``theta``, ``kernel_.k1``; the object
     itself is ``kernel_.wrapped``). Nested parameters such as ``kernel__length_scale`` work in
     ``set_params`` and grid searches. ``None``: the SE kernel built from ``variance``,
-    ``length_scale`` and ``ard`` (those three are ignored when ``kernel`` is given). The dense
+    ``length_scale`` and ``ard`` (those three are ignored when ``kernel`` is given); with
+    scikit-learn installed its fitted ``kernel_`` is scikit-learn's equivalent
+    ``ConstantKernel(variance) * RBF(length_scale)`` (same ``theta``, bounds ``(1e-5, 1e5)``)
+    while the arithmetic stays qpinfer's SE kernel
+    (:class:`~qpinfer.kernels.sklearn_se.SklearnFacedSE`; searching with scikit-learn's kernel
+    itself was 2.2x slower on Ionosphere with ARD, its derivatives an ``N x N x P`` array). A
+    kernel whose ``requires_vector_input`` is false (a scikit-learn kernel on strings,
+    graphs, ...) makes the dense estimators take ``X`` as any sequence of samples, as
+    scikit-learn's GPC does (no ``n_features_in_`` then); the sparse estimators refuse it with
+    a ``ValueError``: their inducing points are points of the input space. The dense
     estimators check its matrix on X at the start and at every hyperparameter value tried: one
     that is not symmetric positive semi-definite beyond round-off (a ``ConstantKernel`` with a
     negative value; scikit-learn's ``ExpSineSquared`` on more than one feature, whose Euclidean
@@ -115,6 +125,12 @@ blas_threads : int or None, default None
     threads were measured to be slower, unless you set the threads yourself (an environment
     variable such as ``OPENBLAS_NUM_THREADS``, or ``threadpoolctl.threadpool_limits``), which
     is then left alone (:mod:`qpinfer.estimators.blas`). An int: that many threads.""",
+    "verbose": """\
+verbose : bool, default False
+    Show the hyperparameter search's progress on standard error (a tqdm bar: the evaluations,
+    each an inner loop run to convergence, and the best evidence so far; one bar per search
+    stage and restart round). ``False``: silent. A fit with ``optimizer=None`` has no search
+    and shows nothing.""",
     "schedule": """\
 schedule : {"parallel", "sequential"}
     Site-update schedule (see :func:`qpinfer.inference.ep.run_ep`).""",
@@ -155,7 +171,7 @@ jitter : float
 #: placeholders that stand for several entries of :data:`PARAMETER_DOCS`, in this order: the
 #: search's settings after ``optimizer`` (all five estimators) and the site loop's
 PARAMETER_GROUPS = {
-    "search_settings": ("n_restarts_optimizer", "optimizer_maxiter", "blas_threads"),
+    "search_settings": ("n_restarts_optimizer", "optimizer_maxiter", "blas_threads", "verbose"),
     "site_loop": ("schedule", "max_iter"),
 }
 PARAMETER_DOCS.update(
@@ -208,6 +224,7 @@ class SharedParams(ParamsMixin):
     optimizer_maxiter: int = OPTIMIZER_MAXITER
     random_state: Any = None
     blas_threads: int | None = None
+    verbose: bool = False
 
     def _check_search_params(self) -> None:
         """Validate ``optimizer``, ``n_restarts_optimizer``, ``optimizer_maxiter``,
@@ -219,6 +236,8 @@ class SharedParams(ParamsMixin):
         if not isinstance(self.ard, bool | np.bool_):
             raise ValueError(f"ard must be True or False, got {self.ard!r}")
         check_blas_threads(self.blas_threads)
+        if not isinstance(self.verbose, bool | np.bool_ | int):
+            raise ValueError(f"verbose must be True or False, got {self.verbose!r}")
 
     def _search_options(self, n_drawn: int | None = None) -> dict[str, Any]:
         """The keyword arguments of :func:`qpinfer.inference.optimize.search_evidence` these
@@ -228,6 +247,7 @@ class SharedParams(ParamsMixin):
             "n_restarts": int(self.n_restarts_optimizer),
             "random_state": self.random_state,
             "n_drawn": n_drawn,
+            "progress": bool(self.verbose),
         }
 
     def latent_mean_and_variance(self, X: Any) -> tuple[np.ndarray, np.ndarray]:

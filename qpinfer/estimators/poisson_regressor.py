@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import KW_ONLY
 from typing import Any
 
-from qpinfer.checks import check_X
 from qpinfer.estimators.base import GPEstimatorBase
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.count_predictions import (  # re-exported (were defined here)
@@ -137,8 +136,8 @@ class GPPoissonRegressor(
     """
 
     method: str = "qp"
-    table: Any = None
     _: KW_ONLY
+    table: Any = None
     link: str = "square"
 
     _POSITIVE_TARGETS = True  # counts
@@ -161,7 +160,7 @@ class GPPoissonRegressor(
             The fitted estimator.
         """
         self._validate_params()
-        X = check_X(X, estimator="GPPoissonRegressor")
+        X = self._check_fit_X(X)
         likelihood, y = poisson_likelihood(self.link, counts, X.shape[0], "GPPoissonRegressor")
         self._fit_latent(X, y, likelihood)
         return self

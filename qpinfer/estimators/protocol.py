@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from qpinfer.checks import check_X
+from qpinfer.estimators.boundary import wrap_public_methods
 
 __all__ = [
     "NotFittedError",
@@ -25,6 +26,7 @@ __all__ = [
     "RegressorTagsMixin",
     "log_marginal_likelihood_method",
     "not_fitted_error",
+    "set_kernel_theta",
 ]
 
 
@@ -56,6 +58,12 @@ class ParamsMixin:
     #: the attribute whose presence means "fitted"
     _FITTED_ATTR = "result_"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Wrap the public methods of every estimator class in the boundary of
+        :mod:`qpinfer.estimators.boundary` (warnings at the user's line, feature names)."""
+        super().__init_subclass__(**kwargs)
+        wrap_public_methods(cls)
+
     @classmethod
     def _get_param_names(cls) -> tuple[str, ...]:
         """The names of the ``__init__`` arguments, in order."""
@@ -72,8 +80,22 @@ class ParamsMixin:
                 "appropriate arguments before using this estimator."
             )
 
+    def _vector_input(self) -> bool:
+        """Whether the kernel takes feature vectors: ``False`` for a ``kernel`` whose
+        ``requires_vector_input`` is false (scikit-learn's attribute: a kernel on strings,
+        graphs, ...), whose ``X`` is then any sequence of samples."""
+        kernel = getattr(self, "kernel", None)
+        return kernel is None or bool(getattr(kernel, "requires_vector_input", True))
+
+    def _check_fit_X(self, X: Any) -> np.ndarray:
+        """``fit``'s ``X``: :func:`qpinfer.checks.check_X`, with ``vector`` as the kernel says
+        (:meth:`_vector_input`)."""
+        return check_X(X, estimator=type(self).__name__, vector=self._vector_input())
+
     def _check_predict_X(self, X: Any) -> np.ndarray:
         self._check_is_fitted()
+        if not self._vector_input():
+            return check_X(X, estimator=type(self).__name__, vector=False)
         X = check_X(X, estimator=type(self).__name__)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(
@@ -167,7 +189,10 @@ def log_marginal_likelihood_method(doc: str) -> Any:
     """An estimator's ``log_marginal_likelihood`` method, with scikit-learn's signature and the
     docstring ``doc``: after the fitted check it returns the estimator's
     ``_log_marginal_likelihood(theta, eval_gradient, clone_kernel)`` (the evidence, and with
-    ``eval_gradient`` also its gradient in ``theta``)."""
+    ``eval_gradient`` also its gradient in ``theta``) as scikit-learn's types: a
+    ``numpy.float64``, or the tuple ``(numpy.float64, ndarray)``. As scikit-learn, with a
+    ``theta`` and ``clone_kernel=False`` the fitted ``kernel_`` is set to ``theta``
+    (:func:`set_kernel_theta`; the posterior, ``result_``, stays the fitted one)."""
 
     def log_marginal_likelihood(
         self,
@@ -176,7 +201,13 @@ def log_marginal_likelihood_method(doc: str) -> Any:
         clone_kernel: bool = True,
     ) -> float | tuple[float, np.ndarray]:
         self._check_is_fitted()
-        return self._log_marginal_likelihood(theta, eval_gradient, clone_kernel)
+        out = self._log_marginal_likelihood(theta, eval_gradient, clone_kernel)
+        if theta is not None and not clone_kernel:
+            set_kernel_theta(self, theta)
+        if eval_gradient:
+            value, gradient = out
+            return np.float64(value), np.asarray(gradient, dtype=np.float64)
+        return np.float64(out)
 
     log_marginal_likelihood.__doc__ = inspect.cleandoc(doc) + _LML_SECTIONS
     return log_marginal_likelihood
@@ -193,14 +224,28 @@ theta : array-like or None, default None
 eval_gradient : bool, default False
     Also return the gradient with respect to ``theta``.
 clone_kernel : bool, default True
-    scikit-learn's argument: evaluate on a copy of the kernel (the fitted one is never
-    modified either way).
+    scikit-learn's argument: ``False`` sets ``kernel_.theta`` to ``theta`` (the fitted
+    posterior is not recomputed); ``True`` evaluates on a copy.
 
 Returns
 -------
-float, or (float, ndarray)
+numpy.float64, or (numpy.float64, ndarray)
     The evidence, and with ``eval_gradient`` its gradient.
 """
+
+
+def set_kernel_theta(est: Any, theta: Any) -> None:
+    """scikit-learn's ``kernel_.theta = theta`` (``log_marginal_likelihood`` with
+    ``clone_kernel=False``): ``theta``'s first ``kernel_.theta.size`` entries (the rest are an
+    estimator's own, e.g. the noise variance) set on ``kernel_`` in place where it has a
+    ``theta`` setter (scikit-learn kernels), else ``kernel_`` replaced by ``with_theta``."""
+    kernel = est.kernel_
+    n = np.asarray(kernel.theta).size
+    theta = np.asarray(theta, dtype=np.float64).ravel()[:n]
+    try:
+        kernel.theta = theta
+    except AttributeError:
+        est.kernel_ = kernel.with_theta(theta)
 
 
 class RegressorTagsMixin:

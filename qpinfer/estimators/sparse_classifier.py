@@ -126,7 +126,9 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
     Attributes
     ----------
     classes_, n_classes_, n_features_in_, kernel_, inducing_points_ :
-        Multi-class: ``kernel_`` is the tuple of the binary classifiers', ``estimators_`` the
+        Multi-class: ``kernel_`` is the binary classifiers' kernels as a ``CompoundKernel``
+        when they are scikit-learn kernels, else their tuple
+        (:func:`qpinfer.estimators.multiclass.compound_kernel`), ``estimators_`` the
         fitted binary classifiers (as :class:`qpinfer.GPClassifier`), the rest theirs only.
     log_marginal_likelihood_, log_marginal_likelihood_value_ : float
         Eq. (110) at the fitted values (the second name is scikit-learn's).
@@ -153,8 +155,8 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
     (3, 2)
     """
 
-    alpha: float = 0.5
     _: KW_ONLY
+    alpha: float = 0.5
     method: str = "pep"
     likelihood: str = "probit"
     multi_class: str = "one_vs_rest"
@@ -251,8 +253,8 @@ class SparseGPClassifier(MultiClassMixin, ProbitPredictionsMixin, SparseSiteEsti
         warm-started from the fitted sites. The gradient is
         :func:`~qpinfer.inference.sparse.sites.sparse_pep_gradient` at those sites (Power EP's
         total derivative at its fixed point; QP's with its sites held fixed, as for
-        :class:`qpinfer.GPClassifier`). ``clone_kernel`` is accepted (checked) and changes
-        nothing: the fitted model is never modified. Multi-class: the mean over the binary
+        :class:`qpinfer.GPClassifier`). As scikit-learn, ``clone_kernel=False`` sets
+        ``kernel_.theta`` to ``theta``'s kernel entries (the fitted posterior is kept). Multi-class: the mean over the binary
         problems (:meth:`qpinfer.estimators.multiclass.MultiClassMixin.log_marginal_likelihood`).
         """
     )

@@ -27,6 +27,7 @@ from qpinfer.inference.sparse.pseudo_points import (
     pseudo_point_prior,
     sparse_regression_energy,
 )
+from qpinfer.kernels.sklearn_se import sklearn_face
 
 __all__ = ["SparseGPRegressor"]
 
@@ -94,8 +95,8 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
     True
     """
 
-    alpha: float | str = 0.5
     _: KW_ONLY
+    alpha: float | str = 0.5
     noise_variance: float = 0.1
     normalize_y: bool = True
 
@@ -180,7 +181,7 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
             )
             params, n_evals, starts = search.x, search.n_evaluations, search.start_values
         n_theta = kernel.theta.size
-        self.kernel_ = kernel.with_theta(params[:n_theta])
+        self.kernel_ = sklearn_face(kernel.with_theta(params[:n_theta]))
         self.noise_variance_ = float(np.exp(params[n_theta]))
         Zf = Z if Z_fixed is not None else params[n_theta + 1 :].reshape(-1, X.shape[1])
         value, _ = self._energy(params, X, yn, kernel, Z_fixed, alpha, eval_gradient=False)
@@ -315,9 +316,9 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
     log_marginal_likelihood = log_marginal_likelihood_method(
         """Eq. (128) for the normalised targets at ``theta = [kernel log hyperparameters,
         log noise_variance]`` (default: the fitted ones), inducing inputs fixed at the fitted
-        ones; with ``eval_gradient`` also its gradient in ``theta``. scikit-learn's signature:
-        ``clone_kernel`` is accepted (checked) and changes nothing, the fitted model is never
-        modified."""
+        ones; with ``eval_gradient`` also its gradient in ``theta``. scikit-learn's signature.
+        As scikit-learn, ``clone_kernel=False`` sets ``kernel_.theta`` to
+        ``theta``'s kernel entries (the fitted posterior is kept)."""
     )
 
     def _log_marginal_likelihood(self, theta: Any, eval_gradient: bool, clone_kernel: Any) -> Any:

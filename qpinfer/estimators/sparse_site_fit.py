@@ -46,6 +46,7 @@ from qpinfer.inference.sparse.sites import (
     sparse_pep_gradient,
 )
 from qpinfer.inference.sparse.total_gradient import sparse_qp_objective_gradient
+from qpinfer.kernels.sklearn_se import sklearn_face
 
 __all__ = ["SparseSiteEstimator"]
 
@@ -244,7 +245,7 @@ class SparseSiteEstimator(SchedulerCloneMixin, SparseEstimatorBase, SiteLoopPara
         self.n_features_in_ = d
         self.X_train_ = X
         self.y_train_ = y
-        self.kernel_ = kernel
+        self.kernel_ = sklearn_face(kernel)  # scikit-learn's face of the default kernel
         self.inducing_points_ = Z
         self.projection_ = final
         self.pep_result_ = result

@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from qpinfer.checks import check_X
 from qpinfer.estimators.base import GPEstimatorBase
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.joint_predictions import DenseJointLatentMixin
@@ -171,7 +170,7 @@ class GPStudentTRegressor(
         check_scale_options(self.optimize_scale, self.scale_bounds, scale)
         if not isinstance(self.normalize_y, bool | np.bool_):
             raise ValueError(f"normalize_y must be True or False, got {self.normalize_y!r}")
-        X = check_X(X, estimator="GPStudentTRegressor")
+        X = self._check_fit_X(X)
         y = check_targets(y, X.shape[0])
         center, spread = robust_center_scale(y)
         if self.normalize_y:

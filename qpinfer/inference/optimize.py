@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import OptimizeResult, minimize
 
+from qpinfer.inference.progress import ProgressObjective
 from qpinfer.inference.restarts import (
     LBFGS_NAMES,
     best_of,
@@ -312,6 +313,7 @@ def search_evidence(
     n_restarts: int = 0,
     random_state: Any = None,
     n_drawn: int | None = None,
+    progress: bool = False,
     **options: Any,
 ) -> SearchResult:
     """Minimise ``objective`` (minus an evidence, :func:`minimize_lbfgsb`'s protocol) over
@@ -336,7 +338,20 @@ def search_evidence(
     all), each with a fresh ``trail`` (its first inner loop starts as the first search's did)
     and a fresh count of the ``budget``'s unconverged loops; the lowest objective wins
     (:func:`~qpinfer.inference.restarts.best_of`), and only its search is checked.
+
+    ``progress``: a tqdm progress display on standard error over the evaluations (each an inner
+    loop to convergence), with the best objective so far (the estimators' ``verbose``).
     """
+    if progress:
+        bar = ProgressObjective(objective, what)
+        try:
+            return search_evidence(
+                bar, space, what, maxiter=maxiter, trust=trust, quiet=quiet,
+                stacklevel=stacklevel + 1, optimizer=optimizer, n_restarts=n_restarts,
+                random_state=random_state, n_drawn=n_drawn, **options,
+            )  # fmt: skip
+        finally:
+            bar.close()
     n_restarts = check_n_restarts(n_restarts)
     if not (callable(optimizer) or optimizer in LBFGS_NAMES):
         raise ValueError(f"optimizer must be 'lbfgs' or a callable, got {optimizer!r}")

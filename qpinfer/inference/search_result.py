@@ -8,13 +8,13 @@ evaluation succeeded and warns with :class:`OptimizerWarning` (a
 :class:`~qpinfer.inference.site_loop.ConvergenceWarning`) when scipy reports a failure or the
 search never left its start while evaluations failed, and with :class:`BoundWarning` when the
 best point lies on a bound of the box -- once scikit-learn is loaded, as subclasses that are
-also its ``ConvergenceWarning`` (:func:`sklearn_compatible`). :func:`warn_extreme_scale` warns
+also its ``ConvergenceWarning``
+(:func:`qpinfer.inference.sklearn_warnings.sklearn_compatible`). :func:`warn_extreme_scale` warns
 about a fit whose kernel matrix stayed the identity or a constant (features on an extreme scale).
 """
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from scipy.optimize import OptimizeResult
 
 from qpinfer.inference.search_space import as_box
 from qpinfer.inference.site_loop import ConvergenceWarning
+from qpinfer.inference.sklearn_warnings import register, sklearn_compatible
 
 __all__ = [
     "BOUND_ATOL",
@@ -51,55 +52,15 @@ _ABNORMAL = (
 )
 
 
+@register
 class OptimizerWarning(ConvergenceWarning):
     """A hyperparameter search ended without success, never left its start, or ended on a bound."""
 
 
+@register
 class BoundWarning(OptimizerWarning):
     """A fitted hyperparameter lies on (within :data:`BOUND_ATOL` of) a bound of the search box;
     the message names it and the bound, as scikit-learn's ``ConvergenceWarning`` does."""
-
-
-_sklearn_subclasses: dict[type, type] = {}
-
-
-def sklearn_compatible(category: type[Warning]) -> type[Warning]:
-    """``category``, or, once scikit-learn is loaded, its subclass that is also scikit-learn's
-    ``ConvergenceWarning``, so that code filtering scikit-learn's warnings (written for its
-    Gaussian process estimators) sees qpinfer's search warnings too; qpinfer never imports
-    scikit-learn for it."""
-    sk = sys.modules.get("sklearn.exceptions")
-    if sk is None:
-        return category
-    sub = _sklearn_subclasses.get(category)
-    if sub is None:
-        # named as a module attribute of its own, so that pickle finds it (a warning sent back
-        # from a worker process); a process that has not made it yet makes it on first access
-        # (the module's __getattr__)
-        name = f"{_SKLEARN_PREFIX}{category.__name__}"
-        namespace = {"__module__": __name__, "__qualname__": name, "__doc__": category.__doc__}
-        sub = type(name, (category, sk.ConvergenceWarning), namespace)
-        _sklearn_subclasses[category] = sub
-        globals()[name] = sub
-    return sub
-
-
-_SKLEARN_PREFIX = "SklearnCompatible"
-
-
-def __getattr__(name: str) -> Any:
-    """The scikit-learn-compatible warning classes of :func:`sklearn_compatible`, made on first
-    access (unpickling one in a process that has not raised it yet imports scikit-learn)."""
-    base = (
-        globals().get(name.removeprefix(_SKLEARN_PREFIX))
-        if name.startswith(_SKLEARN_PREFIX)
-        else None
-    )
-    if isinstance(base, type) and issubclass(base, Warning):
-        import sklearn.exceptions  # noqa: F401  -- such a warning exists only where it was loaded
-
-        return sklearn_compatible(base)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SearchFailedError(ValueError):

@@ -46,7 +46,7 @@ from qpinfer.inference.dense_posterior import Posterior, posterior_from_sites, s
 from qpinfer.inference.ep import EPResult
 from qpinfer.inference.evidence import log_evidence
 from qpinfer.inference.site_jacobian import SiteMaps
-from qpinfer.inference.site_loop import ConvergenceWarning
+from qpinfer.inference.site_loop import convergence_category
 from qpinfer.inference.site_update import resolve_floor, site_proposal
 
 __all__ = [
@@ -155,7 +155,7 @@ class SiteJacobian:
         warnings.warn(
             f"GMRES on QP's site-update Jacobian stalled (residual {miss / scale:.2g} of the "
             "right-hand side); the solution is approximate",
-            ConvergenceWarning,
+            convergence_category(),
             stacklevel=3,
         )
         return x

@@ -60,11 +60,13 @@ from qpinfer.inference.site_update import (  # noqa: F401 (re-exported: here bef
     resolve_floor,
     site_proposal,
 )
+from qpinfer.inference.sklearn_warnings import register, sklearn_compatible
 from qpinfer.inference.sweeps import parallel_sweep, sequential_sweep
 
 __all__ = [
     "SCHEDULES",
     "ConvergenceWarning",
+    "convergence_category",
     "SiteResult",
     "SweepControl",
     "SweepSettings",
@@ -79,15 +81,25 @@ STALL_SWEEPS = 20
 MIN_DAMPING = 1.0 / 64.0
 
 
+@register
 class ConvergenceWarning(UserWarning):
     """A fit did not converge: the site updates did not reach the requested tolerance within
     ``max_iter`` sweeps, or (the subclasses
     :class:`~qpinfer.inference.search_result.OptimizerWarning` and
     :class:`~qpinfer.inference.search_result.BoundWarning`) the hyperparameter search failed or
     ended at a bound, naming the hyperparameter and the bound. qpinfer's counterpart of
-    scikit-learn's ``sklearn.exceptions.ConvergenceWarning`` (not a subclass: qpinfer never
-    imports scikit-learn); ``warnings.filterwarnings("ignore", category=ConvergenceWarning)``
-    silences them all."""
+    scikit-learn's ``sklearn.exceptions.ConvergenceWarning``: once scikit-learn is loaded, each
+    is raised as its subclass that is also scikit-learn's (:func:`convergence_category`;
+    qpinfer never imports scikit-learn), so that
+    ``warnings.filterwarnings("ignore", category=sklearn.exceptions.ConvergenceWarning)``
+    silences them all, as does ``category=qpinfer.ConvergenceWarning``."""
+
+
+def convergence_category(category: type[Warning] = ConvergenceWarning) -> type[Warning]:
+    """``category`` (a :class:`ConvergenceWarning`), or, once scikit-learn is loaded, its
+    subclass that is also scikit-learn's ``ConvergenceWarning``
+    (:func:`qpinfer.inference.sklearn_warnings.sklearn_compatible`)."""
+    return sklearn_compatible(category)
 
 
 class SequentialPosterior(Protocol):
@@ -238,7 +250,7 @@ class SweepControl:
                 f"{what} did not converge within max_iter={s.max_iter} sweeps "
                 f"(best RMS change of site parameters {self.best_rms:.3g}, tol={s.tol:.3g}); "
                 "returning the sites with the smallest change",
-                ConvergenceWarning,
+                convergence_category(),
                 stacklevel=stacklevel + 1,
             )
         return self.best if np.isfinite(self.best_rms) else None
@@ -355,7 +367,7 @@ def run_sites(
             "posterior covariance is the prior's, not a fit to the data; the likely cause: a "
             "prior (kernel) matrix that is not positive semi-definite, which makes every cavity "
             "improper",
-            ConvergenceWarning,
+            convergence_category(),
             stacklevel=stacklevel,
         )
     post = representation.refresh(tau, nu)

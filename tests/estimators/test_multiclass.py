@@ -78,7 +78,7 @@ def test_fit_and_predict_on_iris(iris, method, multi_class):
     lmls = [e.log_marginal_likelihood_ for e in clf.estimators_]
     assert clf.log_marginal_likelihood_ == pytest.approx(np.mean(lmls), rel=1e-15)
     assert clf.log_marginal_likelihood() == clf.log_marginal_likelihood_
-    assert len(clf.kernel_) == len(clf.estimators_)
+    assert len(clf.kernel_.kernels) == len(clf.estimators_)  # scikit-learn's CompoundKernel
     for name in ("result_", "X_train_", "table_"):
         assert not hasattr(clf, name)  # the binary fits' state lives in estimators_
     with pytest.raises(ValueError, match="only supported for binary"):
@@ -293,7 +293,7 @@ def test_parallel_fit_equals_sequential_and_keeps_the_warnings(wine):
         seq = _quiet_fit(GPClassifier(**kw), Xtr, ytr)
         par = _quiet_fit(GPClassifier(**kw, n_jobs=2), Xtr, ytr)
         np.testing.assert_allclose(par.predict_proba(Xte), seq.predict_proba(Xte), rtol=1e-12)
-        for a, b in zip(par.kernel_, seq.kernel_):
+        for a, b in zip(par.kernel_.kernels, seq.kernel_.kernels, strict=True):
             np.testing.assert_allclose(a.theta, b.theta, rtol=1e-12)
     # a warning raised in a worker process reaches the caller, pointing at the call to fit
     with pytest.warns(ConvergenceWarning) as record:
@@ -342,7 +342,7 @@ def test_refitting_between_binary_and_multi_class_leaves_no_stale_state(wine):
     assert not hasattr(clf, "estimators_") and hasattr(clf, "result_")
     assert clf.predict_proba(Xte).shape == (Xte.shape[0], 2)
     clf.fit(Xtr, ytr)
-    assert not hasattr(clf, "result_") and len(clf.kernel_) == 3
+    assert not hasattr(clf, "result_") and len(clf.kernel_.kernels) == 3
     clone = pickle.loads(pickle.dumps(clf))  # a fitted multi-class model pickles
     np.testing.assert_array_equal(clone.predict_proba(Xte), clf.predict_proba(Xte))
 

@@ -200,7 +200,7 @@ def test_a_step_that_would_make_the_posterior_improper_is_halved():
 def test_logit_with_a_power_other_than_one_is_refused_naming_alpha():
     X = np.random.default_rng(0).normal(size=(20, 2))
     with pytest.raises(ValueError, match="alpha=0.5.*likelihood='logit'"):
-        MiniBatchSparseGPClassifier(3, 0.5, likelihood="logit").fit(X, X[:, 0] > 0)
+        MiniBatchSparseGPClassifier(3, alpha=0.5, likelihood="logit").fit(X, X[:, 0] > 0)
     with pytest.raises(ValueError, match="likelihood must be one of"):
         MiniBatchSparseGPClassifier(3, likelihood="probitt").fit(X, X[:, 0] > 0)
 

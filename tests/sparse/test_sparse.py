@@ -105,7 +105,7 @@ def test_m_equals_n_with_z_equal_x_is_the_exact_gp(small_regression, alpha):
     value = sparse_regression_energy(kern, X, y, X, s2, alpha, jitter=1e-10, eval_gradient=False)
     assert value[0] == pytest.approx(exact, rel=1e-8)
     reg = SparseGPRegressor(
-        len(y), alpha if alpha > 0 else "vfe", kernel=kern, noise_variance=s2,
+        len(y), alpha=alpha if alpha > 0 else "vfe", kernel=kern, noise_variance=s2,
         normalize_y=False, optimizer=None, jitter=1e-10,
     ).fit(X, y)  # fmt: skip
     Xs = X[:10] + 0.1
@@ -143,8 +143,8 @@ def test_regression_gradients_match_finite_differences(small_regression, alpha):
 @pytest.mark.parametrize("alpha", ["vfe", 0.5, 1.0])
 def test_sparse_regressor_fits_boston(boston, alpha):
     X, y, Xs, ys = boston
-    init = SparseGPRegressor(20, alpha, optimizer=None, random_state=0).fit(X, y)
-    reg = SparseGPRegressor(20, alpha, random_state=0, optimizer_maxiter=80).fit(X, y)
+    init = SparseGPRegressor(20, alpha=alpha, optimizer=None, random_state=0).fit(X, y)
+    reg = SparseGPRegressor(20, alpha=alpha, random_state=0, optimizer_maxiter=80).fit(X, y)
     assert reg.log_marginal_likelihood_ > init.log_marginal_likelihood_
     assert reg.score(Xs, ys) > 0.75
     mean, std = reg.predict(Xs, return_std=True)
@@ -242,7 +242,13 @@ def test_sparse_classifier_fits_ionosphere(ionosphere):
     X, y, Xs, ys = ionosphere
     labels = np.where(y > 0, "good", "bad")
     clf = SparseGPClassifier(
-        20, 1.0, ard=False, variance=4.0, length_scale=6.0, random_state=0, optimizer_maxiter=15
+        20,
+        alpha=1.0,
+        ard=False,
+        variance=4.0,
+        length_scale=6.0,
+        random_state=0,
+        optimizer_maxiter=15,
     )
     clf.fit(X, labels)
     assert clf.score(Xs, np.where(ys > 0, "good", "bad")) > 0.85
@@ -251,7 +257,7 @@ def test_sparse_classifier_fits_ionosphere(ionosphere):
     assert list(clf.classes_) == ["bad", "good"]
     assert clf.inducing_points_.shape == (20, X.shape[1])
     fixed = SparseGPClassifier(
-        20, 0.5, ard=False, variance=4.0, length_scale=6.0, optimizer=None, random_state=0
+        20, alpha=0.5, ard=False, variance=4.0, length_scale=6.0, optimizer=None, random_state=0
     ).fit(X, y)
     assert fixed.pep_result_.converged and fixed.score(Xs, ys) > 0.85
 
@@ -259,8 +265,10 @@ def test_sparse_classifier_fits_ionosphere(ionosphere):
 @pytest.mark.slow
 def test_sparse_classifier_alpha_half_optimises_hyperparameters_and_inducing_inputs(ionosphere):
     X, y, Xs, ys = ionosphere
-    init = SparseGPClassifier(20, 0.5, ard=False, optimizer=None, random_state=0).fit(X, y)
-    clf = SparseGPClassifier(20, 0.5, ard=False, random_state=0, optimizer_maxiter=50).fit(X, y)
+    init = SparseGPClassifier(20, alpha=0.5, ard=False, optimizer=None, random_state=0).fit(X, y)
+    clf = SparseGPClassifier(20, alpha=0.5, ard=False, random_state=0, optimizer_maxiter=50).fit(
+        X, y
+    )
     assert clf.log_marginal_likelihood_ > init.log_marginal_likelihood_
     assert clf.score(Xs, ys) > 0.85
 
@@ -330,20 +338,20 @@ def test_a_kernel_that_is_no_covariance_is_refused_naming_kernel(cls, optimizer)
 def test_vfe_is_only_a_regression_option():
     X = np.random.default_rng(0).normal(size=(20, 2))
     with pytest.raises(ValueError, match="alpha"):
-        SparseGPClassifier(5, "vfe", optimizer=None).fit(X, np.arange(20) % 2)
+        SparseGPClassifier(5, alpha="vfe", optimizer=None).fit(X, np.arange(20) % 2)
 
 
 def test_predict_before_fit_and_wrong_feature_count():
     with pytest.raises(AttributeError, match="not fitted"):
         SparseGPRegressor().predict(np.zeros((2, 2)))
     X = np.random.default_rng(0).normal(size=(20, 2))
-    clf = SparseGPClassifier(5, 1.0, optimizer=None).fit(X, np.arange(20) % 2)
+    clf = SparseGPClassifier(5, alpha=1.0, optimizer=None).fit(X, np.arange(20) % 2)
     with pytest.raises(ValueError, match="features"):
         clf.predict(np.zeros((2, 3)))
 
 
 def test_get_set_params_and_sklearn_clone():
-    reg = SparseGPRegressor(10, "vfe", noise_variance=0.5)
+    reg = SparseGPRegressor(10, alpha="vfe", noise_variance=0.5)
     params = reg.get_params()
     assert SparseGPRegressor(**params).get_params() == params
     reg.set_params(alpha=0.3)
@@ -353,7 +361,7 @@ def test_get_set_params_and_sklearn_clone():
     base = pytest.importorskip("sklearn.base")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clone = base.clone(SparseGPClassifier(7, 0.25, schedule="sequential"))
+        clone = base.clone(SparseGPClassifier(7, alpha=0.25, schedule="sequential"))
     assert clone.get_params()["n_inducing"] == 7 and clone.schedule == "sequential"
 
 

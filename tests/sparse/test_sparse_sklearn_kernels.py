@@ -284,7 +284,7 @@ def test_classification_energy_gradient_matches_finite_differences(ionosphere, n
 def test_regressor_log_marginal_likelihood_gradient_with_an_sklearn_kernel(diabetes):
     X, y = diabetes[0][:150], diabetes[1][:150]
     kernel = sk.ConstantKernel(1.0) * sk.RationalQuadratic(2.0, 1.0)
-    reg = SparseGPRegressor(10, 0.5, kernel=kernel, optimizer=None, random_state=0).fit(X, y)
+    reg = SparseGPRegressor(10, alpha=0.5, kernel=kernel, optimizer=None, random_state=0).fit(X, y)
     theta = np.concatenate([reg.kernel_.theta, [np.log(reg.noise_variance_)]])
     _, grad = reg.log_marginal_likelihood(theta, eval_gradient=True)
     fd = np.array(
@@ -375,7 +375,7 @@ def test_estimators_refuse_white_kernel_in_one_line(diabetes, cls):
 def test_the_fitted_estimator_pickles_with_its_sklearn_kernel(ionosphere):
     X, y = ionosphere
     kernel = sk.ConstantKernel(2.0) * sk.RBF(6.0) + sk.DotProduct(0.1)
-    clf = SparseGPClassifier(10, 1.0, kernel=kernel, optimizer=None, random_state=0).fit(X, y)
+    clf = SparseGPClassifier(10, alpha=1.0, kernel=kernel, optimizer=None, random_state=0).fit(X, y)
     back = pickle.loads(pickle.dumps(clf))
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
 

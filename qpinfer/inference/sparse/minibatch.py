@@ -247,10 +247,7 @@ def _progress(total: int, epoch: int, verbose: bool):
     """A tqdm bar over an epoch's batches, or ``None``."""
     if not verbose:
         return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError as e:
-        raise ImportError("verbose=True draws its progress bar with tqdm: pip install tqdm") from e
+    from tqdm.auto import tqdm  # a core dependency, imported by a verbose fit only
 
     return tqdm(total=total, desc=f"epoch {epoch + 1}", unit="batch", leave=True)
 

@@ -71,7 +71,16 @@ def _sklearn_kernel(kernel: Any) -> Any:
 def _check_kernel(kernel: Any) -> None:
     """``ValueError`` (one line) unless the derivatives of ``K(X, Z)`` in ``Z`` are available:
     the ARD SE kernel, or a scikit-learn kernel (wrapped or not) of those
-    :func:`qpinfer.kernels.cross.check_cross_kernel` takes."""
+    :func:`qpinfer.kernels.cross.check_cross_kernel` takes; a kernel on non-vector inputs
+    (scikit-learn's ``requires_vector_input = False``) is refused first, naming why."""
+    if not getattr(_sklearn_kernel(kernel), "requires_vector_input", True):
+        raise ValueError(
+            f"kernel {_sklearn_kernel(kernel)!r} takes non-vector inputs "
+            "(requires_vector_input=False), but the pseudo-point estimators need feature "
+            "vectors: their inducing points are points of the input space, placed by k-means "
+            "and moved along the kernel's derivatives in them; use the dense estimators "
+            "(qpinfer.GPClassifier, GPPoissonRegressor, GPStudentTRegressor) for such a kernel"
+        )
     if not isinstance(kernel, ARDSquaredExponential):
         check_cross_kernel(_sklearn_kernel(kernel))
 
