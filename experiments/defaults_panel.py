@@ -62,6 +62,7 @@ OPTIONS = {
         "pep1.0 iso": {"alpha": 1.0, "ard": False},
         "pep1.0 ard": {"alpha": 1.0, "ard": True},
         "pep0.5 iso": {"alpha": 0.5, "ard": False},
+        "qp iso": {"method": "qp", "ard": False},
     },
 }
 
@@ -164,6 +165,8 @@ def table(results: dict) -> str:
     last row per family with the mean rank and the total seconds."""
     lines = []
     for family, options in OPTIONS.items():
+        if not any(family in r for r in results.values()):
+            continue
         names = list(options)
         lines += [
             f"\n**{family}**\n",
