@@ -5,7 +5,7 @@ Every fit takes the same training split, the same M k-means inducing inputs
 region) and the same initial ARD squared-exponential kernel (variance 1, all length scales 1),
 and returns the probability of class 1 at the test inputs. Settings (``quick`` in brackets):
 
-* ``sparse-ep``: ``qpinfer.SparseGPClassifier(M, alpha=1.0, random_state=seed)`` -- Power EP at
+* ``sparse-ep``: ``qpinfer.SparseGPClassifier(M, alpha=1.0, method="pep", random_state=seed)`` -- Power EP at
   alpha = 1, i.e. sparse (FITC) EP; L-BFGS-B over the hyperparameters and the inducing inputs
   (``optimizer_maxiter`` 1000, the default [15]).
 * ``sparse-qp``: the same with ``method="qp"`` and the shipped sigma* tables.
@@ -43,7 +43,7 @@ def fit_ours(method, Xtr, ytr, Xte, m, seed, settings, max_opt_iter):
 
     import qpinfer
 
-    kwargs = {"method": "qp"} if method == "sparse-qp" else {}
+    kwargs = {"method": "qp" if method == "sparse-qp" else "pep"}
     model = qpinfer.SparseGPClassifier(
         m,
         alpha=1.0,

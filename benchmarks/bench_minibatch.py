@@ -3,7 +3,7 @@
 Parts (``--part``), one printed table each and one JSON (``--json``):
 
 * ``magic`` -- KEEL ``magic`` (:func:`experiments.datasets.magic_split`, 17,020 training rows,
-  2,000 test rows), M = 100, isotropic SE kernel: ``SparseGPClassifier(100, alpha=1.0)`` (the
+  2,000 test rows), M = 100, isotropic SE kernel: ``SparseGPClassifier(100, alpha=1.0, method="pep")`` (the
   full-batch fit: L-BFGS over the kernel and the inducing inputs) beside
   ``MiniBatchSparseGPClassifier(100, batch_size=1024, max_epochs=--epochs)`` for EP and QP; fit
   time, test error and NTLL, and the NTLL ratio minibatch / full batch.
@@ -64,7 +64,7 @@ def fit(which: str, Xtr, ytr, Xte, seed: int, epochs: int, batch: int) -> dict:
         seconds, p1, _ = fit_svgp(Xtr, (ytr > 0).astype(int), Xte, M, seed, settings)
         return {"fit_s": seconds, "p1": p1, "epochs": epochs}
     if which == "full-ep":
-        model = qpinfer.SparseGPClassifier(M, alpha=1.0, random_state=seed)
+        model = qpinfer.SparseGPClassifier(M, alpha=1.0, method="pep", random_state=seed)
     else:
         method = "qp" if which == "mini-qp" else "pep"
         model = qpinfer.MiniBatchSparseGPClassifier(

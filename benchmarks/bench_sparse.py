@@ -73,14 +73,15 @@ def main() -> None:
     runs = {
         "full EP": lambda: GPClassifier("ep", optimizer=None, **common),
         "sparse alpha=1": lambda: SparseGPClassifier(
-            args.m, alpha=1.0, optimizer=None, random_state=args.seed, **common
+            args.m, alpha=1.0, method="pep", optimizer=None, random_state=args.seed, **common
         ),
         "sparse alpha=0.5": lambda: SparseGPClassifier(
-            args.m, alpha=0.5, optimizer=None, random_state=args.seed, **common
+            args.m, alpha=0.5, method="pep", optimizer=None, random_state=args.seed, **common
         ),
         "sparse alpha=1 + L-BFGS": lambda: SparseGPClassifier(
             args.m,
             alpha=1.0,
+            method="pep",
             random_state=args.seed,
             optimizer_maxiter=args.lbfgs_iter,
             **common,

@@ -112,6 +112,12 @@ class GPEstimatorBase(SiteLoopParams):
     """
 
     _METHODS: tuple[str, ...] = ("qp", "ep", "vb", "laplace")
+    #: QP's own-objective search (``qp_objective`` "evidence" or "loo") that ends on a bound
+    #: is run again in a trust region of this many log units with the flat-objective rule
+    #: ``_QP_FLAT_RTOL`` (:func:`qpinfer.inference.optimize.search_evidence`'s ``flat_retry``,
+    #: ``flat_rtol``; ``experiments/qp_flat_search.py``); ``None``: plain L-BFGS-B only
+    _QP_SEARCH_TRUST: float | None = None
+    _QP_FLAT_RTOL: float | None = None
     #: the pseudo-point estimator a too-large dense fit points to (:func:`warn_large_dense_fit`)
     _SPARSE_ALTERNATIVE: str | None = None
 
@@ -355,6 +361,9 @@ class GPEstimatorBase(SiteLoopParams):
         polish = self.method == "qp" and stage != "ep" and not self._own_objective()
         if polish:  # QP's polish from EP's optimum: a local refinement, not restarted
             options["n_restarts"] = 0
+        if stage == "qp" and self._own_objective() and self._QP_SEARCH_TRUST is not None:
+            options["flat_retry"] = self._QP_SEARCH_TRUST
+            options["flat_rtol"] = self._QP_FLAT_RTOL
         search = search_evidence(
             objective,
             space,

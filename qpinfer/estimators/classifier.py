@@ -248,6 +248,8 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     n_jobs: int | None = None
 
     _METHODS = ("qp", "ep", "pep", "rep", "vb", "laplace")
+    _QP_SEARCH_TRUST = 1.0
+    _QP_FLAT_RTOL = 1e-3
     _SPARSE_ALTERNATIVE = "qpinfer.SparseGPClassifier"
     _LIKELIHOODS = ("probit", "step_noise", "logit")
 

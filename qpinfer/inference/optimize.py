@@ -277,14 +277,16 @@ def minimize_lbfgsb(
 # -- the search every estimator runs ----------------------------------------------------------
 def _trust_region(
     objective: Callable, space: SearchSpace, x0: np.ndarray, trust: float, *, maxiter: int,
-    **options: Any,
+    flat_rtol: float | None = None, **options: Any,
 ) -> SearchResult:  # fmt: skip
     """L-BFGS-B in a box of ``+-trust`` about its start ``x0``, re-centred on the best point
-    until that lies inside the box (or a round did not move it), ``maxiter`` iterations in all;
-    the rounds :func:`combine`\\ d."""
+    until that lies inside the box (or a round did not move it, or, with ``flat_rtol``, improved
+    the objective by at most ``flat_rtol * max(|f|, 1)``), ``maxiter`` iterations in all; the
+    rounds :func:`combine`\\ d."""
     low, high = space.bounds[:, 0], space.bounds[:, 1]
     budget = options.get("budget")
     x, iterations, searches = x0, int(maxiter), []
+    previous = np.inf
     while iterations > 0:
         box = np.column_stack([np.maximum(low, x - trust), np.minimum(high, x + trust)])
         searches.append(minimize_lbfgsb(objective, x, box, maxiter=iterations, **options))
@@ -292,6 +294,9 @@ def _trust_region(
         best = combine(searches)
         if best.x is None or (budget is not None and budget.exhausted):
             break
+        if flat_rtol is not None and previous - best.fun <= flat_rtol * max(abs(best.fun), 1.0):
+            break
+        previous = best.fun
         inner = (box[:, 0] == low) | (best.x > box[:, 0] + BOUND_ATOL)
         inner &= (box[:, 1] == high) | (best.x < box[:, 1] - BOUND_ATOL)
         if np.all(inner) or np.array_equal(best.x, x):
@@ -314,6 +319,8 @@ def search_evidence(
     random_state: Any = None,
     n_drawn: int | None = None,
     progress: bool = False,
+    flat_rtol: float | None = None,
+    flat_retry: float | None = None,
     **options: Any,
 ) -> SearchResult:
     """Minimise ``objective`` (minus an evidence, :func:`minimize_lbfgsb`'s protocol) over
@@ -328,6 +335,15 @@ def search_evidence(
     a box trust region of ``+-trust`` about the current point, re-centred on the best point
     until it lies inside the box (L-BFGS-B's first step follows the raw gradient, which can
     reach a bound where the inner loop fails); the budget and the iterations span the rounds.
+    ``flat_rtol`` (with a trust region; ``None``: off) is the flat-objective rule: the rounds
+    stop once one of them improved the objective by at most ``flat_rtol * max(|f|, 1)`` -- a
+    move of up to ``trust`` log units, a factor ``exp(trust)`` in every hyperparameter, gained
+    (almost) nothing, as where an evidence approaches its supremum only as a hyperparameter
+    goes to infinity (the signal variance on separable classes). ``flat_retry`` (log units;
+    ``None``: off; L-BFGS-B without ``trust`` only): a search whose best point lies on a bound
+    is run again from the same starts in a trust region of ``+-flat_retry`` with the
+    flat-objective rule, and that search is the result (a search that ends inside the box is
+    the plain one, at no extra cost).
 
     scikit-learn's optimizer API (:mod:`qpinfer.inference.restarts`): ``optimizer`` is
     ``"lbfgs"``/``"fmin_l_bfgs_b"`` (the above) or a callable
@@ -348,7 +364,8 @@ def search_evidence(
             return search_evidence(
                 bar, space, what, maxiter=maxiter, trust=trust, quiet=quiet,
                 stacklevel=stacklevel + 1, optimizer=optimizer, n_restarts=n_restarts,
-                random_state=random_state, n_drawn=n_drawn, **options,
+                random_state=random_state, n_drawn=n_drawn, flat_rtol=flat_rtol,
+                flat_retry=flat_retry, **options,
             )  # fmt: skip
         finally:
             bar.close()
@@ -358,6 +375,34 @@ def search_evidence(
     starts = [space.x0] + draw_starts(
         space.x0, space.bounds, space.names, n_restarts, check_random_state(random_state), n_drawn
     )
+    run = (objective, space, optimizer, maxiter, quiet, options)
+    search = _from_starts(*run, starts, trust, flat_rtol, fresh=False)
+    budget = options.get("budget")
+    if (
+        flat_retry is not None
+        and trust is None
+        and not callable(optimizer)
+        and search.x is not None
+        and not (budget is not None and budget.exhausted)
+        and _on_bound(search.x, space.bounds)
+    ):
+        search = _from_starts(*run, starts, flat_retry, flat_rtol, fresh=True)
+    check_search(search, what, space.bounds, space.names, stacklevel=stacklevel + 1)
+    return search
+
+
+def _on_bound(x: np.ndarray, bounds: np.ndarray) -> bool:
+    """Whether a coordinate of ``x`` lies within :data:`BOUND_ATOL` of its bound."""
+    return bool(np.any(np.abs(x[:, None] - bounds) <= BOUND_ATOL))
+
+
+def _from_starts(
+    objective: Callable, space: SearchSpace, optimizer: Any, maxiter: int,
+    quiet: tuple[type[Warning], ...], options: dict[str, Any], starts: list[np.ndarray],
+    trust: float | None, flat_rtol: float | None, *, fresh: bool,
+) -> SearchResult:  # fmt: skip
+    """The searches of :func:`search_evidence` from each of ``starts`` (the first afresh too if
+    ``fresh``: its trail emptied and the budget's unconverged loops counted anew), the best."""
     trail, budget = options.get("trail"), options.get("budget")
     searches = []
     with warnings.catch_warnings():
@@ -366,7 +411,7 @@ def search_evidence(
         # a table's exact fallbacks are the user's to know (warned once per table, not quiet)
         warnings.simplefilter("default", TableFallbackWarning)
         for i, x0 in enumerate(starts):
-            if i > 0:
+            if i > 0 or fresh:
                 if trail is not None:
                     trail.latest = None
                 if budget is not None:
@@ -384,13 +429,14 @@ def search_evidence(
             elif trust is None:
                 search = minimize_lbfgsb(objective, x0, space.bounds, maxiter=maxiter, **options)
             else:
-                search = _trust_region(objective, space, x0, trust, maxiter=maxiter, **options)
+                search = _trust_region(
+                    objective, space, x0, trust, maxiter=maxiter, flat_rtol=flat_rtol, **options
+                )
             searches.append(search)
     if len(searches) > 1:
         search = best_of(searches)
         if trail is not None and search.x is not None:
             trail.latest = search.best
-    check_search(search, what, space.bounds, space.names, stacklevel=stacklevel + 1)
     return search
 
 

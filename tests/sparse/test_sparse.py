@@ -244,6 +244,7 @@ def test_sparse_classifier_fits_ionosphere(ionosphere):
     clf = SparseGPClassifier(
         20,
         alpha=1.0,
+        method="pep",
         ard=False,
         variance=4.0,
         length_scale=6.0,
@@ -257,7 +258,14 @@ def test_sparse_classifier_fits_ionosphere(ionosphere):
     assert list(clf.classes_) == ["bad", "good"]
     assert clf.inducing_points_.shape == (20, X.shape[1])
     fixed = SparseGPClassifier(
-        20, alpha=0.5, ard=False, variance=4.0, length_scale=6.0, optimizer=None, random_state=0
+        20,
+        alpha=0.5,
+        method="pep",
+        ard=False,
+        variance=4.0,
+        length_scale=6.0,
+        optimizer=None,
+        random_state=0,
     ).fit(X, y)
     assert fixed.pep_result_.converged and fixed.score(Xs, ys) > 0.85
 
@@ -265,10 +273,12 @@ def test_sparse_classifier_fits_ionosphere(ionosphere):
 @pytest.mark.slow
 def test_sparse_classifier_alpha_half_optimises_hyperparameters_and_inducing_inputs(ionosphere):
     X, y, Xs, ys = ionosphere
-    init = SparseGPClassifier(20, alpha=0.5, ard=False, optimizer=None, random_state=0).fit(X, y)
-    clf = SparseGPClassifier(20, alpha=0.5, ard=False, random_state=0, optimizer_maxiter=50).fit(
-        X, y
-    )
+    init = SparseGPClassifier(
+        20, alpha=0.5, method="pep", ard=False, optimizer=None, random_state=0
+    ).fit(X, y)
+    clf = SparseGPClassifier(
+        20, alpha=0.5, method="pep", ard=False, random_state=0, optimizer_maxiter=50
+    ).fit(X, y)
     assert clf.log_marginal_likelihood_ > init.log_marginal_likelihood_
     assert clf.score(Xs, ys) > 0.85
 
@@ -345,7 +355,7 @@ def test_predict_before_fit_and_wrong_feature_count():
     with pytest.raises(AttributeError, match="not fitted"):
         SparseGPRegressor().predict(np.zeros((2, 2)))
     X = np.random.default_rng(0).normal(size=(20, 2))
-    clf = SparseGPClassifier(5, alpha=1.0, optimizer=None).fit(X, np.arange(20) % 2)
+    clf = SparseGPClassifier(5, alpha=1.0, method="pep", optimizer=None).fit(X, np.arange(20) % 2)
     with pytest.raises(ValueError, match="features"):
         clf.predict(np.zeros((2, 3)))
 

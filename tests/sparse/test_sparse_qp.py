@@ -66,7 +66,7 @@ def test_sparse_qp_estimator_variance_not_above_sparse_ep(ionosphere):
     Xtr, ytr, Xte = X[:200], y[:200], X[200:]
     Z = X[:200:10]
     common = {"optimizer": None, "inducing_points": Z, "length_scale": 4.0, "variance": 2.0}
-    ep = SparseGPClassifier(alpha=1.0, **common).fit(Xtr, ytr)
+    ep = SparseGPClassifier(alpha=1.0, method="pep", **common).fit(Xtr, ytr)
     qp = SparseGPClassifier(method="qp", table="exact", **common).fit(Xtr, ytr)
     assert qp.pep_result_.converged
     _, v_ep = ep.predict_latent(Xte)

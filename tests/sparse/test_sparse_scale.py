@@ -125,10 +125,12 @@ def test_fast_search_ends_at_sites_converged_to_tol_and_matches_the_full_search(
     common = {"ard": False, "random_state": 0, "optimizer_maxiter": 300}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        fast = SparseGPClassifier(15, alpha=1.0, **common).fit(X, y)
-        full = SparseGPClassifier(15, alpha=1.0, optimizer_rtol=None, search_tol=None, **common)
+        fast = SparseGPClassifier(15, alpha=1.0, method="pep", **common).fit(X, y)
+        full = SparseGPClassifier(
+            15, alpha=1.0, method="pep", optimizer_rtol=None, search_tol=None, **common
+        )
         full.fit(X, y)
-        start = SparseGPClassifier(15, alpha=1.0, **common, optimizer=None).fit(X, y)
+        start = SparseGPClassifier(15, alpha=1.0, method="pep", **common, optimizer=None).fit(X, y)
     assert fast.n_evaluations_ < full.n_evaluations_
     gain = full.log_marginal_likelihood_ - start.log_marginal_likelihood_
     assert gain > 0

@@ -354,7 +354,7 @@ def test_classifier_fits_with_an_sklearn_kernel_and_qp(ionosphere):
     X, y = ionosphere
     kernel = sk.ConstantKernel(2.0) * sk.Matern(length_scale=6.0, nu=1.5)
     common = {"n_inducing": 12, "kernel": kernel, "random_state": 0}
-    start = SparseGPClassifier(**common, alpha=1.0, optimizer=None).fit(X, y)
+    start = SparseGPClassifier(**common, alpha=1.0, method="pep", optimizer=None).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf = SparseGPClassifier(**common, alpha=1.0, method="qp", optimizer_maxiter=15).fit(X, y)
@@ -375,7 +375,9 @@ def test_estimators_refuse_white_kernel_in_one_line(diabetes, cls):
 def test_the_fitted_estimator_pickles_with_its_sklearn_kernel(ionosphere):
     X, y = ionosphere
     kernel = sk.ConstantKernel(2.0) * sk.RBF(6.0) + sk.DotProduct(0.1)
-    clf = SparseGPClassifier(10, alpha=1.0, kernel=kernel, optimizer=None, random_state=0).fit(X, y)
+    clf = SparseGPClassifier(
+        10, alpha=1.0, method="pep", kernel=kernel, optimizer=None, random_state=0
+    ).fit(X, y)
     back = pickle.loads(pickle.dumps(clf))
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
 
@@ -384,7 +386,7 @@ def test_dask_sweep_with_an_sklearn_kernel_equals_in_process(ionosphere, dask_cl
     """The kernel is pickled to the workers (each computes its own ``K(Z, X_p)``)."""
     X, y = ionosphere
     kernel = sk.ConstantKernel(2.0) * sk.Matern(length_scale=6.0, nu=2.5) + sk.DotProduct(0.3)
-    params = {"n_inducing": 12, "alpha": 1.0, "kernel": kernel, "optimizer": None}
+    params = {"n_inducing": 12, "alpha": 1.0, "method": "pep", "kernel": kernel, "optimizer": None}
     ref = SparseGPClassifier(**params, random_state=0).fit(X, y)
     est = SparseGPClassifier(**params, random_state=0, scheduler=dask_client).fit(X, y)
     assert est.log_marginal_likelihood_ == pytest.approx(ref.log_marginal_likelihood_, rel=1e-10)
