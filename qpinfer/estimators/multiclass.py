@@ -1,3 +1,4 @@
+# Over 400 lines: one-vs-rest and one-vs-one share the fit, the predictions and the CompoundKernel of scikit-learn in one mixin.
 """Multi-class classification from binary GP classifiers: one-vs-rest and one-vs-one.
 
 :class:`MultiClassMixin` gives a binary classifier scikit-learn's

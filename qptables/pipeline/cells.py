@@ -219,9 +219,9 @@ def create_cells_store(path: Path, likelihood: str, boxes: tuple[Box, ...]) -> N
             "grid": {"kind": "chebyshev-cells", "boxes": [b.name for b in boxes]},
             "arrays": arrays,
             # the 0.1 module names, kept verbatim: `qptables ship` re-creates the shipped stores
-            # bit for bit (now qpinfer.likelihoods.layout and qpinfer.tables.chebyshev)
+            # bit for bit (now qpinfer.likelihoods.layout and qpinfer.tables.chebyshev; the page is docs/development/)
             "coordinates": (
-                "reduced coordinates per box (qpinfer.reduced, docs/development/tables-v2.md); rho_<box> = "
+                "reduced coordinates per box (qpinfer.reduced, docs/tables-v2.md); rho_<box> = "
                 "sigma*/sigma_EP, or sigma*/sigma where the box's denominator is 'sigma', at "
                 "Chebyshev-Gauss nodes of equal cells"
             ),
