@@ -138,7 +138,11 @@ def _check_feature_names(est: Any, X: Any) -> None:
 
 
 def _reemit(caught: list, frame: Any) -> None:
-    """Show the caught warnings again at ``frame``'s file and line."""
+    """Show the caught warnings again at ``frame``'s file and line.
+
+    No ``module_globals``: with them, ``warn_explicit`` asks the module's loader for its source at
+    once, and the loader of a script run by ``python -m package.module`` refuses that for
+    ``__main__`` (``ImportError``); the line is shown from the file, as ``warnings.warn`` does."""
     f_globals = frame.f_globals
     registry = f_globals.setdefault("__warningregistry__", {})
     for w in caught:
@@ -154,7 +158,6 @@ def _reemit(caught: list, frame: Any) -> None:
             frame.f_lineno,
             module=f_globals.get("__name__"),
             registry=registry,
-            module_globals=f_globals,
             source=w.source,
         )
 

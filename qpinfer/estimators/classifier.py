@@ -220,7 +220,7 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     >>> X, y = StandardScaler().fit_transform(X)[:200], y[:200]
     >>> clf = GPClassifier(method="qp").fit(X, y)
     >>> clf.kernel_  # doctest: +ELLIPSIS
-    ARDSquaredExponential(variance=..., length_scale=...)
+    ...**2 * RBF(length_scale=...)
     >>> proba = clf.predict_proba(X)
     >>> proba.shape
     (200, 2)

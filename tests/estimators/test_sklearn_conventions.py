@@ -5,7 +5,12 @@ keyword-only parameters (:mod:`qpinfer.estimators.boundary`)."""
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,6 +82,41 @@ def test_convergence_warning_reports_the_callers_line():
     hits = [w for w in caught if issubclass(w.category, qpinfer.ConvergenceWarning)]
     assert hits
     assert {(w.filename, w.lineno) for w in hits} == {(__file__, line)}
+
+
+def test_a_warning_in_a_module_run_with_python_m_reaches_its_line(tmp_path):
+    """A script run as ``python -m package.module`` (whose loader refuses to give ``__main__``'s
+    source) gets the warning at its line, not an ImportError from re-emitting it."""
+    package = tmp_path / "userpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "fit.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            import qpinfer
+
+            rng = np.random.default_rng(0)
+            X = rng.normal(size=(30, 2))
+            y = (X[:, 0] > 0).astype(int)
+            qpinfer.GPClassifier(method="ep", optimizer=None, max_iter=1).fit(X, y)
+            print("fitted")
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-m", "userpkg.fit"],
+        cwd=str(Path(qpinfer.__file__).parents[1]),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "fitted" in done.stdout
+    assert f"{package / 'fit.py'}:8: " in done.stderr and "ConvergenceWarning" in done.stderr
 
 
 def test_bound_warning_reports_the_callers_file():
