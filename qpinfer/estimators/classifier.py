@@ -219,8 +219,8 @@ class GPClassifier(MultiClassMixin, ProbitPredictionsMixin, GPEstimatorBase):
     >>> X, y = load_breast_cancer(return_X_y=True)
     >>> X, y = StandardScaler().fit_transform(X)[:200], y[:200]
     >>> clf = GPClassifier(method="qp").fit(X, y)
-    >>> clf.kernel_  # doctest: +ELLIPSIS
-    ...**2 * RBF(length_scale=...)
+    >>> clf.kernel_.k2  # the fitted kernel, scikit-learn's C * RBF  # doctest: +ELLIPSIS
+    RBF(length_scale=...)
     >>> proba = clf.predict_proba(X)
     >>> proba.shape
     (200, 2)
