@@ -89,7 +89,7 @@ class ConvergenceWarning(UserWarning):
     :class:`~qpinfer.inference.search_result.BoundWarning`) the hyperparameter search failed or
     ended at a bound, naming the hyperparameter and the bound. qpinfer's counterpart of
     scikit-learn's ``sklearn.exceptions.ConvergenceWarning``: once scikit-learn is loaded, each
-    is raised as its subclass that is also scikit-learn's (:func:`convergence_category`;
+    is raised as its subclass that is also scikit-learn's (``convergence_category``;
     qpinfer never imports scikit-learn), so that
     ``warnings.filterwarnings("ignore", category=sklearn.exceptions.ConvergenceWarning)``
     silences them all, as does ``category=qpinfer.ConvergenceWarning``."""
