@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import re
-import warnings
 from dataclasses import KW_ONLY
 from functools import partial
 from typing import Any
@@ -47,7 +46,7 @@ from qpinfer.estimators.params import estimator
 from qpinfer.estimators.protocol import RegressorTagsMixin
 from qpinfer.estimators.student_t_predictions import (
     StudentTPredictionsMixin,
-    check_scale_options,
+    check_student_t_options,
     check_targets,
     robust_center_scale,
 )
@@ -373,14 +372,10 @@ class MiniBatchSparseGPStudentTRegressor(
         self
             The fitted estimator.
         """
-        from qpinfer.likelihoods.student_t import StudentT, check_nu_scale, check_nu_supported
+        from qpinfer.likelihoods.student_t import StudentT
         from qpinfer.tables.scaled import for_likelihood
 
-        nu, scale = check_nu_scale(self.nu, self.scale)
-        check_nu_supported(nu)
-        check_scale_options(self.optimize_scale, self.scale_bounds, scale)
-        if not isinstance(self.normalize_y, bool | np.bool_):
-            raise ValueError(f"normalize_y must be True or False, got {self.normalize_y!r}")
+        nu, scale = check_student_t_options(self, lml_remark=False)
         s = self._settings()
         X, y = self._checked_data(X, y)
         name = type(self).__name__
@@ -391,13 +386,6 @@ class MiniBatchSparseGPStudentTRegressor(
         likelihood = StudentT(nu, scale)
         base_table = resolve_table(self, likelihood)
         target = {"center": center, "spread": spread}
-        if self.optimize_scale and self.optimizer is None:
-            warnings.warn(
-                "optimize_scale=True has no effect with optimizer=None: the scale stays at "
-                f"scale={scale!r}",
-                UserWarning,
-                stacklevel=3,
-            )
         if self.optimize_scale and self.optimizer is not None:
             low, high = (math.log(float(b)) for b in self.scale_bounds)
             at = _StudentTAt(nu, self.method, base_table)

@@ -5,7 +5,6 @@ normalisation and predictions, O(N M^2) per sweep. The fit is
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import KW_ONLY
 from typing import Any
 
@@ -20,13 +19,13 @@ from qpinfer.estimators.sparse_site_fit import SparseSiteEstimator
 from qpinfer.estimators.student_t_predictions import (
     TRUST,
     StudentTPredictionsMixin,
-    check_scale_options,
+    check_student_t_options,
     check_targets,
     robust_center_scale,
 )
 from qpinfer.estimators.student_t_scale import cavity_scale_gradient
 from qpinfer.inference.search_space import scalar_block
-from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT, check_nu_scale, check_nu_supported
+from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT
 
 __all__ = ["SparseGPStudentTRegressor"]
 
@@ -130,23 +129,12 @@ class SparseGPStudentTRegressor(
         self._check_sparse_params()
         if self.method not in ("qp", "ep"):
             raise ValueError(f"method must be 'qp' or 'ep', got {self.method!r}")
-        nu, scale = check_nu_scale(self.nu, self.scale)
-        check_nu_supported(nu)
-        check_scale_options(self.optimize_scale, self.scale_bounds, scale)
-        if not isinstance(self.normalize_y, bool | np.bool_):
-            raise ValueError(f"normalize_y must be True or False, got {self.normalize_y!r}")
+        nu, scale = check_student_t_options(self)
         name = type(self).__name__
         X = check_X(X, estimator=name)
         y = check_targets(y, X.shape[0], name)
         center, spread = robust_center_scale(y)
         self.y_center_, self.y_scale_ = (center, spread) if self.normalize_y else (0.0, 1.0)
-        if self.optimize_scale and self.optimizer is None:
-            warnings.warn(
-                "optimize_scale=True has no effect with optimizer=None: the scale stays at "
-                f"scale={scale!r} (log_marginal_likelihood still takes log(scale) last)",
-                UserWarning,
-                stacklevel=3,
-            )
         self._fit_sites(X, (y - self.y_center_) / self.y_scale_, StudentT(nu, scale))
         self.scale_ = self.likelihood_.scale
         return self

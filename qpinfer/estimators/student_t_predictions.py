@@ -5,6 +5,7 @@ predictions of a Gaussian latent predictive under Student-t noise (``predict`` w
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ __all__ = [
     "TRUST",
     "StudentTPredictionsMixin",
     "check_scale_options",
+    "check_student_t_options",
     "check_targets",
     "robust_center_scale",
 ]
@@ -26,6 +28,30 @@ __all__ = [
 MAD_TO_STD = 1.4826
 #: half-width (log units) of the box trust region of a search over the scale and the kernel
 TRUST = 2.0
+
+
+def check_student_t_options(est: Any, lml_remark: bool = True) -> tuple[float, float]:
+    """The Student-t regressors' own parameters checked at ``fit``: ``(nu, scale)`` as floats;
+    ``ValueError`` naming the parameter for a bad ``nu``, ``scale``, ``optimize_scale``,
+    ``scale_bounds`` or ``normalize_y``, and a ``UserWarning`` when ``optimize_scale=True`` can
+    have no effect (``optimizer=None``; ``lml_remark``: the estimator has a
+    ``log_marginal_likelihood`` whose last argument is log(scale))."""
+    from qpinfer.likelihoods.student_t import check_nu_scale, check_nu_supported
+
+    nu, scale = check_nu_scale(est.nu, est.scale)
+    check_nu_supported(nu)
+    check_scale_options(est.optimize_scale, est.scale_bounds, scale)
+    if not isinstance(est.normalize_y, bool | np.bool_):
+        raise ValueError(f"normalize_y must be True or False, got {est.normalize_y!r}")
+    if est.optimize_scale and est.optimizer is None:
+        remark = " (log_marginal_likelihood still takes log(scale) last)" if lml_remark else ""
+        warnings.warn(
+            "optimize_scale=True has no effect with optimizer=None: the scale stays at "
+            f"scale={scale!r}{remark}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return nu, scale
 
 
 def check_scale_options(optimize_scale: Any, scale_bounds: Any, scale: float) -> None:

@@ -50,7 +50,7 @@ from qpinfer.estimators.protocol import RegressorTagsMixin, log_marginal_likelih
 from qpinfer.estimators.student_t_predictions import (  # robust_center_scale: re-exported
     TRUST,
     StudentTPredictionsMixin,
-    check_scale_options,
+    check_student_t_options,
     check_targets,
     robust_center_scale,
 )
@@ -58,7 +58,7 @@ from qpinfer.estimators.student_t_scale import scale_gradient
 from qpinfer.inference.ep import MomentMatching
 from qpinfer.inference.optimize import InnerLoopBudget, SearchTrail
 from qpinfer.inference.search_space import kernel_block, scalar_block, search_space
-from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT, check_nu_scale, check_nu_supported
+from qpinfer.likelihoods.student_t import DEFAULT_NU, StudentT
 
 __all__ = ["GPStudentTRegressor", "robust_center_scale"]
 
@@ -165,11 +165,7 @@ class GPStudentTRegressor(
             The fitted estimator.
         """
         self._validate_params()
-        nu, scale = check_nu_scale(self.nu, self.scale)
-        check_nu_supported(nu)
-        check_scale_options(self.optimize_scale, self.scale_bounds, scale)
-        if not isinstance(self.normalize_y, bool | np.bool_):
-            raise ValueError(f"normalize_y must be True or False, got {self.normalize_y!r}")
+        nu, scale = check_student_t_options(self)
         X = self._check_fit_X(X)
         y = check_targets(y, X.shape[0])
         center, spread = robust_center_scale(y)
@@ -185,13 +181,6 @@ class GPStudentTRegressor(
                     UserWarning,
                     stacklevel=3,
                 )
-        if self.optimize_scale and self.optimizer is None:
-            warnings.warn(
-                "optimize_scale=True has no effect with optimizer=None: the scale stays at "
-                f"scale={scale!r} (log_marginal_likelihood still takes log(scale) last)",
-                UserWarning,
-                stacklevel=3,
-            )
         self._constant_targets = bool(np.all(y == y[0]))
         if self._constant_targets and self.normalize_y and self.optimizer is not None:
             warnings.warn(
