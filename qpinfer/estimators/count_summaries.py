@@ -11,7 +11,8 @@ exact Poisson-lognormal mixture, whose probabilities are summed from zero.
 D^2. scikit-learn's ``PoissonRegressor.score`` and ``sklearn.metrics.d2_tweedie_score(power=1)``:
 the fraction of the Poisson deviance ``D(y, mu) = 2 sum w (y log(y / mu) - y + mu)`` that the
 predicted means ``mu`` explain over the constant weighted mean ``ybar``:
-``1 - D(y, mu) / D(y, ybar)``.
+``1 - D(y, mu) / D(y, ybar)``. The real-valued regressors' ``score``, scikit-learn's R^2, is the
+same fraction for the squared-error deviance (:func:`r2_score`), so both share :func:`d2_score`.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from scipy.special import betaincc, xlogy
 
 __all__ = [
     "check_levels",
+    "d2_score",
     "negative_binomial_cdf",
     "negative_binomial_quantile",
     "poisson_d2_score",
     "poisson_lognormal_quantiles",
+    "r2_score",
 ]
 
 #: Above this shape the negative binomial is its Poisson limit (as ``negative_binomial_log_pmf``)
@@ -112,13 +115,14 @@ def poisson_lognormal_quantiles(mean: np.ndarray, var: np.ndarray, q: np.ndarray
     return out
 
 
-def poisson_d2_score(y: np.ndarray, mu: np.ndarray, sample_weight: Any = None) -> float:
-    """``1 - D(y, mu) / D(y, ybar)`` with the (weighted) Poisson deviance (the module
-    docstring), as scikit-learn's ``PoissonRegressor.score``. Where the targets are constant
-    (``D(y, ybar) = 0``), 1.0 for a perfect prediction and 0.0 otherwise (scikit-learn's
-    ``r2_score`` convention; its D^2 divides by zero there)."""
+def d2_score(y: Any, pred: Any, sample_weight: Any, unit_deviance: Any) -> float:
+    """``1 - D(y, pred) / D(y, ybar)``, ``D(y, m) = sum w unit_deviance(y, m)``, ``ybar`` the
+    (weighted) mean of ``y``. Where the targets are constant (``D(y, ybar) = 0``), 1.0 for a
+    perfect prediction and 0.0 otherwise (scikit-learn's ``r2_score`` convention; its D^2
+    divides by zero there). ``ValueError`` for weights of the wrong shape, negative, not finite
+    or all zero."""
     y = np.asarray(y, dtype=np.float64)
-    mu = np.asarray(mu, dtype=np.float64)
+    pred = np.asarray(pred, dtype=np.float64)
     if sample_weight is None:
         w = np.ones_like(y)
     else:
@@ -130,12 +134,25 @@ def poisson_d2_score(y: np.ndarray, mu: np.ndarray, sample_weight: Any = None) -
         if not (np.all(np.isfinite(w)) and np.all(w >= 0) and w.sum() > 0):
             raise ValueError("sample_weight must be finite, non-negative and not all zero")
     ybar = np.sum(w * y) / np.sum(w)
-
-    def deviance(pred: Any) -> float:
-        with np.errstate(divide="ignore"):
-            return float(2.0 * np.sum(w * (xlogy(y, y) - xlogy(y, pred) - y + pred)))
-
-    dev, dev_null = deviance(mu), deviance(ybar)
+    dev = float(np.sum(w * unit_deviance(y, pred)))
+    dev_null = float(np.sum(w * unit_deviance(y, ybar)))
     if dev_null == 0:
         return 1.0 if dev == 0 else 0.0
     return 1.0 - dev / dev_null
+
+
+def _poisson_unit_deviance(y: np.ndarray, mu: Any) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return 2.0 * (xlogy(y, y) - xlogy(y, mu) - y + mu)
+
+
+def poisson_d2_score(y: Any, mu: Any, sample_weight: Any = None) -> float:
+    """D^2 of the Poisson deviance (the module docstring), as scikit-learn's
+    ``PoissonRegressor.score``: :func:`d2_score` with ``2 (y log(y / mu) - y + mu)``."""
+    return d2_score(y, mu, sample_weight, _poisson_unit_deviance)
+
+
+def r2_score(y: Any, pred: Any, sample_weight: Any = None) -> float:
+    """scikit-learn's coefficient of determination R^2: :func:`d2_score` with the squared
+    error."""
+    return d2_score(y, pred, sample_weight, lambda t, m: (t - m) ** 2)

@@ -10,6 +10,7 @@ import numpy as np
 from qpinfer.checks import check_target_vector
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.classifier import _check_X
+from qpinfer.estimators.count_summaries import r2_score
 from qpinfer.estimators.joint_predictions import (
     ReturnBothError,
     SampleYMixin,
@@ -308,10 +309,7 @@ class SparseGPRegressor(SampleYMixin, RegressorTagsMixin, SparseEstimatorBase):
         float
         """
         pred = self.predict(X)
-        y = np.asarray(y, dtype=np.float64).ravel()
-        w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float)
-        ybar = np.sum(w * y) / np.sum(w)
-        return float(1.0 - np.sum(w * (y - pred) ** 2) / np.sum(w * (y - ybar) ** 2))
+        return r2_score(np.asarray(y, dtype=np.float64).ravel(), pred, sample_weight)
 
     log_marginal_likelihood = log_marginal_likelihood_method(
         """Eq. (128) for the normalised targets at ``theta = [kernel log hyperparameters,

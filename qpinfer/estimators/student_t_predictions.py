@@ -12,6 +12,7 @@ import numpy as np
 
 from qpinfer.checks import check_target_vector, check_X
 from qpinfer.checks import finite_array as _finite
+from qpinfer.estimators.count_summaries import r2_score
 from qpinfer.estimators.joint_predictions import ReturnBothError, SampleYMixin
 
 __all__ = [
@@ -212,11 +213,4 @@ class StudentTPredictionsMixin(SampleYMixin):
         self._check_is_fitted()
         X = check_X(X, estimator=type(self).__name__)
         y = check_targets(y, X.shape[0], type(self).__name__)
-        w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float)
-        pred = self.predict(X)
-        mean = np.sum(w * y) / np.sum(w)
-        ss_res = np.sum(w * (y - pred) ** 2)
-        ss_tot = np.sum(w * (y - mean) ** 2)
-        if ss_tot == 0:
-            return 1.0 if ss_res == 0 else 0.0
-        return float(1.0 - ss_res / ss_tot)
+        return r2_score(y, self.predict(X), sample_weight)
