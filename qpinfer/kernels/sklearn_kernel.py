@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PROTOCOL_MEMBERS", "SKLEARN_MEMBERS", "SklearnKernel", "as_kernel"]
+__all__ = ["PROTOCOL_MEMBERS", "SKLEARN_MEMBERS", "SklearnFace", "SklearnKernel", "as_kernel"]
 
 #: what a :class:`qpinfer.kernels.protocol.Kernel` must have (``__call__`` aside)
 PROTOCOL_MEMBERS = ("theta", "bounds", "with_theta", "gradient_contract", "diag")
@@ -41,11 +41,54 @@ def _missing(obj: Any, members: tuple[str, ...]) -> list[str]:
 
 
 def _unwrap(obj: Any) -> Any:
-    """The scikit-learn kernel inside an adapter, anything else as it is."""
-    return obj.wrapped if isinstance(obj, SklearnKernel) else obj
+    """The scikit-learn kernel inside an adapter (any :class:`SklearnFace`), anything else as it
+    is."""
+    return obj.wrapped if isinstance(obj, SklearnFace) else obj
 
 
-class SklearnKernel:
+class SklearnFace:
+    """What an object that presents the scikit-learn kernel ``wrapped`` shares with it: unknown
+    attributes, ``repr``, ``==``, the kernel algebra (``+``, ``*``, ``**``: scikit-learn kernels)
+    and ``sklearn.base.clone`` (an exact copy of ``wrapped``) are the wrapped kernel's. Used by
+    :class:`SklearnKernel` and :class:`qpinfer.kernels.sklearn_se.SklearnFacedSE`."""
+
+    wrapped: Any
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "wrapped":
+            raise AttributeError(name)  # copy/pickle probe dunders before wrapped exists
+        return getattr(self.wrapped, name)
+
+    def __repr__(self) -> str:
+        return repr(self.wrapped)
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.wrapped == _unwrap(other))
+
+    __hash__ = None  # type: ignore[assignment]  # as scikit-learn's kernels (mutable, __eq__)
+
+    def __add__(self, other: Any) -> Any:
+        return self.wrapped + _unwrap(other)
+
+    def __radd__(self, other: Any) -> Any:
+        return _unwrap(other) + self.wrapped
+
+    def __mul__(self, other: Any) -> Any:
+        return self.wrapped * _unwrap(other)
+
+    def __rmul__(self, other: Any) -> Any:
+        return _unwrap(other) * self.wrapped
+
+    def __pow__(self, exponent: Any) -> Any:
+        return self.wrapped**exponent
+
+    def __sklearn_clone__(self) -> Any:
+        """``sklearn.base.clone`` of the adapter: a copy of the scikit-learn kernel (exact, no
+        round trip through ``theta``'s logarithms)."""
+        return copy.deepcopy(self.wrapped)
+
+
+class SklearnKernel(SklearnFace):
     """A scikit-learn kernel with the members of :class:`qpinfer.kernels.protocol.Kernel`.
 
     Parameters
@@ -145,11 +188,6 @@ class SklearnKernel:
         return np.tensordot(W, dK, axes=([0, 1], [0, 1]))
 
     # -- the wrapped kernel's face ------------------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "wrapped":
-            raise AttributeError(name)  # copy/pickle probe dunders before wrapped exists
-        return getattr(self.wrapped, name)
-
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "theta":
             object.__setattr__(self, name, value)  # the property's setter
@@ -158,34 +196,6 @@ class SklearnKernel:
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(dir(self.wrapped)))
-
-    def __repr__(self) -> str:
-        return repr(self.wrapped)
-
-    def __eq__(self, other: object) -> bool:
-        return bool(self.wrapped == _unwrap(other))
-
-    __hash__ = None  # type: ignore[assignment]  # as scikit-learn's kernels (mutable, __eq__)
-
-    def __add__(self, other: Any) -> Any:
-        return self.wrapped + _unwrap(other)
-
-    def __radd__(self, other: Any) -> Any:
-        return _unwrap(other) + self.wrapped
-
-    def __mul__(self, other: Any) -> Any:
-        return self.wrapped * _unwrap(other)
-
-    def __rmul__(self, other: Any) -> Any:
-        return _unwrap(other) * self.wrapped
-
-    def __pow__(self, exponent: Any) -> Any:
-        return self.wrapped**exponent
-
-    def __sklearn_clone__(self) -> Any:
-        """``sklearn.base.clone`` of the adapter: a copy of the scikit-learn kernel (exact, no
-        round trip through ``theta``'s logarithms)."""
-        return copy.deepcopy(self.wrapped)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"wrapped": self.wrapped}

@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from qpinfer.kernels.se import ARDSquaredExponential
-from qpinfer.kernels.sklearn_kernel import SklearnKernel, _unwrap
+from qpinfer.kernels.sklearn_kernel import SklearnFace, SklearnKernel
 
 __all__ = ["SklearnFacedSE", "sklearn_face"]
 
 
-class SklearnFacedSE(ARDSquaredExponential):
+class SklearnFacedSE(SklearnFace, ARDSquaredExponential):
     """:class:`~qpinfer.kernels.se.ARDSquaredExponential` whose hyperparameters are those of
     ``wrapped``, the scikit-learn ``ConstantKernel * RBF`` it presents (module docstring)."""
 
@@ -71,38 +71,6 @@ class SklearnFacedSE(ARDSquaredExponential):
         if theta.shape != self.theta.shape:
             raise ValueError(f"theta must have shape {self.theta.shape}, got {theta.shape}")
         return SklearnFacedSE(self.wrapped.clone_with_theta(theta), self._bounds)
-
-    # -- scikit-learn's face ----------------------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "wrapped":
-            raise AttributeError(name)
-        return getattr(self.wrapped, name)
-
-    def __repr__(self) -> str:
-        return repr(self.wrapped)
-
-    def __eq__(self, other: object) -> bool:
-        return bool(self.wrapped == _unwrap(other))
-
-    __hash__ = None  # type: ignore[assignment]  # as scikit-learn's kernels
-
-    def __add__(self, other: Any) -> Any:
-        return self.wrapped + _unwrap(other)
-
-    def __radd__(self, other: Any) -> Any:
-        return _unwrap(other) + self.wrapped
-
-    def __mul__(self, other: Any) -> Any:
-        return self.wrapped * _unwrap(other)
-
-    def __rmul__(self, other: Any) -> Any:
-        return _unwrap(other) * self.wrapped
-
-    def __pow__(self, exponent: Any) -> Any:
-        return self.wrapped**exponent
-
-    def __sklearn_clone__(self) -> Any:
-        return self.wrapped.clone_with_theta(self.wrapped.theta)
 
     def __reduce__(self) -> Any:
         return (SklearnFacedSE, (self.wrapped, self._bounds))
