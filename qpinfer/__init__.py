@@ -20,6 +20,7 @@ from qpinfer.inference.power_ep import PowerMomentMatching
 from qpinfer.inference.vb import VBResult, fit_vb
 from qpinfer.kernels import ARDSquaredExponential, Kernel
 from qpinfer.likelihoods import Likelihood
+from qpinfer.likelihoods.custom import CustomLikelihood
 from qpinfer.likelihoods.poisson_square import PoissonSquare
 from qpinfer.likelihoods.probit import Probit
 from qpinfer.likelihoods.registry import get_likelihood
@@ -39,6 +40,7 @@ from qpinfer.version import __version__
 __all__ = [
     "ARDSquaredExponential",
     "ConvergenceWarning",
+    "CustomLikelihood",
     "GPClassifier",
     "GPPoissonRegressor",
     "GPStudentTRegressor",

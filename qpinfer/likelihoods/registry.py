@@ -3,7 +3,9 @@ subpackage (so none of them imports it).
 
 ``get_likelihood("probit")``, ``"poisson_square"``, ``"step_noise"`` / ``"step_noise(eps=0.1)"``,
 ``"student_t"`` / ``"student_t(nu=4, scale=1)"``, ``"logit"``, ``"poisson_log"`` -- the names table
-stores record -- or a :class:`~qpinfer.Likelihood` object, returned as it is. :func:`boxes_for`
+stores record --, a user likelihood's ``"package.module:ClassName(param=value)"``
+(:class:`~qpinfer.CustomLikelihood`, imported) or a :class:`~qpinfer.Likelihood` object, returned
+as it is. :func:`boxes_for`
 gives the boxes of a likelihood's cell table and :func:`box_from_attrs` reads one back from a
 store. Adding a likelihood adds one line to ``_REGISTRY`` (and, for one with parameters, to
 ``_PARAMETRIZED``).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from qpinfer.likelihoods import step_noise, student_t
 from qpinfer.likelihoods.base import Likelihood
+from qpinfer.likelihoods.custom import CustomLikelihood, import_likelihood
 from qpinfer.likelihoods.layout import Box, CellAxis
 from qpinfer.likelihoods.logit import Logit
 from qpinfer.likelihoods.poisson_log import PoissonLog
@@ -54,13 +57,16 @@ def get_likelihood(likelihood) -> Likelihood:
         return likelihood
     if isinstance(likelihood, str) and likelihood in _REGISTRY:
         return _REGISTRY[likelihood]()
+    if isinstance(likelihood, str) and ":" in likelihood.partition("(")[0]:
+        return import_likelihood(likelihood)  # a user's "package.module:ClassName(...)"
     for prefix, (parse, cls) in _PARAMETRIZED.items():
         if isinstance(likelihood, str) and likelihood.startswith(prefix):
             args = parse(likelihood)  # ValueError naming the parameter if out of range
             if args is not None:
                 return cls(*args)
     raise ValueError(
-        f"likelihood must be one of {sorted(_REGISTRY)} or a Likelihood instance; got {likelihood!r}"
+        f"likelihood must be one of {sorted(_REGISTRY)}, a user likelihood's "
+        f"'package.module:ClassName' or a Likelihood instance; got {likelihood!r}"
     )
 
 
@@ -74,7 +80,8 @@ def boxes_for(likelihood) -> tuple[Box, ...]:
 
 def box_from_attrs(attrs: dict) -> Box:
     """A box from its stored description (``Box.to_attrs``); ``ValueError`` if unknown."""
-    kinds = {k: v for cls in _REGISTRY.values() for k, v in cls.box_kinds().items()}
+    classes = (*_REGISTRY.values(), CustomLikelihood)
+    kinds = {k: v for cls in classes for k, v in cls.box_kinds().items()}
     kind = kinds.get(attrs.get("kind"))
     if kind is None:
         raise ValueError(f"unknown table box kind {attrs.get('kind')!r}")

@@ -46,7 +46,15 @@ from functools import lru_cache
 import mpmath
 from mpmath import mp, mpf
 
-from qptables.reference import logit, poisson_log, poisson_square, probit, step_noise, student_t
+from qptables.reference import (
+    custom,
+    logit,
+    poisson_log,
+    poisson_square,
+    probit,
+    step_noise,
+    student_t,
+)
 from qptables.reference.tilted import DEFAULT_NODES, ReferencePoint, evaluate, mode_layout
 
 __all__ = [
@@ -125,6 +133,13 @@ def _cached(name: str, mu: float, sigma: float, y: int, dps: int, n: int) -> Ref
     return _compute(name, mu, sigma, y, dps, n)
 
 
+@lru_cache(maxsize=4096)
+def _custom_cached(name: str, mu: float, sigma: float, y: float, dps: int, n: int):
+    from qpinfer.likelihoods.registry import get_likelihood
+
+    return custom.reference_point(get_likelihood(name), float(mu), float(sigma), float(y), dps, n)
+
+
 def reference_point(
     likelihood_name: str, mu: float, sigma: float, y: int, dps: int = 40, nodes: int = DEFAULT_NODES
 ) -> ReferencePoint:
@@ -136,7 +151,11 @@ def reference_point(
     given floats. Results are cached per process. ``nodes`` is the panel degree ``N`` (changing
     it gives an independent discretisation, used by the self-consistency tests).
     """
-    own = REFERENCES.get(str(likelihood_name).split("(")[0])
+    head = str(likelihood_name).split("(")[0]
+    if ":" in head:  # a user likelihood, "package.module:ClassName(...)"
+        with _LOCK:
+            return _custom_cached(str(likelihood_name), mu, sigma, y, int(dps), int(nodes))
+    own = REFERENCES.get(head)
     if own is not None and own.MODEL is None:
         with _LOCK:
             return own.reference_point(likelihood_name, mu, sigma, y, dps, nodes)
