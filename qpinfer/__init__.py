@@ -12,6 +12,7 @@ arrows are checked by import-linter in CI, contracts in ``.importlinter``, and d
 """
 
 from qpinfer.estimators.classifier import GPClassifier
+from qpinfer.estimators.custom_likelihood import CustomLikelihoodGP
 from qpinfer.estimators.poisson_regressor import GPPoissonRegressor
 from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
 from qpinfer.inference.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run_ep
@@ -41,6 +42,7 @@ __all__ = [
     "ARDSquaredExponential",
     "ConvergenceWarning",
     "CustomLikelihood",
+    "CustomLikelihoodGP",
     "GPClassifier",
     "GPPoissonRegressor",
     "GPStudentTRegressor",

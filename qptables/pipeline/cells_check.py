@@ -69,11 +69,13 @@ def reference_values(
     elif not moments:
         from qptables.reference.sigma import sigma_qp_reference
 
-        return (float(sigma_qp_reference(likelihood, mu, sigma, int(y), **extra)),)
+        label = y if ":" in likelihood.partition("(")[0] else int(y)
+        return (float(sigma_qp_reference(likelihood, mu, sigma, label, **extra)),)
     else:
         from qptables.reference.sigma import reference_point
 
-        p = reference_point(likelihood, mu, sigma, int(y), extra.get("dps", 40))
+        label = y if ":" in likelihood.partition("(")[0] else int(y)  # a user likelihood's: real
+        p = reference_point(likelihood, mu, sigma, label, extra.get("dps", 40))
     values = (p.sigma_qp, p.log_z, p.mean, p.std) if moments else (p.sigma_qp,)
     return tuple(float(v) for v in values)
 

@@ -197,6 +197,9 @@ class CustomLikelihood(Likelihood):
         """``(centre, width, slot)`` per point of the reduced labels ``y`` (any shape)."""
         y = np.asarray(y, dtype=np.float64)
         flat = y.ravel()
+        last = self.__dict__.get("_last_labels")  # the kernel asks many times per batch
+        if last is not None and last[0].shape == flat.shape and np.array_equal(last[0], flat):
+            return tuple(a.reshape(y.shape) for a in last[1:])
         labels, inverse = np.unique(flat, return_inverse=True)
         slots = self.__dict__.setdefault("_slots", {})
         feats = [self.features(v) for v in labels]
@@ -205,6 +208,7 @@ class CustomLikelihood(Likelihood):
         c = np.array([f.centre for f in feats])[inverse].reshape(y.shape)
         w = np.array([f.width for f in feats])[inverse].reshape(y.shape)
         k = np.array([slots[float(v)] for v in labels])[inverse].reshape(y.shape)
+        self.__dict__["_last_labels"] = (flat.copy(), c.ravel(), w.ravel(), k.ravel())
         return c, w, k
 
     def canonical(self, mu, y):
@@ -267,8 +271,9 @@ class CustomLikelihood(Likelihood):
         return ell - 0.5 * (t / sigma) ** 2, d1 - t / (sigma * sigma)
 
     def _lobes(self, mu, sigma, y):
-        anchor = self._frame(mu, sigma, y)
-        mode, width = tilt_mode(lambda f: self.log_pdf(f, y), mu, sigma)
+        c, w, _ = self._label_arrays(y)
+        anchor = np.where(sigma > w, c, mu)
+        mode, width = tilt_mode(lambda f, sel: self.log_pdf(f, y[sel]), mu, sigma, c)
         inf = np.full(mu.shape, np.inf)
         return [(mode - anchor, width, -inf, inf)]
 

@@ -49,7 +49,11 @@ class LabelFeatures(NamedTuple):
 def derivatives(log_lik, f, order: int = 2) -> tuple[np.ndarray, ...]:
     """``(l, l', l'')`` (``order=2``) or ``(l, l', l'', l''')`` (``order=3``) of the function
     ``log_lik(f)`` by central differences."""
-    f = np.asarray(f, dtype=np.float64)
+    with np.errstate(all="ignore"):  # log p = -inf far out: NaN slopes, handled by callers
+        return _differences(log_lik, np.asarray(f, dtype=np.float64), order)
+
+
+def _differences(log_lik, f, order):
     scale = np.maximum(1.0, np.abs(f))
     h = _H1 * scale
     lo, mid, hi = log_lik(f - h), log_lik(f), log_lik(f + h)
@@ -127,27 +131,49 @@ def _crossing(log_lik, f, v, level: float) -> float:
     return 0.5 * (a + b)
 
 
-def tilt_mode(log_lik_at, mu, sigma) -> tuple[np.ndarray, np.ndarray]:
+def tilt_mode(log_lik_at, mu, sigma, centre) -> tuple[np.ndarray, np.ndarray]:
     """``(mode, width)`` of ``exp(log_lik_at(f)) N(f | mu, sigma^2)`` for a log-concave
-    likelihood (1-D arrays; ``log_lik_at`` evaluates each point's own label): the mode by
-    safeguarded Newton steps in its bracket, the width ``(1 / sigma^2 - l''(mode))^(-1/2)``."""
+    likelihood (1-D arrays; ``log_lik_at(f, sel)`` evaluates the points ``sel`` (an index
+    array or ``slice(None)``) at their own labels, ``centre`` the labels' centres): a bracket by
+    steps of sigma doubled from ``mu`` (from the centre where ``l'(mu)`` is not finite) towards
+    the side the log tilt's slope points to, then safeguarded Newton steps in it; the width
+    ``(1 / sigma^2 - l''(mode))^(-1/2)``. Where ``l'`` is not finite (``log p`` under- or
+    overflows far from the centre) the slope counts as pointing back towards the centre."""
     s2 = sigma * sigma
-    _, g0, _ = derivatives(log_lik_at, mu)
-    jump = s2 * g0  # the mode lies between mu and mu + s^2 l'(mu) (l' decreases)
-    lo = np.where(jump > 0, 0.0, jump)
-    hi = np.where(jump > 0, jump, 0.0)
-    d = 0.5 * (lo + hi)
+    centre = np.asarray(centre, dtype=np.float64) + np.zeros_like(mu)
+
+    def slope(f, sel=slice(None)):
+        _, d1, d2 = derivatives(lambda x: log_lik_at(x, sel), f)
+        g = d1 - (f - mu[sel]) / s2[sel]
+        return np.where(np.isnan(g), np.where(f > centre[sel], -np.inf, np.inf), g), d2
+
+    g0, _ = slope(mu)
+    f0 = np.where(np.isfinite(g0), mu, centre)
+    g0 = np.where(np.isfinite(g0), g0, slope(f0)[0])
+    side = np.where(g0 > 0, 1.0, -1.0)
+    far = f0.copy()
+    step = sigma.copy()
+    todo = np.flatnonzero(g0 != 0)
+    for _ in range(2 * _MODE_STEPS):
+        if todo.size == 0:
+            break
+        far[todo] = f0[todo] + side[todo] * step[todo]
+        g, _ = slope(far[todo], todo)
+        going = side[todo] * g > 0
+        step[todo[going]] *= 2.0
+        todo = todo[going]
+    lo, hi = np.minimum(f0, far), np.maximum(f0, far)
+    f = 0.5 * (lo + hi)
     step_before = hi - lo
     for _ in range(_MODE_STEPS):
-        _, d1, d2 = derivatives(log_lik_at, mu + d)
-        g = d1 - d / s2
-        lo = np.where(g > 0, d, lo)
-        hi = np.where(g > 0, hi, d)
-        newton = d + g / (1.0 / s2 - np.minimum(d2, 0.0))
-        ok = (newton > lo) & (newton < hi) & (np.abs(newton - d) < 0.5 * step_before)
+        g, d2 = slope(f)
+        lo = np.where(g > 0, f, lo)
+        hi = np.where(g > 0, hi, f)
+        newton = f + g / (1.0 / s2 - np.minimum(d2, 0.0))
+        ok = (newton > lo) & (newton < hi) & (np.abs(newton - f) < 0.5 * step_before)
         new = np.where(ok, newton, 0.5 * (lo + hi))
-        step_before = np.abs(new - d)
-        d = new
-    _, _, d2 = derivatives(log_lik_at, mu + d)
+        step_before = np.abs(new - f)
+        f = new
+    _, _, d2 = derivatives(lambda x: log_lik_at(x, slice(None)), f)
     width = 1.0 / np.sqrt(1.0 / s2 - np.minimum(d2, 0.0))
-    return mu + d, width
+    return f, width

@@ -1,0 +1,188 @@
+"""Cell-table boxes of a likelihood the user writes: the standardised cavity, and a tail box
+that reaches the limit sigma -> infinity.
+
+Every label ``y`` (after :meth:`~qpinfer.CustomLikelihood.reduce_y`) has a centre ``c`` and a
+width ``w`` (:mod:`~qpinfer.likelihoods.custom.features`). The boxes hold, for every label of
+:meth:`~qpinfer.CustomLikelihood.table_labels`:
+
+* ``core``: the standardised cavity ``tau = (mu - c) / sqrt(sigma^2 + w^2)`` in ``[-T, T]`` and
+  ``lambda = log10(sigma / w)`` in ``[lambda_0, lambda_1]``;
+* ``tail``: the same ``tau`` and ``u = w / sigma`` in ``[0, 10^-lambda_1]``: at fixed ``tau``
+  the tilt converges as ``sigma -> infinity`` (to the likelihood itself for a peaked label, to
+  a Gaussian cut by the likelihood's limits for a step), so rho is smooth up to ``u = 0`` and
+  the cells of the last column answer every wider cavity.
+
+EP's moments are stored against a reference that carries their large and singular parts: for a
+peaked label the product of the cavity and the likelihood's Laplace approximation (log Z, mean,
+std of ``exp(l(c) - (f - c)^2 / (2 w^2)) N(f | mu, sigma^2)``), else the cavity itself.
+
+The cells (how many per axis) are chosen when a table is planned
+(:mod:`qptables.pipeline.custom_plan`: cell widths halved until the Chebyshev interpolant of rho
+and of EP's moments on probe cells matches the exact kernel). A cavity outside both boxes (a
+label the table does not hold, ``|tau| > T``, ``sigma < w 10^lambda_0``) is answered by the
+exact kernel and counted.
+
+Holds: :class:`CustomCore`, :class:`CustomTail`, :func:`custom_boxes` and ``boxes(likelihood)``.
+May import: what :mod:`qpinfer.likelihoods` may.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from qpinfer.likelihoods.layout import Box, CellAxis
+
+__all__ = ["DEFAULT_CELLS", "NODES", "CustomCore", "CustomTail", "boxes", "custom_boxes"]
+
+NODES = 12  # Chebyshev-Gauss nodes per cell and axis
+T_MAX = 10.0
+LAMBDA = (-3.0, 3.0)
+
+
+@dataclass(frozen=True)
+class _Standardised(Box):
+    """What both boxes share: per-label features (same order as ``labels``) and the
+    standardised mean ``tau``."""
+
+    centres: tuple = ()
+    widths: tuple = ()
+    peaked: tuple = ()
+    log_peaks: tuple = ()
+
+    @classmethod
+    def extra_from_attrs(cls, attrs: dict) -> dict:
+        return {
+            "centres": tuple(float(v) for v in attrs["centres"]),
+            "widths": tuple(float(v) for v in attrs["widths"]),
+            "peaked": tuple(bool(v) for v in attrs["peaked"]),
+            "log_peaks": tuple(float(v) for v in attrs["log_peaks"]),
+        }
+
+    def _features(self, y):
+        """``(known, index, c, w, peaked, log_peak)`` per reduced label ``y``."""
+        labels = np.asarray(self.labels, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        idx = np.clip(np.searchsorted(labels, y), 0, labels.size - 1)
+        known = labels[idx] == y
+        pick = functools.partial(_pick, idx)
+        return (
+            known,
+            idx,
+            pick(self.centres),
+            pick(self.widths),
+            pick(self.peaked),
+            pick(self.log_peaks),
+        )
+
+    def _tau(self, mu, sigma, c, w):
+        return (np.asarray(mu) - c) / np.hypot(sigma, w)
+
+    def reference_moments(self, mu, sigma, y):
+        """The Laplace product for peaked labels, the cavity for the others (module
+        docstring)."""
+        mu = np.asarray(mu, dtype=np.float64)
+        s = np.asarray(sigma, dtype=np.float64)
+        _, _, c, w, peaked, log_peak = self._features(y)
+        v = s * s + w * w
+        tau2 = (mu - c) ** 2 / v
+        log_z = np.where(peaked, log_peak + np.log(w) - 0.5 * np.log(v) - 0.5 * tau2, 0.0)
+        mean = np.where(peaked, (mu * w * w + c * s * s) / v, mu)
+        std = np.where(peaked, s * w / np.sqrt(v), s)
+        return log_z, mean, std
+
+    def moment_unit(self, sigma, ref):
+        return ref[2]
+
+
+def _pick(idx, values):
+    return np.asarray(values)[idx]
+
+
+@dataclass(frozen=True)
+class CustomCore(_Standardised):
+    """``(tau, log10(sigma / w))``."""
+
+    def cavity(self, label, tau, lam):
+        _, _, c, w, _, _ = self._features(label)
+        s = w * 10.0 ** np.asarray(lam, dtype=np.float64)
+        return c + np.asarray(tau) * np.hypot(s, w), s
+
+    def locate(self, mu, sigma, y):
+        known, idx, c, w, _, _ = self._features(y)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            coords = (self._tau(mu, sigma, c, w), np.log10(np.asarray(sigma) / w))
+            inside = known & self._inside_axes(coords)
+        return inside, idx, coords
+
+    def coord_jacobian(self, mu, sigma, y):
+        _, _, c, w, _, _ = self._features(y)
+        h = np.hypot(sigma, w)
+        tau = (mu - c) / h
+        return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), 1.0 / (sigma * np.log(10.0))))
+
+
+@dataclass(frozen=True)
+class CustomTail(_Standardised):
+    """``(tau, w / sigma)``: the cavities wider than the core box, to sigma -> infinity."""
+
+    def cavity(self, label, tau, u):
+        _, _, c, w, _, _ = self._features(label)
+        s = w / np.asarray(u, dtype=np.float64)
+        return c + np.asarray(tau) * np.hypot(s, w), s
+
+    def locate(self, mu, sigma, y):
+        known, idx, c, w, _, _ = self._features(y)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            coords = (self._tau(mu, sigma, c, w), w / np.asarray(sigma))
+            inside = known & self._inside_axes(coords)
+        return inside, idx, coords
+
+    def coord_jacobian(self, mu, sigma, y):
+        _, _, c, w, _, _ = self._features(y)
+        h = np.hypot(sigma, w)
+        tau = (mu - c) / h
+        return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), -w / (sigma * sigma)))
+
+
+def custom_boxes(likelihood, tau_cell: float, lam_cell: float, u_cells: int) -> tuple[Box, ...]:
+    """The core and tail boxes of ``likelihood`` (module docstring) for every label of its
+    ``table_labels()``, with cells ``tau_cell`` x ``lam_cell`` and ``u_cells`` tail cells."""
+    labels = tuple(float(v) for v in likelihood.table_labels())
+    feats = [likelihood.features(v) for v in labels]
+    fields = {
+        "centres": tuple(f.centre for f in feats),
+        "widths": tuple(f.width for f in feats),
+        "peaked": tuple(bool(f.peaked) for f in feats),
+        "log_peaks": tuple(f.log_peak for f in feats),
+    }
+    n_tau = round(2 * T_MAX / tau_cell)
+    n_lam = round((LAMBDA[1] - LAMBDA[0]) / lam_cell)
+    tau = CellAxis("tau", -T_MAX, tau_cell, n_tau, NODES)
+    u_stop = 10.0 ** -LAMBDA[1]
+    return (
+        CustomCore(
+            "core",
+            (tau, CellAxis("log10_sigma_over_w", LAMBDA[0], lam_cell, n_lam, NODES)),
+            labels,
+            **fields,
+        ),
+        CustomTail(
+            "tail",
+            (tau, CellAxis("w_over_sigma", 0.0, u_stop / u_cells, u_cells, NODES)),
+            labels,
+            **fields,
+        ),
+    )
+
+
+#: the cells of :func:`boxes`: (tau cell, lambda cell, tail cells); ``qptables build`` plans its own
+DEFAULT_CELLS = (1.0, 0.5, 2)
+
+
+def boxes(likelihood) -> tuple[Box, ...]:
+    """The boxes of ``likelihood``'s cell table at :data:`DEFAULT_CELLS` (``qptables build``
+    refines them until its kernel check holds, :mod:`qptables.pipeline.custom_plan`)."""
+    return custom_boxes(likelihood, *DEFAULT_CELLS)
