@@ -13,6 +13,7 @@ arrows are checked by import-linter in CI, contracts in ``.importlinter``, and d
 
 from qpinfer.estimators.classifier import GPClassifier
 from qpinfer.estimators.custom_likelihood import CustomLikelihoodGP
+from qpinfer.estimators.sparse_custom_likelihood import SparseCustomLikelihoodGP
 from qpinfer.estimators.poisson_regressor import GPPoissonRegressor
 from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
 from qpinfer.inference.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run_ep
@@ -58,6 +59,7 @@ __all__ = [
     "Probit",
     "QuantileMatching",
     "SigmaTable",
+    "SparseCustomLikelihoodGP",
     "SparseGPClassifier",
     "SparseGPPoissonRegressor",
     "SparseGPRegressor",

@@ -20,7 +20,6 @@ from qpinfer.estimators.base import GPEstimatorBase
 from qpinfer.estimators.blas import limits_blas
 from qpinfer.estimators.joint_predictions import DenseJointLatentMixin
 from qpinfer.estimators.params import estimator
-from qpinfer.estimators.tables import resolve_table
 from qpinfer.likelihoods.custom import CustomLikelihood
 
 __all__ = ["CustomLikelihoodGP", "CustomPredictionsMixin", "check_custom_likelihood"]
@@ -94,18 +93,6 @@ class CustomPredictionsMixin:
             raise ValueError(f"{what} needs a binary likelihood; got {self.likelihood_!r}")
 
 
-def user_table(est: Any, likelihood: Any) -> Any:
-    """QP's sigma* table, and for EP the table serving its moments: a user's ``table``
-    (path or open table) serves both methods."""
-    if est.method == "ep" and est.table is not None and not isinstance(est.table, str):
-        return est.table
-    if est.method == "ep" and isinstance(est.table, str) and est.table != "exact":
-        from qpinfer.tables import open_table
-
-        return open_table(est.table)
-    return resolve_table(est, likelihood)
-
-
 @estimator
 class CustomLikelihoodGP(CustomPredictionsMixin, DenseJointLatentMixin, GPEstimatorBase):
     """Gaussian process model with a likelihood the user writes
@@ -169,9 +156,6 @@ class CustomLikelihoodGP(CustomPredictionsMixin, DenseJointLatentMixin, GPEstima
     method: str = "qp"
     table: Any = None
     qp_objective: str = "ep"
-
-    def _resolve_table(self, likelihood: Any) -> Any:
-        return user_table(self, likelihood)
 
     @limits_blas
     def fit(self, X: Any, y: Any) -> CustomLikelihoodGP:

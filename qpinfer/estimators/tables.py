@@ -64,13 +64,15 @@ def resolve_table(est: Any, likelihood: Any) -> Any:
 def with_moment_table(est: Any, likelihood: Any, table: Any) -> Any:
     """The likelihood the site updates use: where its EP moments have no closed form, with a
     table serving them (:meth:`qpinfer.Likelihood.with_moment_table`) -- QP's ``table`` if it
-    stores them, else, for the default ``est.table=None`` (and for EP, which has no sigma*
-    table), the table shipped for the likelihood; exact moments with ``est.table == "exact"``,
+    stores them (for EP, which uses no sigma* table, the ``table`` the user names), else, for
+    the default ``est.table=None``, the table shipped for the likelihood; exact moments with ``est.table == "exact"``,
     with a table of the user's that stores none, or where none ships."""
     if not likelihood._tabulated_moments:
         return likelihood
     if isinstance(est.table, str) and est.table == "exact":
         return likelihood
+    if table is None and est.table is not None:  # EP with the user's table: its moments
+        table = est.table if isinstance(est.table, SigmaTableReader) else open_table(est.table)
     source = None if table is None else table.moment_table
     if source is None and (table is None or est.table is None):
         from qpinfer.tables.shipped import shipped_table

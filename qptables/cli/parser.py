@@ -136,7 +136,9 @@ def parser() -> argparse.ArgumentParser:
         "likelihood",
         metavar="LIKELIHOOD",
         help=f"one of {', '.join(names)}; step_noise takes --eps, student_t is nu=4, scale=1 "
-        "unless named as student_t(nu=NU, scale=S) (--grid cells: scale 1, any nu)",
+        "unless named as student_t(nu=NU, scale=S) (--grid cells: scale 1, any nu); or a "
+        "likelihood you wrote, package.module:ClassName or package.module:ClassName(param=value) "
+        "(a qpinfer.CustomLikelihood subclass in an importable module; --grid cells)",
     )
     b.add_argument("out", metavar="OUT", help="destination zarr directory")
     b.add_argument(

@@ -26,6 +26,7 @@ import numpy as np
 import qpinfer
 from qpinfer.likelihoods.layout import Box
 from qpinfer.likelihoods.registry import boxes_for
+from qptables.pipeline.custom_plan import plan_boxes
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.reduced_store import integrity_record
 from qptables.pipeline.cells import (
@@ -120,6 +121,10 @@ def estimate_cells(
     }
 
 
+#: the check's default tolerance for a user likelihood's table (the shipped ones': TOLERANCE)
+CUSTOM_TOLERANCE = 1e-10
+
+
 class CellsLayout(Layout):
     """The cells' part of a build of ``likelihood`` (its boxes:
     :func:`qpinfer.likelihoods.registry.boxes_for`); ``checks``: the options of
@@ -131,13 +136,18 @@ class CellsLayout(Layout):
 
     def __init__(self, likelihood: str, checks: dict[str, Any], kernel_points: int | None) -> None:
         try:
-            self.boxes = boxes_for(likelihood)
+            lik = qpinfer.get_likelihood(likelihood)
+            if isinstance(lik, qpinfer.CustomLikelihood):  # cells refined until probes hold
+                self.boxes = plan_boxes(lik, say=lambda line: print(line, flush=True))
+            else:
+                self.boxes = boxes_for(likelihood)
         except ValueError as exc:
             raise BuildInputError(f"--grid cells: {exc}") from None
         self.likelihood = likelihood
         self.moments = qpinfer.get_likelihood(likelihood)._tabulated_moments
         self.sizes = chunk_sizes(self.boxes, self.moments)
-        self.checks = {"samples": DEFAULT_SAMPLES, "tolerance": TOLERANCE, "dps": None, **checks}
+        tolerance = CUSTOM_TOLERANCE if isinstance(lik, qpinfer.CustomLikelihood) else TOLERANCE
+        self.checks = {"samples": DEFAULT_SAMPLES, "tolerance": tolerance, "dps": None, **checks}
         if kernel_points is not None and (isinstance(kernel_points, bool) or kernel_points < 1):
             raise BuildInputError(f"--kernel-points: must be >= 1, got {kernel_points!r}")
         self.kernel_points = DEFAULT_KERNEL_POINTS if kernel_points is None else kernel_points

@@ -3,11 +3,11 @@ of ``qptables build package.module:ClassName --grid cells``.
 
 A :class:`qpinfer.CustomLikelihood`'s boxes (:mod:`qpinfer.likelihoods.custom.boxes`: the
 standardised cavity and the tail box to sigma -> infinity) have no cell widths measured in
-advance, as the shipped likelihoods' have. :func:`plan_boxes` starts from cells of 2 (in tau)
-by 1 (in log10 sigma/w) and one tail cell, and halves the widths of a box while the Chebyshev
+advance, as the shipped likelihoods' have. :func:`plan_boxes` starts each box from
+:data:`START_CELLS` and doubles its cells while the Chebyshev
 interpolant of what it stores -- rho = sigma*/sigma_EP and EP's three moments -- misses the
 exact kernel by more than the tolerance at random points of its probe cells: for every label,
-the four corner cells and ``probes`` seeded random ones. The build's own check (20,000 random
+the four corner cells and ``probes`` seeded random ones (of at most five labels, evenly spaced). The build's own check (20,000 random
 points against the kernel, a stratified sample against mpmath) then judges the whole table.
 """
 
@@ -22,44 +22,47 @@ from qpinfer.tables.chebyshev import coefficients, evaluate
 
 __all__ = ["PLAN_TOLERANCE", "plan_boxes"]
 
-#: the probes' largest accepted error (a tenth of the acceptance 1e-10, for the cells probed
-#: less densely than the build's check)
-PLAN_TOLERANCE = 1e-11
-_ROUNDS = 5
+#: the probes' largest accepted error (below the build check's 1e-10: the probes see fewer
+#: cells than the check)
+PLAN_TOLERANCE = 5e-11
+#: the cells each box starts from, (tau, second axis); the tail's second axis keeps two cells
+#: (its nodes within 5e5 label widths, where the kernel is checked; the first reaches
+#: sigma -> infinity)
+START_CELLS = {"narrow": (10, 3), "mid": (10, 10), "wide": (10, 2), "tail": (10, 2)}
+_ROUNDS = 4
+_PROBED_LABELS = 5  # labels probed per box: evenly spaced, both ends included
 
 
-def plan_boxes(
-    likelihood, tolerance: float = PLAN_TOLERANCE, probes: int = 4, seed: int = 0, say=None
-) -> tuple:
-    """The boxes of ``likelihood`` (a :class:`qpinfer.CustomLikelihood`) with the widest cells
-    that pass the probes (module docstring); ``say`` gets a line per round."""
+def plan_boxes(likelihood, tolerance: float = PLAN_TOLERANCE, probes: int = 4, seed: int = 0,
+               say=None) -> tuple:
+    """The boxes of ``likelihood`` (a :class:`qpinfer.CustomLikelihood`) with the fewest cells
+    that pass the probes (module docstring): a box whose probes miss gets twice the cells on
+    both axes (the tail: on tau), at most ``_ROUNDS`` times; ``say`` gets a line per box."""
     lik = qpinfer.get_likelihood(likelihood)
-    cells = [2.0, 1.0, 1]
-    for round_ in range(_ROUNDS):
-        rng = np.random.default_rng(seed)
-        core, tail = custom_boxes(lik, *cells)
-        worst_core = _probe(lik, core, rng, probes)
-        worst_tail = _probe(lik, tail, rng, probes)
-        if say is not None:
-            say(
-                f"  plan round {round_ + 1}: cells tau {cells[0]:g} x log10(sigma/w) "
-                f"{cells[1]:g}, {cells[2]} tail cell(s): probe error core {worst_core:.1e}, "
-                f"tail {worst_tail:.1e} (tolerance {tolerance:.0e})"
-            )
-        if worst_core <= tolerance and worst_tail <= tolerance:
-            break
-        if worst_core > tolerance:
-            cells[0], cells[1] = cells[0] / 2, cells[1] / 2
-        if worst_tail > tolerance:
-            cells[2] *= 2
-    return custom_boxes(lik, *cells)
+    cells = dict(START_CELLS)
+    for name in cells:
+        for round_ in range(_ROUNDS):
+            box = {b.name: b for b in custom_boxes(lik, cells)}[name]
+            worst = _probe(lik, box, np.random.default_rng(seed), probes)
+            if say is not None:
+                say(
+                    f"  plan {name}: {cells[name][0]} x {cells[name][1]} cells, probe error "
+                    f"{worst:.1e} (tolerance {tolerance:.0e})"
+                )
+            if worst <= tolerance or round_ == _ROUNDS - 1:
+                break
+            n_tau, n_second = cells[name]
+            cells[name] = (2 * n_tau, n_second if name == "tail" else 2 * n_second)
+    return custom_boxes(lik, cells)
 
 
 def _probe(lik, box, rng, probes: int) -> float:
     """The largest error of the box's interpolants at 4 random points of each probe cell."""
     worst = 0.0
     corners = [(i, j) for i in (0, box.axes[0].n_cells - 1) for j in (0, box.axes[1].n_cells - 1)]
-    for label in box.labels:
+    labels = np.asarray(box.labels)
+    chosen = np.unique(np.linspace(0, labels.size - 1, _PROBED_LABELS).round().astype(int))
+    for label in labels[chosen]:
         picks = corners + [
             tuple(int(rng.integers(ax.n_cells)) for ax in box.axes) for _ in range(probes)
         ]

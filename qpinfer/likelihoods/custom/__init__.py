@@ -18,7 +18,7 @@ panels no longer than their distance from it).
 
 **Support.** ``log p(y | f)`` must be concave in ``f`` (every tilt then has one mode; checked
 on each label, else a ``ValueError``), finite where the tilt has its mass, and not constant in
-``f``; cavities with ``sigma > 1e6`` are refused, as for the logit.
+``f``; cavities wider than ``1e6`` label widths are refused (a ``ValueError`` naming sigma).
 
 Holds: :class:`CustomLikelihood`. May import: what :mod:`qpinfer.likelihoods` may.
 """
@@ -33,7 +33,6 @@ import numpy as np
 from qpinfer.checks import finite_array
 from qpinfer.likelihoods.base import (
     Likelihood,
-    check_sigma_at_most,
     check_sign_labels,
     flat_cavities,
     graded_step_edges,
@@ -170,7 +169,18 @@ class CustomLikelihood(Likelihood):
         return y
 
     def check_sigma(self, sigma) -> None:
-        check_sigma_at_most(sigma, SIGMA_MAX, f"{self.name} (the range the kernel is checked on)")
+        """Nothing here: the limit is relative to each label's width (:meth:`_check_wide`)."""
+
+    def _check_wide(self, sigma, w) -> None:
+        """``ValueError`` naming sigma where it exceeds :data:`SIGMA_MAX` times the label's
+        width (the range the kernel is checked on)."""
+        bad = np.asarray(sigma) > SIGMA_MAX * w
+        if bad.any():
+            i = np.flatnonzero(bad.ravel())[0]
+            raise ValueError(
+                f"sigma must be <= {SIGMA_MAX:g} times the likelihood's width at the label "
+                f"({np.ravel(w)[i]:.3g}) for {self.name}; got {np.ravel(sigma)[i]!r}"
+            )
 
     # -- the function and what is found from it ----------------------------------------------
     def log_pdf(self, f, y) -> np.ndarray:
@@ -272,6 +282,7 @@ class CustomLikelihood(Likelihood):
 
     def _lobes(self, mu, sigma, y):
         c, w, _ = self._label_arrays(y)
+        self._check_wide(sigma, w)
         anchor = np.where(sigma > w, c, mu)
         mode, width = tilt_mode(lambda f, sel: self.log_pdf(f, y[sel]), mu, sigma, c)
         inf = np.full(mu.shape, np.inf)

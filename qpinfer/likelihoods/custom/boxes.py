@@ -5,8 +5,9 @@ Every label ``y`` (after :meth:`~qpinfer.CustomLikelihood.reduce_y`) has a centr
 width ``w`` (:mod:`~qpinfer.likelihoods.custom.features`). The boxes hold, for every label of
 :meth:`~qpinfer.CustomLikelihood.table_labels`:
 
-* ``core``: the standardised cavity ``tau = (mu - c) / sqrt(sigma^2 + w^2)`` in ``[-T, T]`` and
-  ``lambda = log10(sigma / w)`` in ``[lambda_0, lambda_1]``;
+* ``narrow``, ``mid``, ``wide``: the standardised cavity ``tau = (mu - c) / sqrt(sigma^2 +
+  w^2)`` in ``[-T, T]`` and ``lambda = log10(sigma / w)`` in ``[-3, 0]`` and ``[log10 21, 3]``,
+  and between them ``sigma / w`` itself in ``[1, 21]`` (:class:`CustomMid`);
 * ``tail``: the same ``tau`` and ``u = w / sigma`` in ``[0, 10^-lambda_1]``: at fixed ``tau``
   the tilt converges as ``sigma -> infinity`` (to the likelihood itself for a peaked label, to
   a Gaussian cut by the likelihood's limits for a step), so rho is smooth up to ``u = 0`` and
@@ -22,7 +23,7 @@ and of EP's moments on probe cells matches the exact kernel). A cavity outside b
 label the table does not hold, ``|tau| > T``, ``sigma < w 10^lambda_0``) is answered by the
 exact kernel and counted.
 
-Holds: :class:`CustomCore`, :class:`CustomTail`, :func:`custom_boxes` and ``boxes(likelihood)``.
+Holds: :class:`CustomCore`, :class:`CustomMid`, :class:`CustomTail`, :func:`custom_boxes` and ``boxes(likelihood)``.
 May import: what :mod:`qpinfer.likelihoods` may.
 """
 
@@ -35,11 +36,21 @@ import numpy as np
 
 from qpinfer.likelihoods.layout import Box, CellAxis
 
-__all__ = ["DEFAULT_CELLS", "NODES", "CustomCore", "CustomTail", "boxes", "custom_boxes"]
+__all__ = [
+    "DEFAULT_CELLS",
+    "NODES",
+    "SPANS",
+    "CustomCore",
+    "CustomMid",
+    "CustomTail",
+    "boxes",
+    "custom_boxes",
+]
 
 NODES = 12  # Chebyshev-Gauss nodes per cell and axis
 T_MAX = 10.0
-LAMBDA = (-3.0, 3.0)
+LAMBDA = (-3.0, 3.0)  # log10(sigma / w): from the narrow box's start to the tail's
+MID_STOP = 21.0  # the mid box: sigma / w in [1, 21]
 
 
 @dataclass(frozen=True)
@@ -125,8 +136,40 @@ class CustomCore(_Standardised):
 
 
 @dataclass(frozen=True)
+class CustomMid(_Standardised):
+    """``(tau, sigma / w)``: where a step's exponential side meets the cavity (the tilt's mean
+    ``~ mu + sigma^2 l'``) the moments move by ~1 standard deviation per unit of ``sigma / w``
+    but by ``~sigma ln 10`` per unit of ``log10 sigma``, so equal cells in ``sigma`` resolve
+    them."""
+
+    def cavity(self, label, tau, ratio):
+        _, _, c, w, _, _ = self._features(label)
+        s = w * np.asarray(ratio, dtype=np.float64)
+        return c + np.asarray(tau) * np.hypot(s, w), s
+
+    def locate(self, mu, sigma, y):
+        known, idx, c, w, _, _ = self._features(y)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            coords = (self._tau(mu, sigma, c, w), np.asarray(sigma) / w)
+            inside = known & self._inside_axes(coords)
+        return inside, idx, coords
+
+    def coord_jacobian(self, mu, sigma, y):
+        _, _, c, w, _, _ = self._features(y)
+        h = np.hypot(sigma, w)
+        tau = (mu - c) / h
+        return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), 1.0 / w))
+
+
+@dataclass(frozen=True)
 class CustomTail(_Standardised):
     """``(tau, w / sigma)``: the cavities wider than the core box, to sigma -> infinity."""
+
+    def reference_order(self, sigma) -> np.ndarray:
+        """The check's random points of this box in the order its mpmath sample takes them:
+        narrowest first (the reference's adaptive panels take minutes beyond ~1e4 label
+        widths; the kernel check covers the whole box)."""
+        return np.argsort(np.asarray(sigma), kind="stable")
 
     def cavity(self, label, tau, u):
         _, _, c, w, _, _ = self._features(label)
@@ -147,9 +190,20 @@ class CustomTail(_Standardised):
         return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), -w / (sigma * sigma)))
 
 
-def custom_boxes(likelihood, tau_cell: float, lam_cell: float, u_cells: int) -> tuple[Box, ...]:
-    """The core and tail boxes of ``likelihood`` (module docstring) for every label of its
-    ``table_labels()``, with cells ``tau_cell`` x ``lam_cell`` and ``u_cells`` tail cells."""
+#: each box's second axis: (name, start, stop, class); the first is tau in [-T_MAX, T_MAX]
+SPANS = {
+    "narrow": ("log10_sigma_over_w", LAMBDA[0], 0.0),
+    "mid": ("sigma_over_w", 1.0, MID_STOP),
+    "wide": ("log10_sigma_over_w", float(np.log10(MID_STOP)), LAMBDA[1]),
+    "tail": ("w_over_sigma", 0.0, 10.0 ** -LAMBDA[1]),
+}
+#: the cells of :func:`boxes`, per box (tau, second axis); ``qptables build`` plans its own
+DEFAULT_CELLS = {"narrow": (20, 6), "mid": (20, 40), "wide": (20, 4), "tail": (20, 2)}
+
+
+def custom_boxes(likelihood, cells: dict) -> tuple[Box, ...]:
+    """The boxes of ``likelihood`` (module docstring) for every label of its
+    ``table_labels()``, with ``cells[name] = (tau cells, second-axis cells)`` per box."""
     labels = tuple(float(v) for v in likelihood.table_labels())
     feats = [likelihood.features(v) for v in labels]
     fields = {
@@ -158,31 +212,17 @@ def custom_boxes(likelihood, tau_cell: float, lam_cell: float, u_cells: int) -> 
         "peaked": tuple(bool(f.peaked) for f in feats),
         "log_peaks": tuple(f.log_peak for f in feats),
     }
-    n_tau = round(2 * T_MAX / tau_cell)
-    n_lam = round((LAMBDA[1] - LAMBDA[0]) / lam_cell)
-    tau = CellAxis("tau", -T_MAX, tau_cell, n_tau, NODES)
-    u_stop = 10.0 ** -LAMBDA[1]
-    return (
-        CustomCore(
-            "core",
-            (tau, CellAxis("log10_sigma_over_w", LAMBDA[0], lam_cell, n_lam, NODES)),
-            labels,
-            **fields,
-        ),
-        CustomTail(
-            "tail",
-            (tau, CellAxis("w_over_sigma", 0.0, u_stop / u_cells, u_cells, NODES)),
-            labels,
-            **fields,
-        ),
-    )
-
-
-#: the cells of :func:`boxes`: (tau cell, lambda cell, tail cells); ``qptables build`` plans its own
-DEFAULT_CELLS = (1.0, 0.5, 2)
+    kinds = {"narrow": CustomCore, "mid": CustomMid, "wide": CustomCore, "tail": CustomTail}
+    out = []
+    for name, (axis, start, stop) in SPANS.items():
+        n_tau, n_second = cells[name]
+        tau = CellAxis("tau", -T_MAX, 2 * T_MAX / n_tau, int(n_tau), NODES)
+        second = CellAxis(axis, start, (stop - start) / n_second, int(n_second), NODES)
+        out.append(kinds[name](name, (tau, second), labels, **fields))
+    return tuple(out)
 
 
 def boxes(likelihood) -> tuple[Box, ...]:
     """The boxes of ``likelihood``'s cell table at :data:`DEFAULT_CELLS` (``qptables build``
     refines them until its kernel check holds, :mod:`qptables.pipeline.custom_plan`)."""
-    return custom_boxes(likelihood, *DEFAULT_CELLS)
+    return custom_boxes(likelihood, DEFAULT_CELLS)
