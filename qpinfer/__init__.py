@@ -13,8 +13,8 @@ arrows are checked by import-linter in CI, contracts in ``.importlinter``, and d
 
 from qpinfer.estimators.classifier import GPClassifier
 from qpinfer.estimators.custom_likelihood import CustomLikelihoodGP
-from qpinfer.estimators.sparse_custom_likelihood import SparseCustomLikelihoodGP
 from qpinfer.estimators.poisson_regressor import GPPoissonRegressor
+from qpinfer.estimators.sparse_custom_likelihood import SparseCustomLikelihoodGP
 from qpinfer.estimators.student_t_regressor import GPStudentTRegressor
 from qpinfer.inference.ep import ConvergenceWarning, MomentMatching, QuantileMatching, run_ep
 from qpinfer.inference.laplace import LaplaceResult, laplace_mode

@@ -11,7 +11,9 @@ boxes of its cell table (:mod:`~qpinfer.likelihoods.layout`).
 Holds: :mod:`~qpinfer.likelihoods.base` (the protocol), :mod:`~qpinfer.likelihoods.layout` (the
 boxes of a cell table), one subpackage per likelihood -- ``probit``, ``logit``,
 ``poisson_square``, ``poisson_log``, ``step_noise``, ``student_t``, each with the likelihood in
-its ``__init__`` and its table boxes in ``boxes`` -- and :mod:`~qpinfer.likelihoods.registry`
+its ``__init__`` and its table boxes in ``boxes`` --, ``custom`` (the base of likelihoods users
+write, :class:`~qpinfer.CustomLikelihood`, and what is found numerically from their ``log p(y |
+f)``) and :mod:`~qpinfer.likelihoods.registry`
 (by name, and the table layouts by name). No module outside a likelihood's subpackage names it,
 but the registry.
 

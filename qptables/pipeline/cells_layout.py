@@ -26,7 +26,6 @@ import numpy as np
 import qpinfer
 from qpinfer.likelihoods.layout import Box
 from qpinfer.likelihoods.registry import boxes_for
-from qptables.pipeline.custom_plan import plan_boxes
 from qpinfer.tables.reduced import open_reduced
 from qpinfer.tables.reduced_store import integrity_record
 from qptables.pipeline.cells import (
@@ -42,6 +41,7 @@ from qptables.pipeline.cells_check import (
     TOLERANCE,
     check_points,
 )
+from qptables.pipeline.custom_plan import plan_boxes
 from qptables.pipeline.dask_run import TileTask
 from qptables.pipeline.destination import publish_store
 from qptables.pipeline.errors import BuildError, BuildInputError

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 import qpinfer
-from qpinfer.likelihoods.custom.boxes import NODES, custom_boxes
+from qpinfer.likelihoods.custom.boxes import NODES, custom_boxes, spans
 from qpinfer.likelihoods.layout import CellAxis
 from qpinfer.tables.chebyshev import coefficients, evaluate
 
@@ -25,22 +25,26 @@ __all__ = ["PLAN_TOLERANCE", "plan_boxes"]
 #: the probes' largest accepted error (below the build check's 1e-10: the probes see fewer
 #: cells than the check)
 PLAN_TOLERANCE = 5e-11
-#: the cells each box starts from, (tau, second axis); the tail's second axis keeps two cells
-#: (its nodes within 5e5 label widths, where the kernel is checked; the first reaches
-#: sigma -> infinity)
+#: the cells each box starts from, (tau, second axis); the tail's second axis doubles only while
+#: its first node stays within 5e5 label widths (the kernel's checked range; its first cell
+#: reaches sigma -> infinity)
 START_CELLS = {"narrow": (10, 3), "mid": (10, 10), "wide": (10, 2), "tail": (10, 2)}
 _ROUNDS = 4
 _PROBED_LABELS = 5  # labels probed per box: evenly spaced, both ends included
 
 
-def plan_boxes(likelihood, tolerance: float = PLAN_TOLERANCE, probes: int = 4, seed: int = 0,
-               say=None) -> tuple:
+def plan_boxes(
+    likelihood, tolerance: float = PLAN_TOLERANCE, probes: int = 4, seed: int = 0, say=None
+) -> tuple:
     """The boxes of ``likelihood`` (a :class:`qpinfer.CustomLikelihood`) with the fewest cells
     that pass the probes (module docstring): a box whose probes miss gets twice the cells on
-    both axes (the tail: on tau), at most ``_ROUNDS`` times; ``say`` gets a line per box."""
+    both axes, at most ``_ROUNDS`` times; ``say`` gets a line per box."""
     lik = qpinfer.get_likelihood(likelihood)
     cells = dict(START_CELLS)
-    for name in cells:
+    names = spans(lik)
+    # the tail's second axis: at most the cells keeping its first node within 5e5 label widths
+    tail_cap = max(2, int(names["tail"][2] * 5e5 * (1 - np.cos(np.pi / (2 * NODES))) / 2))
+    for name in names:
         for round_ in range(_ROUNDS):
             box = {b.name: b for b in custom_boxes(lik, cells)}[name]
             worst = _probe(lik, box, np.random.default_rng(seed), probes)
@@ -52,7 +56,10 @@ def plan_boxes(likelihood, tolerance: float = PLAN_TOLERANCE, probes: int = 4, s
             if worst <= tolerance or round_ == _ROUNDS - 1:
                 break
             n_tau, n_second = cells[name]
-            cells[name] = (2 * n_tau, n_second if name == "tail" else 2 * n_second)
+            cells[name] = (
+                2 * n_tau,
+                min(2 * n_second, tail_cap) if name == "tail" else 2 * n_second,
+            )
     return custom_boxes(lik, cells)
 
 

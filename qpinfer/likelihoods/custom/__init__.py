@@ -64,6 +64,11 @@ class CustomLikelihood(Likelihood):
     max_count : int
         Counts: the largest count a table holds (larger ones are answered by the exact
         kernel).
+    table_tau, table_sigma : float, (float, float)
+        The domain of a table (default 10 and ``(1e-3, 1e3)``): cavities with ``|mu - c| <=
+        table_tau sqrt(sigma^2 + w^2)`` and ``sigma >= table_sigma[0] w`` (``c``, ``w``: the
+        label's centre and width, found from ``log_lik``), any ``sigma`` above; the exact
+        kernel answers the others. A smaller domain is a smaller, faster build.
 
     Methods to define
     -----------------
@@ -100,6 +105,8 @@ class CustomLikelihood(Likelihood):
     y_domain: str = "reals"
     params: tuple = ()
     max_count: int = 100
+    table_tau: float = 10.0
+    table_sigma: tuple = (1e-3, 1e3)
     log_concave = True
     _ep_from_panels = True
     _tabulated_moments = True

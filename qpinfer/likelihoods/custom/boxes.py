@@ -6,9 +6,11 @@ width ``w`` (:mod:`~qpinfer.likelihoods.custom.features`). The boxes hold, for e
 :meth:`~qpinfer.CustomLikelihood.table_labels`:
 
 * ``narrow``, ``mid``, ``wide``: the standardised cavity ``tau = (mu - c) / sqrt(sigma^2 +
-  w^2)`` in ``[-T, T]`` and ``lambda = log10(sigma / w)`` in ``[-3, 0]`` and ``[log10 21, 3]``,
-  and between them ``sigma / w`` itself in ``[1, 21]`` (:class:`CustomMid`);
-* ``tail``: the same ``tau`` and ``u = w / sigma`` in ``[0, 10^-lambda_1]``: at fixed ``tau``
+  w^2)`` in ``[-T, T]`` (``T``: the likelihood's ``table_tau``, default 10) and ``lambda =
+  log10(sigma / w)`` from the likelihood's ``table_sigma[0]`` (default 1e-3) to 1 and from 21 to
+  ``table_sigma[1]`` (default 1e3), and between them ``sigma / w`` itself in ``[1, 21]``
+  (:class:`CustomMid`);
+* ``tail``: the same ``tau`` and ``u = w / sigma`` in ``[0, 1 / table_sigma[1]]``: at fixed ``tau``
   the tilt converges as ``sigma -> infinity`` (to the likelihood itself for a peaked label, to
   a Gaussian cut by the likelihood's limits for a step), so rho is smooth up to ``u = 0`` and
   the cells of the last column answer every wider cavity.
@@ -39,7 +41,7 @@ from qpinfer.likelihoods.layout import Box, CellAxis
 __all__ = [
     "DEFAULT_CELLS",
     "NODES",
-    "SPANS",
+    "spans",
     "CustomCore",
     "CustomMid",
     "CustomTail",
@@ -48,8 +50,6 @@ __all__ = [
 ]
 
 NODES = 12  # Chebyshev-Gauss nodes per cell and axis
-T_MAX = 10.0
-LAMBDA = (-3.0, 3.0)  # log10(sigma / w): from the narrow box's start to the tail's
 MID_STOP = 21.0  # the mid box: sigma / w in [1, 21]
 
 
@@ -190,20 +190,32 @@ class CustomTail(_Standardised):
         return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), -w / (sigma * sigma)))
 
 
-#: each box's second axis: (name, start, stop, class); the first is tau in [-T_MAX, T_MAX]
-SPANS = {
-    "narrow": ("log10_sigma_over_w", LAMBDA[0], 0.0),
-    "mid": ("sigma_over_w", 1.0, MID_STOP),
-    "wide": ("log10_sigma_over_w", float(np.log10(MID_STOP)), LAMBDA[1]),
-    "tail": ("w_over_sigma", 0.0, 10.0 ** -LAMBDA[1]),
-}
+def spans(likelihood) -> dict:
+    """Each box's second axis, ``name: (axis, start, stop)``, from the likelihood's
+    ``table_sigma = (lo, hi)`` (cavity stds in label widths): narrow from ``lo`` to ``min(1,
+    hi)``, mid to ``min(21, hi)``, wide to ``hi`` (boxes with nothing to hold left out), the
+    tail from ``hi`` to infinity."""
+    lo, hi = (float(v) for v in likelihood.table_sigma)
+    out = {}
+    if lo < 1.0:
+        out["narrow"] = ("log10_sigma_over_w", float(np.log10(lo)), float(np.log10(min(1.0, hi))))
+    if hi > 1.0:
+        out["mid"] = ("sigma_over_w", max(lo, 1.0), min(MID_STOP, hi))
+    if hi > MID_STOP:
+        out["wide"] = ("log10_sigma_over_w", float(np.log10(MID_STOP)), float(np.log10(hi)))
+    out["tail"] = ("w_over_sigma", 0.0, 1.0 / hi)
+    return out
+
+
 #: the cells of :func:`boxes`, per box (tau, second axis); ``qptables build`` plans its own
 DEFAULT_CELLS = {"narrow": (20, 6), "mid": (20, 40), "wide": (20, 4), "tail": (20, 2)}
+_KINDS = {"narrow": "CustomCore", "mid": "CustomMid", "wide": "CustomCore", "tail": "CustomTail"}
 
 
 def custom_boxes(likelihood, cells: dict) -> tuple[Box, ...]:
     """The boxes of ``likelihood`` (module docstring) for every label of its
-    ``table_labels()``, with ``cells[name] = (tau cells, second-axis cells)`` per box."""
+    ``table_labels()``, tau in ``[-table_tau, table_tau]``, with ``cells[name] = (tau cells,
+    second-axis cells)`` per box of :func:`spans`."""
     labels = tuple(float(v) for v in likelihood.table_labels())
     feats = [likelihood.features(v) for v in labels]
     fields = {
@@ -212,13 +224,13 @@ def custom_boxes(likelihood, cells: dict) -> tuple[Box, ...]:
         "peaked": tuple(bool(f.peaked) for f in feats),
         "log_peaks": tuple(f.log_peak for f in feats),
     }
-    kinds = {"narrow": CustomCore, "mid": CustomMid, "wide": CustomCore, "tail": CustomTail}
+    t_max = float(likelihood.table_tau)
     out = []
-    for name, (axis, start, stop) in SPANS.items():
+    for name, (axis, start, stop) in spans(likelihood).items():
         n_tau, n_second = cells[name]
-        tau = CellAxis("tau", -T_MAX, 2 * T_MAX / n_tau, int(n_tau), NODES)
+        tau = CellAxis("tau", -t_max, 2 * t_max / n_tau, int(n_tau), NODES)
         second = CellAxis(axis, start, (stop - start) / n_second, int(n_second), NODES)
-        out.append(kinds[name](name, (tau, second), labels, **fields))
+        out.append(globals()[_KINDS[name]](name, (tau, second), labels, **fields))
     return tuple(out)
 
 
