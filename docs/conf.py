@@ -100,6 +100,8 @@ sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": "plot_",
+    # a module of likelihoods the guide's "Write your own likelihood" imports, not an example
+    "ignore_pattern": r"user_likelihoods\.py",
     "image_scrapers": ("matplotlib",),
     "matplotlib_animations": False,
     "abort_on_example_error": True,

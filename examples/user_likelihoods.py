@@ -17,7 +17,7 @@ class NegativeBinomial(CustomLikelihood):
     y_domain = "counts"
     params = ("r",)
     max_count = 20  # a table holds counts 0..20 (larger ones: the exact kernel)
-    table_tau, table_sigma = 6.0, (1e-2, 1e2)  # a smaller table: where GP fits take cavities
+    table_tau, table_sigma = 5.0, (1e-2, 5.0)  # a smaller table: where GP fits take cavities
 
     def __init__(self, r=2.0):
         self.r = float(r)

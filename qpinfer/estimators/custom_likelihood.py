@@ -119,7 +119,8 @@ class CustomLikelihoodGP(CustomPredictionsMixin, DenseJointLatentMixin, GPEstima
     %(search_settings)s
     %(site_loop)s
     qp_objective : {"ep", "evidence", "loo"}, default "ep"
-        QP's hyperparameters: EP's (QP then runs at them), or QP's own objectives.
+        QP's hyperparameters: EP's evidence searched first, then QP's own evidence polished
+        from there (``"ep"``), or QP's own objectives from the start.
 
     Attributes
     ----------
@@ -131,23 +132,22 @@ class CustomLikelihoodGP(CustomPredictionsMixin, DenseJointLatentMixin, GPEstima
 
     Examples
     --------
-    A Bernoulli likelihood with the complementary log-log link on scikit-learn's breast cancer
-    data:
+    A Bernoulli likelihood with the complementary log-log link, on labels drawn from it:
 
     >>> import numpy as np
-    >>> from sklearn.datasets import load_breast_cancer
     >>> from qpinfer import CustomLikelihood, CustomLikelihoodGP
     >>> class Cloglog(CustomLikelihood):
     ...     y_domain = "binary"
     ...     def log_lik(self, f, y, m):
     ...         e = m.exp(f)
     ...         return m.where(y > 0, m.log1mexp(e), -e)
-    >>> X, y = load_breast_cancer(return_X_y=True)
-    >>> X = (X - X.mean(0)) / X.std(0)
-    >>> y = 2.0 * y - 1.0
-    >>> gp = CustomLikelihoodGP(Cloglog(), method="ep", table="exact", optimizer=None)
-    >>> gp = gp.fit(X[::8], y[::8])
-    >>> bool(gp.score(X[1::8], y[1::8]) > -0.5)  # mean log predictive density
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(-3, 3, size=(120, 1))
+    >>> p = 1 - np.exp(-np.exp(np.sin(2 * X[:, 0])))
+    >>> y = np.where(rng.uniform(size=120) < p, 1.0, -1.0)
+    >>> gp = CustomLikelihoodGP(Cloglog(), method="qp", table="exact").fit(X, y)
+    >>> proba = gp.predict_proba(np.array([[-0.8], [0.8]]))[:, 1]  # P(+1 | x)
+    >>> bool(proba[0] < 0.5 < proba[1])
     True
     """
 

@@ -25,9 +25,7 @@ __all__ = ["PLAN_TOLERANCE", "plan_boxes"]
 #: the probes' largest accepted error (below the build check's 1e-10: the probes see fewer
 #: cells than the check)
 PLAN_TOLERANCE = 5e-11
-#: the cells each box starts from, (tau, second axis); the tail's second axis doubles only while
-#: its first node stays within 5e5 label widths (the kernel's checked range; its first cell
-#: reaches sigma -> infinity)
+#: the cells each box starts from, (tau, second axis)
 START_CELLS = {"narrow": (10, 3), "mid": (10, 10), "wide": (10, 2), "tail": (10, 2)}
 _ROUNDS = 4
 _PROBED_LABELS = 5  # labels probed per box: evenly spaced, both ends included
@@ -38,12 +36,12 @@ def plan_boxes(
 ) -> tuple:
     """The boxes of ``likelihood`` (a :class:`qpinfer.CustomLikelihood`) with the fewest cells
     that pass the probes (module docstring): a box whose probes miss gets twice the cells on
-    both axes, at most ``_ROUNDS`` times; ``say`` gets a line per box."""
+    both axes, at most ``_ROUNDS`` times, and is left out if they still miss (the exact kernel
+    answers its cavities, counted as fallbacks); ``say`` gets a line per box."""
     lik = qpinfer.get_likelihood(likelihood)
     cells = dict(START_CELLS)
     names = spans(lik)
-    # the tail's second axis: at most the cells keeping its first node within 5e5 label widths
-    tail_cap = max(2, int(names["tail"][2] * 5e5 * (1 - np.cos(np.pi / (2 * NODES))) / 2))
+    dropped = []
     for name in names:
         for round_ in range(_ROUNDS):
             box = {b.name: b for b in custom_boxes(lik, cells)}[name]
@@ -53,14 +51,22 @@ def plan_boxes(
                     f"  plan {name}: {cells[name][0]} x {cells[name][1]} cells, probe error "
                     f"{worst:.1e} (tolerance {tolerance:.0e})"
                 )
-            if worst <= tolerance or round_ == _ROUNDS - 1:
+            if worst <= tolerance:
+                break
+            if round_ == _ROUNDS - 1:  # not resolved: its cavities go to the exact kernel
+                dropped.append(name)
+                if say is not None:
+                    say(f"  plan {name}: left out (the exact kernel answers its cavities)")
                 break
             n_tau, n_second = cells[name]
-            cells[name] = (
-                2 * n_tau,
-                min(2 * n_second, tail_cap) if name == "tail" else 2 * n_second,
-            )
-    return custom_boxes(lik, cells)
+            cells[name] = (2 * n_tau, 2 * n_second)
+    boxes = tuple(b for b in custom_boxes(lik, cells) if b.name not in dropped)
+    if not boxes:
+        raise ValueError(
+            f"no box of {lik.name}'s table passed its probes (tolerance {tolerance:g}): "
+            "is its log_lik smooth in f?"
+        )
+    return boxes
 
 
 def _probe(lik, box, rng, probes: int) -> float:

@@ -181,7 +181,7 @@ class CustomLikelihood(Likelihood):
     def _check_wide(self, sigma, w) -> None:
         """``ValueError`` naming sigma where it exceeds :data:`SIGMA_MAX` times the label's
         width (the range the kernel is checked on)."""
-        bad = np.asarray(sigma) > SIGMA_MAX * w
+        bad = np.asarray(sigma) > SIGMA_MAX * w * (1 + 1e-12)
         if bad.any():
             i = np.flatnonzero(bad.ravel())[0]
             raise ValueError(

@@ -10,10 +10,11 @@ width ``w`` (:mod:`~qpinfer.likelihoods.custom.features`). The boxes hold, for e
   log10(sigma / w)`` from the likelihood's ``table_sigma[0]`` (default 1e-3) to 1 and from 21 to
   ``table_sigma[1]`` (default 1e3), and between them ``sigma / w`` itself in ``[1, 21]``
   (:class:`CustomMid`);
-* ``tail``: the same ``tau`` and ``u = w / sigma`` in ``[0, 1 / table_sigma[1]]``: at fixed ``tau``
-  the tilt converges as ``sigma -> infinity`` (to the likelihood itself for a peaked label, to
-  a Gaussian cut by the likelihood's limits for a step), so rho is smooth up to ``u = 0`` and
-  the cells of the last column answer every wider cavity.
+* ``tail``: the same ``tau`` and ``u = w / sigma`` from ``1e-6`` (the exact kernel's range: wider
+  cavities are refused by both) to ``1 / table_sigma[1]``: at fixed ``tau`` the tilt converges as
+  ``sigma -> infinity`` (to the likelihood itself for a peaked label, to a Gaussian cut by the
+  likelihood's limits for a step), so what the box stores is smooth in ``u`` down to its limit
+  and a few cells hold five decades of ``sigma``.
 
 EP's moments are stored against a reference that carries their large and singular parts: for a
 peaked label the product of the cavity and the likelihood's Laplace approximation (log Z, mean,
@@ -51,6 +52,7 @@ __all__ = [
 
 NODES = 12  # Chebyshev-Gauss nodes per cell and axis
 MID_STOP = 21.0  # the mid box: sigma / w in [1, 21]
+SIGMA_MAX = 1e6  # the kernel's range in label widths (qpinfer.likelihoods.custom.SIGMA_MAX)
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,7 @@ def spans(likelihood) -> dict:
     """Each box's second axis, ``name: (axis, start, stop)``, from the likelihood's
     ``table_sigma = (lo, hi)`` (cavity stds in label widths): narrow from ``lo`` to ``min(1,
     hi)``, mid to ``min(21, hi)``, wide to ``hi`` (boxes with nothing to hold left out), the
-    tail from ``hi`` to infinity."""
+    tail from ``hi`` to the kernel's range, 1e6 label widths."""
     lo, hi = (float(v) for v in likelihood.table_sigma)
     out = {}
     if lo < 1.0:
@@ -203,7 +205,7 @@ def spans(likelihood) -> dict:
         out["mid"] = ("sigma_over_w", max(lo, 1.0), min(MID_STOP, hi))
     if hi > MID_STOP:
         out["wide"] = ("log10_sigma_over_w", float(np.log10(MID_STOP)), float(np.log10(hi)))
-    out["tail"] = ("w_over_sigma", 0.0, 1.0 / hi)
+    out["tail"] = ("w_over_sigma", 1.0 / SIGMA_MAX, 1.0 / hi)
     return out
 
 
