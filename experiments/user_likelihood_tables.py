@@ -37,7 +37,7 @@ def cavities(lik, n: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def measure(path: str, n: int = 200_000, seed: int = 0) -> dict:
     table = qpinfer.open_table(path)
-    lik = table.likelihood_object
+    lik = qpinfer.get_likelihood(table.likelihood)  # a fresh one: exact moments
     rng = np.random.default_rng(seed)
     mu, s, y = cavities(lik, n, rng)
     got = table.sigma_qp(mu, s, y)

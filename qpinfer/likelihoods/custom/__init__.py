@@ -52,10 +52,10 @@ _SLOTS = 64  # need = 2 + k + _SLOTS * label slot (the graded edges' encoding)
 
 
 class CustomLikelihood(Likelihood):
-    """Base class of a likelihood the user writes: subclass it and define :meth:`log_lik`.
+    """Base class of a likelihood the user writes: subclass it and define ``log_lik``.
 
-    Attributes to set
-    -----------------
+    Attributes
+    ----------
     y_domain : {"binary", "counts", "reals"}
         Labels in {-1, +1}, counts 0, 1, 2, ..., or real values.
     params : tuple of str
@@ -70,16 +70,16 @@ class CustomLikelihood(Likelihood):
         label's centre and width, found from ``log_lik``), any ``sigma`` above; the exact
         kernel answers the others. A smaller domain is a smaller, faster build.
 
-    Methods to define
-    -----------------
-    log_lik(f, y, m)
-        ``log p(y | f)``, elementwise, written over the namespace ``m`` (``m.exp``, ``m.log``,
-        ``m.lgamma``, ``m.log_ndtr``, ``m.where``, ...: :mod:`qpinfer.likelihoods.custom.namespace`).
-        Called with numpy arrays and :data:`~qpinfer.likelihoods.custom.namespace.NUMPY`, and
-        by the table builder's reference with mpmath numbers and mpmath's namespace.
-    reduce_y(y)  (``y_domain = "reals"`` only)
-        ``(offset, label)`` with ``log p(y | f) = log p(label | f - offset)``, the labels a
-        finite set (:meth:`table_labels`); default ``(y, 0)`` (a location family).
+    Notes
+    -----
+    The methods a subclass defines: ``log_lik(f, y, m)``, ``log p(y | f)`` elementwise, written
+    over the namespace ``m`` (``m.exp``, ``m.log``, ``m.lgamma``, ``m.log_ndtr``, ``m.where``,
+    ...: :mod:`qpinfer.likelihoods.custom.namespace`), called with numpy arrays and
+    :data:`~qpinfer.likelihoods.custom.namespace.NUMPY`, and by the table builder's reference
+    with mpmath numbers and mpmath's namespace; and, for ``y_domain = "reals"`` where ``y`` is
+    not a location, ``reduce_y(y)``: ``(offset, label)`` with ``log p(y | f) = log p(label | f
+    - offset)``, the labels a finite set (``table_labels()``; default ``(y, 0)``, a location
+    family).
 
     The class must live in an importable module: tables and dask workers name it as
     ``"package.module:ClassName(param=value)"`` (:attr:`name`).
@@ -268,19 +268,18 @@ class CustomLikelihood(Likelihood):
         return self.ep_moments(mu, sigma, y)[1:]
 
     # -- hooks of the sigma* kernel (canonical cavities, reduced labels) ------------------------
-    def _frame(self, mu, sigma, y):
+    def _anchor(self, mu, sigma, y):
+        """The kernel coordinate's origin: the cavity mean, or the label's centre for a cavity
+        wider than the label (module docstring)."""
         c, w, _ = self._label_arrays(y)
         return np.where(sigma > w, c, mu)
-
-    def _anchor(self, mu, sigma, y):
-        return self._frame(mu, sigma, y)
 
     def _log_tilted_offset(self, mu, sigma, y):
         return np.log(sigma) + _LOG_SQRT_2PI
 
     def _log_tilted(self, x, mu, sigma, y, derivative=True):
         x, mu, sigma, y = np.broadcast_arrays(x, mu, sigma, y)
-        anchor = self._frame(mu, sigma, y)
+        anchor = self._anchor(mu, sigma, y)
         t = (anchor - mu) + x
         if not derivative:
             return self.log_pdf(anchor + x, y) - 0.5 * (t / sigma) ** 2, None
@@ -302,17 +301,14 @@ class CustomLikelihood(Likelihood):
         extent = (np.abs(mu - c) + 12.0 * sigma) / w
         k = np.clip(np.ceil(np.log2(np.maximum(extent, 1.0) / 0.5)) + 1, 1, _SLOTS - 3)
         need = np.where(sigma > _WIDE * w, 2 + k + _SLOTS * slot, 0)
-        widths = {s: f.width for s, f in self._slot_features().items()}
+        features = self.__dict__.get("_features", {})
+        widths = {k: features[v].width for v, k in self.__dict__.get("_slots", {}).items()}
 
         def edges(code):
             code = int(code)
             return widths[code // _SLOTS] * graded_step_edges(code % _SLOTS - 1)
 
         return need.astype(np.int64), edges
-
-    def _slot_features(self) -> dict:
-        cache = self.__dict__.get("_features", {})
-        return {slot: cache[label] for label, slot in self.__dict__.get("_slots", {}).items()}
 
     # -- the baselines' derivatives (by differences) ---------------------------------------------
     def _log_lik_derivatives(self, f, y):
