@@ -109,6 +109,28 @@ class _Standardised(Box):
     def moment_unit(self, sigma, ref):
         return ref[2]
 
+    # the second coordinate, a function of sigma and the label's width (each box its own)
+    _coord = _sigma = _coord_slope = None
+
+    def cavity(self, label, tau, x):
+        _, _, c, w, _, _ = self._features(label)
+        s = self._sigma(np.asarray(x, dtype=np.float64), w)
+        return c + np.asarray(tau) * np.hypot(s, w), s
+
+    def locate(self, mu, sigma, y):
+        known, idx, c, w, _, _ = self._features(y)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            coords = (self._tau(mu, sigma, c, w), self._coord(np.asarray(sigma), w))
+            inside = known & self._inside_axes(coords)
+        return inside, idx, coords
+
+    def coord_jacobian(self, mu, sigma, y):
+        _, _, c, w, _, _ = self._features(y)
+        h = np.hypot(sigma, w)
+        tau = (mu - c) / h
+        slope = self._coord_slope(sigma, w)
+        return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), slope))
+
 
 def _pick(idx, values):
     return np.asarray(values)[idx]
@@ -118,23 +140,17 @@ def _pick(idx, values):
 class CustomCore(_Standardised):
     """``(tau, log10(sigma / w))``."""
 
-    def cavity(self, label, tau, lam):
-        _, _, c, w, _, _ = self._features(label)
-        s = w * 10.0 ** np.asarray(lam, dtype=np.float64)
-        return c + np.asarray(tau) * np.hypot(s, w), s
+    @staticmethod
+    def _coord(s, w):
+        return np.log10(s / w)
 
-    def locate(self, mu, sigma, y):
-        known, idx, c, w, _, _ = self._features(y)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            coords = (self._tau(mu, sigma, c, w), np.log10(np.asarray(sigma) / w))
-            inside = known & self._inside_axes(coords)
-        return inside, idx, coords
+    @staticmethod
+    def _sigma(x, w):
+        return w * 10.0**x
 
-    def coord_jacobian(self, mu, sigma, y):
-        _, _, c, w, _, _ = self._features(y)
-        h = np.hypot(sigma, w)
-        tau = (mu - c) / h
-        return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), 1.0 / (sigma * np.log(10.0))))
+    @staticmethod
+    def _coord_slope(s, w):
+        return 1.0 / (s * np.log(10.0))
 
 
 @dataclass(frozen=True)
@@ -144,28 +160,22 @@ class CustomMid(_Standardised):
     but by ``~sigma ln 10`` per unit of ``log10 sigma``, so equal cells in ``sigma`` resolve
     them."""
 
-    def cavity(self, label, tau, ratio):
-        _, _, c, w, _, _ = self._features(label)
-        s = w * np.asarray(ratio, dtype=np.float64)
-        return c + np.asarray(tau) * np.hypot(s, w), s
+    @staticmethod
+    def _coord(s, w):
+        return s / w
 
-    def locate(self, mu, sigma, y):
-        known, idx, c, w, _, _ = self._features(y)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            coords = (self._tau(mu, sigma, c, w), np.asarray(sigma) / w)
-            inside = known & self._inside_axes(coords)
-        return inside, idx, coords
+    @staticmethod
+    def _sigma(x, w):
+        return w * x
 
-    def coord_jacobian(self, mu, sigma, y):
-        _, _, c, w, _, _ = self._features(y)
-        h = np.hypot(sigma, w)
-        tau = (mu - c) / h
-        return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), 1.0 / w))
+    @staticmethod
+    def _coord_slope(s, w):
+        return 1.0 / w + 0.0 * s
 
 
 @dataclass(frozen=True)
 class CustomTail(_Standardised):
-    """``(tau, w / sigma)``: the cavities wider than the core box, to sigma -> infinity."""
+    """``(tau, w / sigma)``: the cavities wider than the core box, to the kernel's range."""
 
     def reference_order(self, sigma) -> np.ndarray:
         """The check's random points of this box in the order its mpmath sample takes them:
@@ -173,23 +183,17 @@ class CustomTail(_Standardised):
         widths; the kernel check covers the whole box)."""
         return np.argsort(np.asarray(sigma), kind="stable")
 
-    def cavity(self, label, tau, u):
-        _, _, c, w, _, _ = self._features(label)
-        s = w / np.asarray(u, dtype=np.float64)
-        return c + np.asarray(tau) * np.hypot(s, w), s
+    @staticmethod
+    def _coord(s, w):
+        return w / s
 
-    def locate(self, mu, sigma, y):
-        known, idx, c, w, _, _ = self._features(y)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            coords = (self._tau(mu, sigma, c, w), w / np.asarray(sigma))
-            inside = known & self._inside_axes(coords)
-        return inside, idx, coords
+    @staticmethod
+    def _sigma(x, w):
+        return w / x
 
-    def coord_jacobian(self, mu, sigma, y):
-        _, _, c, w, _, _ = self._features(y)
-        h = np.hypot(sigma, w)
-        tau = (mu - c) / h
-        return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), -w / (sigma * sigma)))
+    @staticmethod
+    def _coord_slope(s, w):
+        return -w / (s * s)
 
 
 def spans(likelihood) -> dict:
