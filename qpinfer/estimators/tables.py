@@ -65,8 +65,9 @@ def with_moment_table(est: Any, likelihood: Any, table: Any) -> Any:
     """The likelihood the site updates use: where its EP moments have no closed form, with a
     table serving them (:meth:`qpinfer.Likelihood.with_moment_table`) -- QP's ``table`` if it
     stores them (for EP, which uses no sigma* table, the ``table`` the user names), else, for
-    the default ``est.table=None``, the table shipped for the likelihood; exact moments with ``est.table == "exact"``,
-    with a table of the user's that stores none, or where none ships."""
+    the default ``est.table=None``, the table shipped for the likelihood; exact moments with
+    ``est.table == "exact"``, with a table of the user's that stores none, or where none
+    ships."""
     if not likelihood._tabulated_moments:
         return likelihood
     if isinstance(est.table, str) and est.table == "exact":

@@ -69,15 +69,19 @@ def reference_values(
     elif not moments:
         from qptables.reference.sigma import sigma_qp_reference
 
-        label = y if ":" in likelihood.partition("(")[0] else int(y)
-        return (float(sigma_qp_reference(likelihood, mu, sigma, label, **extra)),)
+        return (float(sigma_qp_reference(likelihood, mu, sigma, _label(likelihood, y), **extra)),)
     else:
         from qptables.reference.sigma import reference_point
 
-        label = y if ":" in likelihood.partition("(")[0] else int(y)  # a user likelihood's: real
-        p = reference_point(likelihood, mu, sigma, label, extra.get("dps", 40))
+        p = reference_point(likelihood, mu, sigma, _label(likelihood, y), extra.get("dps", 40))
     values = (p.sigma_qp, p.log_z, p.mean, p.std) if moments else (p.sigma_qp,)
     return tuple(float(v) for v in values)
+
+
+def _label(likelihood: str, y: float):
+    """The label the reference takes: an integer class or count, a user likelihood's as it is
+    (``"package.module:ClassName"``: any real)."""
+    return y if ":" in likelihood.partition("(")[0] else int(y)
 
 
 def moment_errors(got, want, sigma) -> dict[str, float]:
