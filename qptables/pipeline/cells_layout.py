@@ -144,7 +144,7 @@ class CellsLayout(Layout):
         except ValueError as exc:
             raise BuildInputError(f"--grid cells: {exc}") from None
         self.likelihood = likelihood
-        self.moments = qpinfer.get_likelihood(likelihood)._tabulated_moments
+        self.moments = lik._tabulated_moments
         self.sizes = chunk_sizes(self.boxes, self.moments)
         tolerance = CUSTOM_TOLERANCE if isinstance(lik, qpinfer.CustomLikelihood) else TOLERANCE
         self.checks = {"samples": DEFAULT_SAMPLES, "tolerance": tolerance, "dps": None, **checks}

@@ -48,7 +48,6 @@ _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 SIGMA_MAX = 1e6
 #: the domains of ``y`` a user likelihood declares
 Y_DOMAINS = ("binary", "counts", "reals")
-_WIDE = 0.0  # cavities wider than this many label widths get graded edges (all of them)
 _SLOTS = 64  # need = 2 + k + _SLOTS * label slot (the graded edges' encoding)
 
 
@@ -290,7 +289,7 @@ class CustomLikelihood(Likelihood):
     def _lobes(self, mu, sigma, y):
         c, w, _ = self._label_arrays(y)
         self._check_wide(sigma, w)
-        anchor = np.where(sigma > w, c, mu)
+        anchor = self._anchor(mu, sigma, y)
         mode, width = tilt_mode(lambda f, sel: self.log_pdf(f, y[sel]), mu, sigma, c)
         inf = np.full(mu.shape, np.inf)
         return [(mode - anchor, width, -inf, inf)]
@@ -301,7 +300,7 @@ class CustomLikelihood(Likelihood):
         c, w, slot = self._label_arrays(y)
         extent = (np.abs(mu - c) + 12.0 * sigma) / w
         k = np.clip(np.ceil(np.log2(np.maximum(extent, 1.0) / 0.5)) + 1, 1, _SLOTS - 3)
-        need = np.where(sigma > _WIDE * w, 2 + k + _SLOTS * slot, 0)
+        need = 2 + k + _SLOTS * slot  # every cavity (module docstring)
         features = self.__dict__.get("_features", {})
         widths = {k: features[v].width for v, k in self.__dict__.get("_slots", {}).items()}
 

@@ -32,7 +32,6 @@ May import: what :mod:`qpinfer.likelihoods` may.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,15 +79,10 @@ class _Standardised(Box):
         y = np.asarray(y, dtype=np.float64)
         idx = np.clip(np.searchsorted(labels, y), 0, labels.size - 1)
         known = labels[idx] == y
-        pick = functools.partial(_pick, idx)
-        return (
-            known,
-            idx,
-            pick(self.centres),
-            pick(self.widths),
-            pick(self.peaked),
-            pick(self.log_peaks),
-        )
+        pick = [
+            np.asarray(v)[idx] for v in (self.centres, self.widths, self.peaked, self.log_peaks)
+        ]
+        return (known, idx, *pick)
 
     def _tau(self, mu, sigma, c, w):
         return (np.asarray(mu) - c) / np.hypot(sigma, w)
@@ -130,10 +124,6 @@ class _Standardised(Box):
         tau = (mu - c) / h
         slope = self._coord_slope(sigma, w)
         return ((1.0 / h, -tau * sigma / (h * h)), (np.zeros_like(h), slope))
-
-
-def _pick(idx, values):
-    return np.asarray(values)[idx]
 
 
 @dataclass(frozen=True)
